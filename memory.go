@@ -1,0 +1,183 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// memShards is the number of independently locked parts of a MemoryCounter.
+// A power of two, so that a key's shard is a mask of its hash.
+const memShards = 256
+
+// MemoryCounter is a fixed-window Counter that lives in the process: the
+// zero-dependency default, right for a single replica. Its windows behave
+// like RedisCounter's: the first Incr of a key starts the key's window and
+// the count starts again at 1 once the window is over.
+//
+// Keys are spread over 256 shards. Incrementing a key whose window is live
+// takes a shard's read lock and one atomic add, so tenants do not queue
+// behind each other. Expired windows are dropped by rotating each shard's map:
+// once a shard has gone the longest window it has seen since its last
+// rotation, its map becomes the previous generation and the generation before
+// is dropped whole, which returns its memory (deleting from a Go map never
+// shrinks it). Rotation happens inside Incr, so there is no background
+// goroutine; a shard that sees no traffic keeps its memory until it does.
+//
+// The zero value is not usable; call NewMemoryCounter. A MemoryCounter is
+// safe for concurrent use by multiple goroutines.
+type MemoryCounter struct {
+	shards [memShards]memShard
+	seed   maphash.Seed
+	epoch  time.Time
+	now    func() time.Time // nil: the real clock; tests inject a fake one
+	closed atomic.Bool
+}
+
+type memShard struct {
+	mu        sync.RWMutex
+	cur, prev map[string]*memWindow
+	rotatedAt int64 // when cur was started, on the counter's clock
+	span      int64 // the longest window seen: the rotation period
+	_         [64]byte
+}
+
+// memWindow is one key's current window. key and end never change once the
+// window is in a map; count is bumped without the shard's write lock.
+type memWindow struct {
+	key   string
+	end   int64 // nanoseconds on the counter's clock
+	count atomic.Int64
+}
+
+var (
+	_ Counter    = (*MemoryCounter)(nil)
+	_ TTLCounter = (*MemoryCounter)(nil)
+)
+
+// NewMemoryCounter returns an empty in-memory counter. It starts no
+// goroutine; Close releases its memory.
+func NewMemoryCounter() *MemoryCounter {
+	return newMemoryCounter(nil)
+}
+
+func newMemoryCounter(now func() time.Time) *MemoryCounter {
+	m := &MemoryCounter{seed: maphash.MakeSeed(), now: now}
+	if now != nil {
+		m.epoch = now()
+	} else {
+		m.epoch = time.Now()
+	}
+	return m
+}
+
+// Incr bumps the counter for key and returns the count after the increment.
+func (m *MemoryCounter) Incr(ctx context.Context, key string, window time.Duration) (int64, error) {
+	n, _, err := m.IncrTTL(ctx, key, window)
+	return n, err
+}
+
+// IncrTTL is Incr that also returns the time left in key's window. It
+// never blocks on anything but a shard's lock, so ctx is not consulted.
+func (m *MemoryCounter) IncrTTL(_ context.Context, key string, window time.Duration) (int64, time.Duration, error) {
+	if window <= 0 {
+		return 0, 0, fmt.Errorf("increment rate limit key %s: window %v is not positive", key, window)
+	}
+	if m.closed.Load() {
+		return 0, 0, ErrClosed
+	}
+	now := m.clock()
+	s := &m.shards[maphash.String(m.seed, key)&(memShards-1)]
+
+	s.mu.RLock()
+	w := s.cur[key]
+	s.mu.RUnlock()
+	// A window is only ever replaced once it has ended, so adding to one
+	// that is live at now is counted in the right window even if it is
+	// replaced a moment later.
+	if w != nil && now < w.end {
+		return w.count.Add(1), time.Duration(w.end - now), nil
+	}
+	return m.incrLocked(s, key, now, int64(window))
+}
+
+// incrLocked handles everything but a live window in the current
+// generation: a new key, an ended window, a key found in the previous
+// generation, and rotation.
+func (m *MemoryCounter) incrLocked(s *memShard, key string, now, window int64) (int64, time.Duration, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m.closed.Load() {
+		return 0, 0, ErrClosed
+	}
+	s.span = max(s.span, window)
+	switch {
+	case s.cur == nil:
+		s.cur = make(map[string]*memWindow)
+		s.rotatedAt = now
+	case now-s.rotatedAt >= 2*s.span:
+		// Nothing in either generation can still be live.
+		s.cur, s.prev = make(map[string]*memWindow), nil
+		s.rotatedAt = now
+	case now-s.rotatedAt >= s.span:
+		// Every window in prev began before the last rotation, a full span
+		// ago, so all of them have ended; the live ones of cur are moved
+		// back on their next use.
+		s.cur, s.prev = make(map[string]*memWindow), s.cur
+		s.rotatedAt = now
+	}
+
+	w := s.cur[key]
+	if w == nil {
+		if w = s.prev[key]; w != nil {
+			s.cur[w.key] = w
+		}
+	}
+	if w != nil && now < w.end {
+		return w.count.Add(1), time.Duration(w.end - now), nil
+	}
+
+	// Callers may hand us a key backed by a reused buffer (Fiber's request
+	// memory); the map keeps its own copy.
+	k := strings.Clone(key)
+	if w != nil {
+		k = w.key
+	}
+	end := now + window
+	if end < now {
+		end = math.MaxInt64
+	}
+	nw := &memWindow{key: k, end: end}
+	nw.count.Store(1)
+	s.cur[k] = nw
+	return 1, time.Duration(end - now), nil
+}
+
+// Close drops every window and makes later calls return ErrClosed. It is
+// safe to call more than once; there is no background work to stop.
+func (m *MemoryCounter) Close() error {
+	if !m.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	for i := range m.shards {
+		s := &m.shards[i]
+		s.mu.Lock()
+		s.cur, s.prev = nil, nil
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// clock returns nanoseconds since the counter was made. The real clock's
+// reading is monotonic, so a wall-clock step does not move windows.
+func (m *MemoryCounter) clock() int64 {
+	if m.now != nil {
+		return int64(m.now().Sub(m.epoch))
+	}
+	return int64(time.Since(m.epoch))
+}

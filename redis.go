@@ -1,0 +1,172 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisCounter is a fixed-window Counter kept in Redis, so that every replica
+// of a gateway spends from one budget per key.
+//
+// Each call is one round trip: a MULTI/EXEC transaction of
+//
+//	INCR key
+//	PEXPIRE key <window ms> NX
+//	PTTL key
+//
+// INCR creates the key at 1 or bumps it; PEXPIRE NX starts the window's clock
+// only when the key has none, so the first request of a window sets the
+// expiry and the rest leave it alone; PTTL reports the time left. Redis runs
+// the three as one unit, so no key is ever left without an expiry. A
+// transaction rather than a plain pipeline, because a plain pipeline can
+// apply INCR without the expiry when a connection drops, and go-redis
+// re-sends a plain pipeline after a read error, counting a request twice;
+// it never re-sends a transaction whose reply was lost.
+//
+// Redis older than 7 has no NX on PEXPIRE and rejects the transaction. On
+// that answer the counter switches, for good, to a Lua script that does the
+// same atomically (EVALSHA, falling back to EVAL when the server does not
+// have the script yet, inside MULTI/EXEC for the same retry reason).
+// WithScript selects the script from the start.
+//
+// RedisCounter works unchanged with a *redis.Client, a *redis.ClusterClient
+// and a *redis.Ring: every command touches one key. It is safe for
+// concurrent use by multiple goroutines.
+type RedisCounter struct {
+	rdb       redis.UniversalClient
+	useScript atomic.Bool
+}
+
+// RedisOption configures a RedisCounter.
+type RedisOption func(*RedisCounter)
+
+// WithScript makes the counter use its Lua script from the first call
+// instead of waiting for a Redis older than 7 to reject PEXPIRE NX. It costs
+// the script's execution on the server and nothing on the wire.
+func WithScript() RedisOption {
+	return func(r *RedisCounter) { r.useScript.Store(true) }
+}
+
+var (
+	_ Counter    = (*RedisCounter)(nil)
+	_ TTLCounter = (*RedisCounter)(nil)
+)
+
+// NewRedisCounter returns a counter that keeps its windows in rdb. The client
+// stays the caller's to configure and close.
+func NewRedisCounter(rdb redis.UniversalClient, opts ...RedisOption) *RedisCounter {
+	if rdb == nil {
+		panic("ratelimit: NewRedisCounter: rdb is nil")
+	}
+	r := &RedisCounter{rdb: rdb}
+	for _, opt := range opts {
+		opt(r)
+	}
+	return r
+}
+
+// Incr bumps the counter for key and returns the count after the increment.
+func (r *RedisCounter) Incr(ctx context.Context, key string, window time.Duration) (int64, error) {
+	n, _, err := r.IncrTTL(ctx, key, window)
+	return n, err
+}
+
+// IncrTTL is Incr that also returns the time left in key's window, read in
+// the same round trip. Redis keeps expiries in milliseconds, so a window that
+// is not a whole number of milliseconds is rounded up to the next one.
+func (r *RedisCounter) IncrTTL(ctx context.Context, key string, window time.Duration) (int64, time.Duration, error) {
+	if window <= 0 {
+		return 0, 0, fmt.Errorf("increment rate limit key %s: window %v is not positive", key, window)
+	}
+	ms := int64((window + time.Millisecond - 1) / time.Millisecond)
+
+	if !r.useScript.Load() {
+		n, ttl, err := r.incrTx(ctx, key, ms)
+		if !errors.Is(err, errNoExpireNX) {
+			if err != nil {
+				return 0, 0, fmt.Errorf("increment rate limit key %s: %w", key, err)
+			}
+			return n, ttl, nil
+		}
+		// The transaction was discarded whole, so nothing was counted:
+		// running the script now counts this request exactly once.
+		r.useScript.Store(true)
+	}
+	n, ttl, err := r.incrScript(ctx, key, ms)
+	if err != nil {
+		return 0, 0, fmt.Errorf("increment rate limit key %s: %w", key, err)
+	}
+	return n, ttl, nil
+}
+
+// errNoExpireNX reports a server that does not know PEXPIRE ... NX.
+var errNoExpireNX = errors.New("server has no PEXPIRE NX (Redis < 7)")
+
+func (r *RedisCounter) incrTx(ctx context.Context, key string, ms int64) (int64, time.Duration, error) {
+	pipe := r.rdb.TxPipeline()
+	incr := pipe.Incr(ctx, key)
+	expire := pipe.Do(ctx, "pexpire", key, ms, "nx")
+	pttl := pipe.PTTL(ctx, key)
+	if _, err := pipe.Exec(ctx); err != nil {
+		// Redis < 7 rejects the extra argument while queueing, which makes
+		// EXEC discard the whole transaction (EXECABORT).
+		if e := expire.Err(); e != nil && strings.Contains(e.Error(), "wrong number of arguments") {
+			return 0, 0, errNoExpireNX
+		}
+		return 0, 0, err
+	}
+	return incr.Val(), ttlOr(pttl.Val(), ms), nil
+}
+
+// windowScript is the transaction above for servers without PEXPIRE NX.
+// PTTL answers -1 for a key without an expiry.
+const windowScript = `
+local n = redis.call('INCR', KEYS[1])
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl < 0 then
+  ttl = tonumber(ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], ttl)
+end
+return {n, ttl}
+`
+
+var windowScriptSHA = redis.NewScript(windowScript).Hash()
+
+func (r *RedisCounter) incrScript(ctx context.Context, key string, ms int64) (int64, time.Duration, error) {
+	keys := []string{key}
+	pipe := r.rdb.TxPipeline()
+	res := pipe.EvalSha(ctx, windowScriptSHA, keys, ms)
+	_, err := pipe.Exec(ctx)
+	if err != nil && redis.HasErrorPrefix(res.Err(), "NOSCRIPT") {
+		// The script did not run; send its body, which also caches it.
+		pipe = r.rdb.TxPipeline()
+		res = pipe.Eval(ctx, windowScript, keys, ms)
+		_, err = pipe.Exec(ctx)
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	vals, err := res.Int64Slice()
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(vals) != 2 {
+		return 0, 0, fmt.Errorf("window script returned %d values, want 2", len(vals))
+	}
+	return vals[0], ttlOr(time.Duration(vals[1])*time.Millisecond, ms), nil
+}
+
+// ttlOr returns ttl, or the whole window when Redis reported no expiry (which
+// the transaction and the script rule out, but a reply is not a promise).
+func ttlOr(ttl time.Duration, ms int64) time.Duration {
+	if ttl < 0 {
+		return time.Duration(ms) * time.Millisecond
+	}
+	return ttl
+}
