@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -117,6 +118,18 @@ func testCounterConformance(t *testing.T, subject func(t *testing.T) counterSubj
 		for _, w := range []time.Duration{0, -time.Second} {
 			if n, err := c.Incr(ctx, uniqueKey(t), w); err == nil {
 				t.Errorf("Incr with window %v = %d, nil; want an error", w, n)
+			}
+		}
+	})
+
+	t.Run("a huge window never restarts the count", func(t *testing.T) {
+		// A store may refuse a window it cannot represent, but it must
+		// not turn it into one that is already over.
+		c := subject(t).counter
+		key := uniqueKey(t)
+		for want := int64(1); want <= 3; want++ {
+			if got, err := c.Incr(ctx, key, math.MaxInt64); err == nil && got != want {
+				t.Fatalf("Incr #%d with a window of %v = %d, want %d", want, time.Duration(math.MaxInt64), got, want)
 			}
 		}
 	})

@@ -235,7 +235,11 @@ func (l *limiter) setHeaders(c *fiber.Ctx, remaining int64, ttl time.Duration) {
 // ceilSeconds is d in whole seconds, rounded up: a client that waits that
 // long finds the window over.
 func ceilSeconds(d time.Duration) int64 {
-	return int64((d + time.Second - 1) / time.Second)
+	s := int64(d / time.Second)
+	if d%time.Second > 0 {
+		s++
+	}
+	return s
 }
 
 // failureLog writes at most one line per second, however many requests fail

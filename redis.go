@@ -84,7 +84,10 @@ func (r *RedisCounter) IncrTTL(ctx context.Context, key string, window time.Dura
 	if window <= 0 {
 		return 0, 0, fmt.Errorf("increment rate limit key %s: window %v is not positive", key, window)
 	}
-	ms := int64((window + time.Millisecond - 1) / time.Millisecond)
+	ms := int64(window / time.Millisecond)
+	if window%time.Millisecond != 0 {
+		ms++
+	}
 
 	if !r.useScript.Load() {
 		n, ttl, err := r.incrTx(ctx, key, ms)
@@ -96,7 +99,6 @@ func (r *RedisCounter) IncrTTL(ctx context.Context, key string, window time.Dura
 		}
 		// The transaction was discarded whole, so nothing was counted:
 		// running the script now counts this request exactly once.
-		r.useScript.Store(true)
 	}
 	n, ttl, err := r.incrScript(ctx, key, ms)
 	if err != nil {
@@ -114,10 +116,16 @@ func (r *RedisCounter) incrTx(ctx context.Context, key string, ms int64) (int64,
 	expire := pipe.Do(ctx, "pexpire", key, ms, "nx")
 	pttl := pipe.PTTL(ctx, key)
 	if _, err := pipe.Exec(ctx); err != nil {
-		// Redis < 7 rejects the extra argument while queueing, which makes
-		// EXEC discard the whole transaction (EXECABORT).
 		if e := expire.Err(); e != nil && strings.Contains(e.Error(), "wrong number of arguments") {
-			return 0, 0, errNoExpireNX
+			r.useScript.Store(true)
+			// Redis < 7 rejects the extra argument while queueing, which
+			// makes EXEC discard the whole transaction.
+			if redis.HasErrorPrefix(err, "EXECABORT") {
+				return 0, 0, errNoExpireNX
+			}
+			// A server that rejects it only at EXEC may have run the INCR:
+			// report the failure rather than count twice. The script,
+			// used from now on, gives the key its missing expiry.
 		}
 		return 0, 0, err
 	}
