@@ -1,0 +1,591 @@
+package ratelimit
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/valyala/fasthttp"
+)
+
+// fakeCounter is the seed's scripted counter: it counts like a store and
+// records what the middleware asked for.
+type fakeCounter struct {
+	mu         sync.Mutex
+	count      int64
+	keys       []string
+	lastWindow time.Duration
+	err        error
+	// result, when set, replaces the count (for counters that misbehave).
+	result *int64
+}
+
+func (f *fakeCounter) Incr(_ context.Context, key string, window time.Duration) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.keys = append(f.keys, key)
+	f.lastWindow = window
+	if f.err != nil {
+		return 0, f.err
+	}
+	if f.result != nil {
+		return *f.result, nil
+	}
+	f.count++
+	return f.count, nil
+}
+
+func (f *fakeCounter) lastKey() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.keys) == 0 {
+		return ""
+	}
+	return f.keys[len(f.keys)-1]
+}
+
+func (f *fakeCounter) calls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.keys)
+}
+
+// ttlFake is a fakeCounter that also reports a fixed time left.
+type ttlFake struct {
+	*fakeCounter
+	ttl time.Duration
+}
+
+func (f ttlFake) IncrTTL(ctx context.Context, key string, window time.Duration) (int64, time.Duration, error) {
+	n, err := f.Incr(ctx, key, window)
+	return n, f.ttl, err
+}
+
+// newApp returns an app that sets the tenant from the X-Tenant header (a
+// test shortcut; real gateways resolve it), runs the limiter and answers 200.
+func newApp(h fiber.Handler, reached *int) *fiber.App {
+	app := fiber.New()
+	app.Use(func(c *fiber.Ctx) error {
+		if id := c.Get("X-Tenant"); id != "" {
+			c.Locals("tenant", strings.Clone(id))
+		}
+		return c.Next()
+	})
+	app.Use(h)
+	app.Get("/*", func(c *fiber.Ctx) error {
+		if reached != nil {
+			*reached++
+		}
+		return c.SendString("ok")
+	})
+	return app
+}
+
+func get(t *testing.T, app *fiber.App, tenant string) *http.Response {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	if tenant != "" {
+		req.Header.Set("X-Tenant", tenant)
+	}
+	resp, err := app.Test(req, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func body(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// syncBuffer is a log sink that tests read while handlers may write.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) lines() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := strings.TrimSpace(b.buf.String())
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
+}
+
+func TestAllowsUpToTheLimitThenBlocks(t *testing.T) {
+	fc := &fakeCounter{}
+	reached := 0
+	app := newApp(RateLimitShared(Config{Counter: fc, Limit: 3, Window: time.Minute}), &reached)
+
+	for i := 1; i <= 3; i++ {
+		if got := get(t, app, "acme").StatusCode; got != http.StatusOK {
+			t.Fatalf("request %d = %d, want 200", i, got)
+		}
+	}
+	resp := get(t, app, "acme")
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("request 4 = %d, want 429", resp.StatusCode)
+	}
+	if got := body(t, resp); got != "rate limit exceeded" {
+		t.Errorf("429 body = %q, want %q", got, "rate limit exceeded")
+	}
+	if reached != 3 {
+		t.Errorf("handler ran %d times, want 3", reached)
+	}
+	if fc.lastWindow != time.Minute {
+		t.Errorf("window passed to the counter = %v, want 1m", fc.lastWindow)
+	}
+}
+
+func TestKeys(t *testing.T) {
+	tests := []struct {
+		name   string
+		locals any // stored as c.Locals("tenant") when not nil
+		tenant func(c *fiber.Ctx) (string, bool)
+		want   string
+	}{
+		{name: "tenant from locals", locals: "acme", want: "rl:acme"},
+		{name: "no tenant", want: "rl:unknown"},
+		{name: "empty tenant in locals", locals: "", want: "rl:unknown"},
+		{name: "locals holds a non-string", locals: 42, want: "rl:unknown"},
+		{
+			name:   "custom tenant func",
+			tenant: func(c *fiber.Ctx) (string, bool) { return "globex", true },
+			want:   "rl:globex",
+		},
+		{
+			name:   "custom tenant func without a tenant",
+			tenant: func(c *fiber.Ctx) (string, bool) { return "ignored", false },
+			want:   "rl:unknown",
+		},
+		{
+			name:   "empty tenant ID",
+			tenant: func(c *fiber.Ctx) (string, bool) { return "", true },
+			want:   "rl:unknown",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fc := &fakeCounter{}
+			app := fiber.New()
+			app.Use(func(c *fiber.Ctx) error {
+				if tt.locals != nil {
+					c.Locals("tenant", tt.locals)
+				}
+				return c.Next()
+			})
+			app.Use(RateLimitShared(Config{Counter: fc, Limit: 10, Window: time.Minute, Tenant: tt.tenant}))
+			app.Get("/", func(c *fiber.Ctx) error { return nil })
+			get(t, app, "")
+			if got := fc.lastKey(); got != tt.want {
+				t.Errorf("key = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// A tenant ID read with c.Get points into fasthttp's request buffer, which
+// the next request on the connection overwrites. The key the counter keeps
+// must not change with it.
+func TestKeyDoesNotAliasRequestBuffers(t *testing.T) {
+	fc := &fakeCounter{}
+	app := fiber.New()
+	app.Use(RateLimitShared(Config{
+		Counter: fc, Limit: 10, Window: time.Minute,
+		Tenant: func(c *fiber.Ctx) (string, bool) { return c.Get("X-Tenant"), true },
+	}))
+	app.Get("/", func(c *fiber.Ctx) error { return nil })
+	h := app.Handler()
+
+	var ctx fasthttp.RequestCtx
+	for _, tenant := range []string{"aaaa", "bbbb"} {
+		ctx.Request.Reset()
+		ctx.Request.SetRequestURI("/")
+		ctx.Request.Header.Set("X-Tenant", tenant)
+		h(&ctx)
+	}
+	if fc.keys[0] != "rl:aaaa" || fc.keys[1] != "rl:bbbb" {
+		t.Fatalf("keys = %q, want [rl:aaaa rl:bbbb]", fc.keys)
+	}
+}
+
+func TestStoreErrorFailsOpen(t *testing.T) {
+	fc := &fakeCounter{err: errors.New("dial tcp 10.0.0.7:6379: connection refused")}
+	var logs syncBuffer
+	reached := 0
+	app := newApp(RateLimitShared(Config{
+		Counter: fc, Limit: 1, Window: time.Minute,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	}), &reached)
+
+	for i := 1; i <= 3; i++ {
+		resp := get(t, app, "acme")
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d with a failing store = %d, want 200", i, resp.StatusCode)
+		}
+		// The limit is known; what is left of it is not.
+		if got := resp.Header.Get("X-RateLimit-Limit"); got != "1" {
+			t.Errorf("X-RateLimit-Limit = %q, want 1", got)
+		}
+		for _, h := range []string{"X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit", "Retry-After"} {
+			if got := resp.Header.Get(h); got != "" {
+				t.Errorf("%s = %q on a failed count, want none", h, got)
+			}
+		}
+	}
+	if reached != 3 {
+		t.Errorf("handler ran %d times, want 3", reached)
+	}
+	lines := logs.lines()
+	if len(lines) != 1 {
+		t.Fatalf("log lines = %d, want 1 (at most one a second):\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+	for _, want := range []string{"key=rl:acme", "connection refused", "fail open"} {
+		if !strings.Contains(lines[0], want) {
+			t.Errorf("log line %q does not contain %q", lines[0], want)
+		}
+	}
+}
+
+func TestFailureLogIsThrottledUnderConcurrency(t *testing.T) {
+	clock := newFakeClock()
+	var logs syncBuffer
+	fc := &fakeCounter{err: errors.New("i/o timeout")}
+	l := newLimiter(Config{
+		Counter: fc, Limit: 1, Window: time.Minute,
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+	}, clock.Now)
+	app := fiber.New()
+	app.Use(l.handle)
+	app.Get("/", func(c *fiber.Ctx) error { return nil })
+	h := app.Handler()
+
+	burst := func(n int) {
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range n {
+			wg.Go(func() {
+				var ctx fasthttp.RequestCtx
+				ctx.Request.SetRequestURI("/")
+				<-start
+				h(&ctx)
+				if got := ctx.Response.StatusCode(); got != http.StatusOK {
+					t.Errorf("status = %d, want 200 (fail open)", got)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+	}
+
+	burst(1000)
+	if got := len(logs.lines()); got != 1 {
+		t.Fatalf("1000 concurrent failures in one second wrote %d log lines, want 1", got)
+	}
+	clock.Advance(999 * time.Millisecond)
+	burst(10)
+	if got := len(logs.lines()); got != 1 {
+		t.Fatalf("failures 999ms later wrote %d lines in all, want still 1", got)
+	}
+	clock.Advance(time.Millisecond)
+	burst(1)
+	lines := logs.lines()
+	if len(lines) != 2 {
+		t.Fatalf("a failure a second later left %d lines, want 2", len(lines))
+	}
+	// The second line accounts for the failures the throttle swallowed.
+	if !strings.Contains(lines[1], `"suppressed":1009`) {
+		t.Errorf("second line %s does not report suppressed=1009", lines[1])
+	}
+}
+
+func TestFailClosed(t *testing.T) {
+	secret := "dial tcp 10.0.0.7:6379: connection refused"
+	fc := &fakeCounter{err: errors.New(secret)}
+	var logs syncBuffer
+	reached := 0
+	app := newApp(RateLimitShared(Config{
+		Counter: fc, Limit: 5, Window: time.Minute, FailClosed: true,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	}), &reached)
+
+	resp := get(t, app, "acme")
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("status = %d, want 503", resp.StatusCode)
+	}
+	b := body(t, resp)
+	for _, leak := range []string{"10.0.0.7", "6379", "refused", "rl:", "acme", "dial"} {
+		if strings.Contains(b, leak) {
+			t.Errorf("503 body %q leaks %q", b, leak)
+		}
+	}
+	if reached != 0 {
+		t.Errorf("handler ran %d times behind a failed count with FailClosed", reached)
+	}
+	if lines := logs.lines(); len(lines) != 1 || !strings.Contains(lines[0], "fail closed") {
+		t.Errorf("log = %q, want one line saying fail closed", lines)
+	}
+}
+
+func TestCounterReturningNoCountIsAFailure(t *testing.T) {
+	for _, n := range []int64{0, -3} {
+		fc := &fakeCounter{result: &n}
+		var logs syncBuffer
+		app := newApp(RateLimitShared(Config{
+			Counter: fc, Limit: 5, Window: time.Minute, FailClosed: true,
+			Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		}), nil)
+		if got := get(t, app, "acme").StatusCode; got != http.StatusServiceUnavailable {
+			t.Errorf("count %d: status = %d, want 503 (a store failure)", n, got)
+		}
+		if len(logs.lines()) != 1 {
+			t.Errorf("count %d: not logged as a failure", n)
+		}
+	}
+}
+
+func TestHeaders(t *testing.T) {
+	const ttl = 42*time.Second + 300*time.Millisecond
+	all := []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit-Policy", "RateLimit", "Retry-After"}
+	tests := []struct {
+		name    string
+		cfg     Config
+		counter Counter
+		calls   int // requests made; the headers of the last are checked
+		status  int
+		want    map[string]string // headers of all not listed must be absent
+	}{
+		{
+			name: "first request", calls: 1, status: 200,
+			counter: ttlFake{&fakeCounter{}, ttl},
+			want: map[string]string{
+				"X-RateLimit-Limit": "3", "X-RateLimit-Remaining": "2", "X-RateLimit-Reset": "43",
+				"RateLimit-Policy": `"default";q=3;w=90`, "RateLimit": `"default";r=2;t=43`,
+			},
+		},
+		{
+			name: "last allowed", calls: 3, status: 200,
+			counter: ttlFake{&fakeCounter{}, ttl},
+			want: map[string]string{
+				"X-RateLimit-Limit": "3", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "43",
+				"RateLimit-Policy": `"default";q=3;w=90`, "RateLimit": `"default";r=0;t=43`,
+			},
+		},
+		{
+			name: "over budget: remaining is never negative", calls: 5, status: 429,
+			counter: ttlFake{&fakeCounter{}, ttl},
+			want: map[string]string{
+				"X-RateLimit-Limit": "3", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "43",
+				"RateLimit-Policy": `"default";q=3;w=90`, "RateLimit": `"default";r=0;t=43`,
+				"Retry-After": "43",
+			},
+		},
+		{
+			name: "counter without time left reports the whole window", calls: 4, status: 429,
+			counter: &fakeCounter{},
+			want: map[string]string{
+				"X-RateLimit-Limit": "3", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "90",
+				"RateLimit-Policy": `"default";q=3;w=90`, "RateLimit": `"default";r=0;t=90`,
+				"Retry-After": "90",
+			},
+		},
+		{
+			name: "legacy headers off", calls: 4, status: 429,
+			cfg:     Config{DisableLegacyHeaders: true},
+			counter: ttlFake{&fakeCounter{}, ttl},
+			want: map[string]string{
+				"RateLimit-Policy": `"default";q=3;w=90`, "RateLimit": `"default";r=0;t=43`, "Retry-After": "43",
+			},
+		},
+		{
+			name: "draft headers off", calls: 1, status: 200,
+			cfg:     Config{DisableDraftHeaders: true},
+			counter: ttlFake{&fakeCounter{}, ttl},
+			want:    map[string]string{"X-RateLimit-Limit": "3", "X-RateLimit-Remaining": "2", "X-RateLimit-Reset": "43"},
+		},
+		{
+			name: "both off", calls: 1, status: 200,
+			cfg:     Config{DisableLegacyHeaders: true, DisableDraftHeaders: true},
+			counter: ttlFake{&fakeCounter{}, ttl},
+			want:    map[string]string{},
+		},
+		{
+			name: "sub-second time left rounds up", calls: 1, status: 200,
+			counter: ttlFake{&fakeCounter{}, 10 * time.Millisecond},
+			want: map[string]string{
+				"X-RateLimit-Limit": "3", "X-RateLimit-Remaining": "2", "X-RateLimit-Reset": "1",
+				"RateLimit-Policy": `"default";q=3;w=90`, "RateLimit": `"default";r=2;t=1`,
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := tt.cfg
+			cfg.Counter, cfg.Limit, cfg.Window = tt.counter, 3, 90*time.Second
+			app := newApp(RateLimitShared(cfg), nil)
+			var resp *http.Response
+			for range tt.calls {
+				resp = get(t, app, "acme")
+			}
+			if resp.StatusCode != tt.status {
+				t.Fatalf("status = %d, want %d", resp.StatusCode, tt.status)
+			}
+			for _, h := range all {
+				// A header missing from want must be absent: Get gives "".
+				if got, want := resp.Header.Get(h), tt.want[h]; got != want {
+					t.Errorf("%s = %q, want %q", h, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestPolicyWindowRoundsUp(t *testing.T) {
+	app := newApp(RateLimitShared(Config{Counter: &fakeCounter{}, Limit: 7, Window: 1500 * time.Millisecond}), nil)
+	if got := get(t, app, "").Header.Get("RateLimit-Policy"); got != `"default";q=7;w=2` {
+		t.Errorf("RateLimit-Policy = %q, want %q", got, `"default";q=7;w=2`)
+	}
+}
+
+func TestNextSkips(t *testing.T) {
+	fc := &fakeCounter{}
+	reached := 0
+	app := newApp(RateLimitShared(Config{
+		Counter: fc, Limit: 1, Window: time.Minute,
+		Next: func(c *fiber.Ctx) bool { return c.Path() == "/healthz" },
+	}), &reached)
+
+	for range 3 {
+		resp, err := app.Test(httptest.NewRequest(http.MethodGet, "/healthz", nil), -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("skipped request = %d, want 200", resp.StatusCode)
+		}
+		if got := resp.Header.Get("X-RateLimit-Limit"); got != "" {
+			t.Errorf("skipped request has X-RateLimit-Limit %q", got)
+		}
+	}
+	if fc.calls() != 0 {
+		t.Errorf("counter called %d times for skipped requests", fc.calls())
+	}
+	if got := get(t, app, "acme").StatusCode; got != http.StatusOK {
+		t.Errorf("first counted request = %d, want 200", got)
+	}
+	if got := get(t, app, "acme").StatusCode; got != http.StatusTooManyRequests {
+		t.Errorf("second counted request = %d, want 429", got)
+	}
+}
+
+func TestLimitReached(t *testing.T) {
+	app := newApp(RateLimitShared(Config{
+		Counter: ttlFake{&fakeCounter{}, 5 * time.Second}, Limit: 1, Window: time.Minute,
+		LimitReached: func(c *fiber.Ctx) error {
+			return c.Status(fiber.StatusTooManyRequests).JSON(fiber.Map{"error": "slow down"})
+		},
+	}), nil)
+	get(t, app, "acme")
+	resp := get(t, app, "acme")
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("status = %d, want 429", resp.StatusCode)
+	}
+	if got := body(t, resp); got != `{"error":"slow down"}` {
+		t.Errorf("body = %q, want the LimitReached body", got)
+	}
+	if got := resp.Header.Get("Retry-After"); got != "5" {
+		t.Errorf("Retry-After = %q, want 5 (set before LimitReached runs)", got)
+	}
+}
+
+func TestErrorHandlerShapesTheRefusal(t *testing.T) {
+	var seen error
+	app := fiber.New(fiber.Config{ErrorHandler: func(c *fiber.Ctx, err error) error {
+		seen = err
+		return c.Status(fiber.StatusTooManyRequests).SendString("custom")
+	}})
+	app.Use(RateLimitShared(Config{Counter: &fakeCounter{}, Limit: 1, Window: time.Minute}))
+	app.Get("/", func(c *fiber.Ctx) error { return nil })
+	get(t, app, "")
+	resp := get(t, app, "")
+	var fe *fiber.Error
+	if !errors.As(seen, &fe) || fe.Code != fiber.StatusTooManyRequests {
+		t.Fatalf("ErrorHandler got %v, want a *fiber.Error with code 429", seen)
+	}
+	if got := body(t, resp); got != "custom" {
+		t.Errorf("body = %q, want the ErrorHandler's", got)
+	}
+}
+
+func TestDefaultCounterIsInMemory(t *testing.T) {
+	app := newApp(RateLimitShared(Config{Limit: 2, Window: time.Minute}), nil)
+	for i, want := range []int{200, 200, 429} {
+		if got := get(t, app, "acme").StatusCode; got != want {
+			t.Fatalf("request %d = %d, want %d", i+1, got, want)
+		}
+	}
+	if got := get(t, app, "globex").StatusCode; got != http.StatusOK {
+		t.Errorf("another tenant = %d, want 200: tenants have their own budgets", got)
+	}
+}
+
+func TestConfigPanics(t *testing.T) {
+	tests := []struct {
+		name  string
+		cfg   Config
+		field string
+	}{
+		{"zero limit", Config{Limit: 0, Window: time.Second}, "Config.Limit"},
+		{"negative limit", Config{Limit: -1, Window: time.Second}, "Config.Limit"},
+		{"zero window", Config{Limit: 1, Window: 0}, "Config.Window"},
+		{"negative window", Config{Limit: 1, Window: -time.Second}, "Config.Window"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			defer func() {
+				msg, _ := recover().(string)
+				if !strings.HasPrefix(msg, "ratelimit: ") || !strings.Contains(msg, tt.field) {
+					t.Fatalf("panic = %q, want a message starting %q that names %s", msg, "ratelimit: ", tt.field)
+				}
+			}()
+			RateLimitShared(tt.cfg)
+		})
+	}
+}
+
+func TestCeilSeconds(t *testing.T) {
+	for _, tt := range []struct {
+		d    time.Duration
+		want int64
+	}{
+		{0, 0}, {time.Nanosecond, 1}, {time.Second, 1}, {time.Second + 1, 2},
+		{90 * time.Second, 90}, {math.MaxInt64, int64(math.MaxInt64/time.Second) + 1},
+	} {
+		if got := ceilSeconds(tt.d); got != tt.want {
+			t.Errorf("ceilSeconds(%v) = %d, want %d", tt.d, got, tt.want)
+		}
+	}
+}
