@@ -1,0 +1,546 @@
+package ratelimit
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/valyala/fasthttp"
+)
+
+// redisPaths are RedisCounter's two ways of counting: the MULTI/EXEC
+// transaction of Redis 7, and the script it falls back to on older servers.
+var redisPaths = []struct {
+	name string
+	opts []RedisOption
+}{
+	{"transaction", nil},
+	{"script", []RedisOption{WithScript()}},
+}
+
+// redisClients are the go-redis clients RedisCounter works with. Each call
+// makes a new client with a pool of its own.
+var redisClients = []struct {
+	name   string
+	client func(t *testing.T) redis.UniversalClient
+}{
+	{"single node", func(t *testing.T) redis.UniversalClient { return newRedisClient(t) }},
+	{"cluster", func(t *testing.T) redis.UniversalClient { return newClusterClient(t) }},
+	{"ring", func(t *testing.T) redis.UniversalClient { return newRingClient(t) }},
+}
+
+func TestRedisCounterConformance(t *testing.T) {
+	for _, c := range redisClients {
+		for _, path := range redisPaths {
+			t.Run(c.name+"/"+path.name, func(t *testing.T) {
+				// Got first, so that a missing server skips the subject
+				// once rather than each of its cases.
+				keys := c.client(t)
+				testCounterConformance(t, func(t *testing.T) counterSubject {
+					return counterSubject{
+						counter: NewRedisCounter(c.client(t), path.opts...),
+						// Redis expires keys on its own clock.
+						advance: time.Sleep,
+					}
+				})
+				requireEveryKeyExpires(t, keys)
+			})
+		}
+	}
+}
+
+// TestRedisReplicasShareOneBudget is two gateway replicas over one Redis:
+// together they admit Limit requests per window, not Limit each.
+func TestRedisReplicasShareOneBudget(t *testing.T) {
+	for _, path := range redisPaths {
+		t.Run(path.name, func(t *testing.T) {
+			rdb := newRedisClient(t)
+			counter := NewRedisCounter(rdb, path.opts...)
+			tenant := uniqueTenant(t)
+			const window = 300 * time.Millisecond
+			a := newReplica(counter, 3, window, tenant)
+			b := newReplica(counter, 3, window, tenant)
+
+			start := time.Now()
+			expectStatuses(t, "first window", start, []replicaRequest{
+				{"A", a, fiber.StatusOK},
+				{"A", a, fiber.StatusOK},
+				{"B", b, fiber.StatusOK},
+				{"A", a, fiber.StatusTooManyRequests},
+				{"B", b, fiber.StatusTooManyRequests},
+			})
+
+			// Redis's clock decides when the window is over, so ask Redis.
+			key := "rl:" + tenant
+			err := poll(window+time.Second, func() error {
+				if n, err := rdb.Exists(context.Background(), key).Result(); err != nil || n != 0 {
+					return fmt.Errorf("EXISTS %s = %d, %v; want 0", key, n, err)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("the window did not end: %v", err)
+			}
+
+			expectStatuses(t, "second window", time.Now(), []replicaRequest{
+				{"B", b, fiber.StatusOK},
+				{"A", a, fiber.StatusOK},
+				{"B", b, fiber.StatusOK},
+				{"A", a, fiber.StatusTooManyRequests},
+			})
+			requireEveryKeyExpires(t, rdb)
+		})
+	}
+}
+
+// TestRedisReplicasAdmitExactlyTheLimit sends a burst of simultaneous
+// requests to three replicas, each with a connection pool of its own: no
+// read-modify-write race may let one more through.
+func TestRedisReplicasAdmitExactlyTheLimit(t *testing.T) {
+	for _, c := range redisClients {
+		for _, path := range redisPaths {
+			t.Run(c.name+"/"+path.name, func(t *testing.T) {
+				testExactlyTheLimit(t, c.client, path.opts)
+			})
+		}
+	}
+}
+
+func testExactlyTheLimit(t *testing.T, client func(t *testing.T) redis.UniversalClient, opts []RedisOption) {
+	const limit, replicas, requests = 100, 3, 600
+	tenant := uniqueTenant(t)
+	handlers := make([]fasthttp.RequestHandler, replicas)
+	for i := range handlers {
+		handlers[i] = newReplica(NewRedisCounter(client(t), opts...), limit, time.Minute, tenant)
+	}
+
+	statuses := make([]int, requests)
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range statuses {
+		h := handlers[i%replicas]
+		wg.Go(func() {
+			<-release
+			statuses[i] = serve(h)
+		})
+	}
+	close(release)
+	wg.Wait()
+
+	counts := map[int]int{}
+	for _, s := range statuses {
+		counts[s]++
+	}
+	if counts[fiber.StatusOK] != limit || counts[fiber.StatusTooManyRequests] != requests-limit {
+		t.Fatalf("statuses = %v, want %d × 200 and %d × 429", counts, limit, requests-limit)
+	}
+
+	rdb := client(t)
+	key := "rl:" + tenant
+	ctx := context.Background()
+	if n, err := rdb.Get(ctx, key).Int64(); err != nil || n != requests {
+		t.Errorf("GET %s = %d, %v; want %d: every request counted once", key, n, err, requests)
+	}
+	if ttl, err := rdb.PTTL(ctx, key).Result(); err != nil || ttl <= 0 || ttl > time.Minute {
+		t.Errorf("PTTL %s = %v, %v; want in (0, 1m]", key, ttl, err)
+	}
+	requireEveryKeyExpires(t, rdb)
+}
+
+// TestRedisCounterSwitchesToScriptOnOldRedis puts a Redis that answers like
+// 6.2 in front of the counter: the first call must notice, count once by
+// the script, and the counter must keep the script from then on.
+func TestRedisCounterSwitchesToScriptOnOldRedis(t *testing.T) {
+	opt := redisOptions(t)
+	if opt.TLSConfig != nil {
+		t.Skip("the Redis 6.2 proxy reads plain RESP and TEST_REDIS_URL uses TLS")
+	}
+	direct := redis.NewClient(opt)
+	t.Cleanup(func() { direct.Close() })
+	proxy := startRedisProxy(t, opt.Addr, asRedis62)
+	viaProxy := redisOptions(t)
+	viaProxy.Addr = proxy.addr()
+	old := redis.NewClient(viaProxy)
+	t.Cleanup(func() { old.Close() })
+	ctx := context.Background()
+
+	// The proxy is only worth testing against if it answers as Redis 6.2
+	// does: the command refused while queueing, the transaction discarded
+	// whole.
+	probe := uniqueKey(t)
+	pipe := old.TxPipeline()
+	pipe.Incr(ctx, probe)
+	expire := pipe.Do(ctx, "pexpire", probe, 1000, "nx")
+	_, err := pipe.Exec(ctx)
+	if !redis.HasErrorPrefix(err, "EXECABORT") {
+		t.Fatalf("EXEC through the proxy = %v, want EXECABORT", err)
+	}
+	if err := expire.Err(); err == nil || err.Error() != "ERR wrong number of arguments for 'pexpire' command" {
+		t.Fatalf("PEXPIRE NX through the proxy = %v, want Redis 6.2's wrong number of arguments", err)
+	}
+	if n, err := direct.Exists(ctx, probe).Result(); err != nil || n != 0 {
+		t.Fatalf("EXISTS %s = %d, %v; want 0: the discarded transaction's INCR must not run", probe, n, err)
+	}
+
+	counter := NewRedisCounter(old)
+	if counter.useScript.Load() {
+		t.Fatal("a new counter uses the script before any server refused PEXPIRE NX")
+	}
+	key := uniqueKey(t)
+	const window = 10 * time.Second
+	for want := int64(1); want <= 3; want++ {
+		got, err := counter.Incr(ctx, key, window)
+		if err != nil {
+			t.Fatalf("Incr #%d: %v", want, err)
+		}
+		if got != want {
+			t.Fatalf("Incr #%d = %d, want %d", want, got, want)
+		}
+		if !counter.useScript.Load() {
+			t.Fatalf("after Incr #%d the counter does not use the script", want)
+		}
+		// Straight on the real server: counted once, never without expiry.
+		if n, err := direct.Get(ctx, key).Int64(); err != nil || n != want {
+			t.Fatalf("after Incr #%d GET %s = %d, %v; want %d", want, key, n, err, want)
+		}
+		if ttl, err := direct.PTTL(ctx, key).Result(); err != nil || ttl <= 0 || ttl > window {
+			t.Fatalf("after Incr #%d PTTL %s = %v, %v; want in (0, %v]", want, key, ttl, err, window)
+		}
+	}
+	// The probe and the first Incr; after that the script's PEXPIRE runs
+	// inside the server, out of the proxy's sight.
+	if n := proxy.rewritten.Load(); n != 2 {
+		t.Errorf("the proxy refused %d PEXPIRE NX, want 2", n)
+	}
+	requireEveryKeyExpires(t, direct)
+}
+
+// TestRedisCounterOnPEXPIRERefusedAtExec is a server that refuses PEXPIRE NX
+// only once the transaction runs, after its INCR has counted. Running the
+// script then would count the request twice: the call must fail instead,
+// and the script, used from then on, must give the key its expiry.
+func TestRedisCounterOnPEXPIRERefusedAtExec(t *testing.T) {
+	opt := redisOptions(t)
+	if opt.TLSConfig != nil {
+		t.Skip("the proxy reads plain RESP and TEST_REDIS_URL uses TLS")
+	}
+	direct := redis.NewClient(opt)
+	t.Cleanup(func() { direct.Close() })
+	proxy := startRedisProxy(t, opt.Addr, refusedAtExec)
+	viaProxy := redisOptions(t)
+	viaProxy.Addr = proxy.addr()
+	rdb := redis.NewClient(viaProxy)
+	t.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+
+	counter := NewRedisCounter(rdb)
+	key := uniqueKey(t)
+	const window = 10 * time.Second
+	if n, err := counter.Incr(ctx, key, window); err == nil {
+		t.Fatalf("first Incr = %d, nil; want an error: its INCR ran without an expiry", n)
+	}
+	if n, err := direct.Get(ctx, key).Int64(); err != nil || n != 1 {
+		t.Fatalf("GET %s = %d, %v; want 1: the request counted once, not again by the script", key, n, err)
+	}
+	if !counter.useScript.Load() {
+		t.Fatal("the counter did not switch to the script")
+	}
+	if got, err := counter.Incr(ctx, key, window); err != nil || got != 2 {
+		t.Fatalf("second Incr = %d, %v; want 2", got, err)
+	}
+	if ttl, err := direct.PTTL(ctx, key).Result(); err != nil || ttl <= 0 || ttl > window {
+		t.Fatalf("PTTL %s = %v, %v; want in (0, %v]: the script sets the missing expiry", key, ttl, err, window)
+	}
+}
+
+func TestRedisCounterErrorNamesTheKey(t *testing.T) {
+	// A port nothing listens on: dialling fails at once.
+	addr := closedPort(t)
+	rdb := redis.NewClient(&redis.Options{
+		Addr:               addr,
+		DialTimeout:        200 * time.Millisecond,
+		DialerRetries:      1,
+		DialerRetryTimeout: time.Millisecond,
+		MaxRetries:         -1,
+	})
+	t.Cleanup(func() { rdb.Close() })
+	for _, path := range redisPaths {
+		t.Run(path.name, func(t *testing.T) {
+			key := uniqueKey(t)
+			n, err := NewRedisCounter(rdb, path.opts...).Incr(context.Background(), key, time.Second)
+			want := "increment rate limit key " + key + ": "
+			if err == nil || !strings.HasPrefix(err.Error(), want) {
+				t.Fatalf("Incr = %d, %v; want an error beginning %q", n, err, want)
+			}
+			// Wrapped with %w, so callers can still tell a network error.
+			if _, ok := errors.AsType[*net.OpError](err); !ok {
+				t.Errorf("Incr's error %q does not wrap the *net.OpError", err)
+			}
+		})
+	}
+}
+
+func closedPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// uniqueTenant returns a tenant ID whose key, rl:<tenant>, no other test uses.
+func uniqueTenant(t *testing.T) string {
+	return strings.TrimPrefix(uniqueKey(t), "rl:")
+}
+
+// newReplica is one gateway replica: a Fiber app of its own, limited by
+// counter. It fails closed, so that a counter error shows as 503 instead of
+// passing for an admitted request.
+func newReplica(counter Counter, limit int, window time.Duration, tenant string) fasthttp.RequestHandler {
+	app := fiber.New()
+	app.Use(RateLimitShared(Config{
+		Counter:    counter,
+		Limit:      limit,
+		Window:     window,
+		FailClosed: true,
+		Tenant:     func(*fiber.Ctx) (string, bool) { return tenant, true },
+	}))
+	app.Get("/", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
+	return app.Handler()
+}
+
+// serve sends GET / to h without a network, as fasthttp's server would, and
+// returns the response's status.
+func serve(h fasthttp.RequestHandler) int {
+	var ctx fasthttp.RequestCtx
+	ctx.Request.SetRequestURI("/")
+	ctx.Request.Header.SetMethod(fiber.MethodGet)
+	h(&ctx)
+	return ctx.Response.StatusCode()
+}
+
+type replicaRequest struct {
+	replica string
+	handler fasthttp.RequestHandler
+	want    int
+}
+
+// expectStatuses sends the requests in order. The time since start is in
+// the message, as requests that outlast a short window fail for that reason.
+func expectStatuses(t *testing.T, what string, start time.Time, reqs []replicaRequest) {
+	t.Helper()
+	for i, r := range reqs {
+		if got := serve(r.handler); got != r.want {
+			t.Fatalf("%s: request %d, on replica %s, %v after the first = %d, want %d",
+				what, i+1, r.replica, time.Since(start).Round(time.Millisecond), got, r.want)
+		}
+	}
+}
+
+// requireEveryKeyExpires fails the test when any rl:* key on rdb's servers
+// has no expiry. That covers keys of tests that ran before: the library must
+// never leave a key behind for good, whoever wrote it.
+func requireEveryKeyExpires(t *testing.T, rdb redis.UniversalClient) {
+	t.Helper()
+	ctx := context.Background()
+	check := func(ctx context.Context, node *redis.Client) error {
+		iter := node.Scan(ctx, 0, "rl:*", 1000).Iterator()
+		for iter.Next(ctx) {
+			key := iter.Val()
+			ttl, err := node.PTTL(ctx, key).Result()
+			if err != nil {
+				return fmt.Errorf("PTTL %s: %w", key, err)
+			}
+			// -2 is a key that expired since SCAN listed it.
+			if ttl == -1 {
+				return fmt.Errorf("key %s on %s has no expiry", key, node.Options().Addr)
+			}
+		}
+		return iter.Err()
+	}
+	var err error
+	switch c := rdb.(type) {
+	case *redis.Client:
+		err = check(ctx, c)
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, check)
+	case *redis.Ring:
+		err = c.ForEachShard(ctx, check)
+	default:
+		t.Fatalf("cannot scan the servers of a %T", rdb)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// redisProxy sits in front of a real Redis 7 and forwards every command
+// unchanged but PEXPIRE with options, which it hands to rewrite. The server
+// stays real; only the bytes change.
+type redisProxy struct {
+	ln        net.Listener
+	target    string
+	rewrite   func(args []string) []string
+	rewritten atomic.Int64 // PEXPIRE commands rewritten
+	wg        sync.WaitGroup
+
+	mu     sync.Mutex
+	conns  []net.Conn
+	closed bool
+}
+
+// asRedis62 makes the server answer as Redis 6.2, which has no options on
+// PEXPIRE: it cuts the command to PEXPIRE key, which Redis 7 refuses with the
+// very error 6.2 gives (wrong number of arguments) at the same moment (while
+// queueing, so EXEC discards the transaction).
+func asRedis62(args []string) []string { return args[:2] }
+
+// refusedAtExec makes the server refuse PEXPIRE NX with the same error, but
+// only when EXEC runs it, after the INCR queued before it has run: a
+// Redis-compatible server might do that.
+func refusedAtExec([]string) []string {
+	return []string{"eval", `return redis.error_reply("ERR wrong number of arguments for 'pexpire' command")`, "0"}
+}
+
+func startRedisProxy(t *testing.T, target string, rewrite func([]string) []string) *redisProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &redisProxy{ln: ln, target: target, rewrite: rewrite}
+	p.wg.Go(p.accept)
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *redisProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *redisProxy) accept() {
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		server, err := net.Dial("tcp", p.target)
+		if err != nil {
+			client.Close()
+			continue
+		}
+		if !p.track(client, server) {
+			return
+		}
+		// Either side's end closes the other, which ends the other copy.
+		p.wg.Go(func() {
+			_, _ = io.Copy(client, server)
+			client.Close()
+		})
+		p.wg.Go(func() {
+			p.forwardCommands(server, client)
+			server.Close()
+		})
+	}
+}
+
+func (p *redisProxy) track(conns ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		for _, c := range conns {
+			c.Close()
+		}
+		return false
+	}
+	p.conns = append(p.conns, conns...)
+	return true
+}
+
+func (p *redisProxy) close() {
+	p.mu.Lock()
+	p.closed = true
+	p.ln.Close()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// forwardCommands copies the client's commands to the server, rewriting
+// PEXPIRE key ms <option>.
+func (p *redisProxy) forwardCommands(server io.Writer, client io.Reader) {
+	r := bufio.NewReader(client)
+	w := bufio.NewWriter(server)
+	for {
+		args, err := readCommand(r)
+		if err != nil {
+			return
+		}
+		if len(args) > 3 && strings.EqualFold(args[0], "pexpire") {
+			args = p.rewrite(args)
+			p.rewritten.Add(1)
+		}
+		fmt.Fprintf(w, "*%d\r\n", len(args))
+		for _, a := range args {
+			fmt.Fprintf(w, "$%d\r\n%s\r\n", len(a), a)
+		}
+		// Flush once the client has sent all it has, so that a pipeline
+		// reaches the server as one.
+		if r.Buffered() == 0 {
+			if w.Flush() != nil {
+				return
+			}
+		}
+	}
+}
+
+// readCommand reads one command as clients send it: a RESP array of bulk
+// strings.
+func readCommand(r *bufio.Reader) ([]string, error) {
+	n, err := readLength(r, '*')
+	if err != nil {
+		return nil, err
+	}
+	args := make([]string, n)
+	for i := range args {
+		size, err := readLength(r, '$')
+		if err != nil {
+			return nil, err
+		}
+		buf := make([]byte, size+2) // and its CRLF
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return nil, err
+		}
+		args[i] = string(buf[:size])
+	}
+	return args, nil
+}
+
+func readLength(r *bufio.Reader, prefix byte) (int, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return 0, err
+	}
+	if len(line) < 3 || line[0] != prefix || !strings.HasSuffix(line, "\r\n") {
+		return 0, fmt.Errorf("unexpected RESP line %q", line)
+	}
+	n, err := strconv.Atoi(line[1 : len(line)-2])
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("bad RESP length in %q", line)
+	}
+	return n, nil
+}
