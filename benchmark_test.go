@@ -1,0 +1,131 @@
+package ratelimit
+
+import (
+	"context"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/valyala/fasthttp"
+)
+
+// benchKeys returns n keys built before the timer starts.
+func benchKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "rl:tenant" + strconv.Itoa(i)
+	}
+	return keys
+}
+
+// runParallel spreads b.N calls of fn over keys. Each goroutine starts at
+// its own offset and walks on by itself: a shared atomic bumped on every op
+// would measure contention on that atomic, not the code under test.
+func runParallel(b *testing.B, keys []string, fn func(key string)) {
+	var start atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(start.Add(7919)) // a prime stride keeps goroutines apart
+		for pb.Next() {
+			fn(keys[i%len(keys)])
+			i++
+		}
+	})
+}
+
+func BenchmarkMemoryCounter(b *testing.B) {
+	for _, n := range []int{1, 10000} {
+		b.Run(strconv.Itoa(n)+"keys", func(b *testing.B) {
+			m := NewMemoryCounter()
+			defer m.Close()
+			ctx := context.Background()
+			runParallel(b, benchKeys(n), func(key string) {
+				if _, err := m.Incr(ctx, key, time.Hour); err != nil {
+					b.Fatal(err)
+				}
+			})
+		})
+	}
+}
+
+// benchHandler drives app through app.Handler with one reused RequestCtx per
+// goroutine, the way fasthttp serves a keep-alive connection. Tenants come
+// from the X-Tenant header through c.Locals.
+func benchHandler(b *testing.B, limiter fiber.Handler, tenants int) {
+	app := fiber.New()
+	app.Use(func(c *fiber.Ctx) error {
+		c.Locals("tenant", c.Get("X-Tenant"))
+		return c.Next()
+	})
+	if limiter != nil {
+		app.Use(limiter)
+	}
+	app.Get("/", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
+	h := app.Handler()
+
+	ids := make([][]byte, tenants)
+	for i := range ids {
+		ids[i] = []byte("tenant" + strconv.Itoa(i))
+	}
+	var start atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		var ctx fasthttp.RequestCtx
+		ctx.Request.SetRequestURI("/")
+		i := int(start.Add(7919))
+		for pb.Next() {
+			ctx.Request.Header.SetBytesV("X-Tenant", ids[i%len(ids)])
+			h(&ctx)
+			i++
+		}
+	})
+}
+
+func BenchmarkRateLimitShared(b *testing.B) {
+	// A limit no tenant reaches, so every request takes the allowed path.
+	const limit = 1 << 40
+	for _, tenants := range []int{1, 10000} {
+		suffix := "/" + strconv.Itoa(tenants) + "tenants"
+		b.Run("bare"+suffix, func(b *testing.B) { benchHandler(b, nil, tenants) })
+		b.Run("memory"+suffix, func(b *testing.B) {
+			benchHandler(b, RateLimitShared(Config{Limit: limit, Window: time.Hour}), tenants)
+		})
+		b.Run("memory-noheaders"+suffix, func(b *testing.B) {
+			benchHandler(b, RateLimitShared(Config{
+				Limit: limit, Window: time.Hour, DisableLegacyHeaders: true, DisableDraftHeaders: true,
+			}), tenants)
+		})
+	}
+}
+
+// BenchmarkRedisCounter is one decision per op on a real Redis, from 64
+// concurrent callers sharing one client, as a busy gateway replica would.
+func BenchmarkRedisCounter(b *testing.B) {
+	for _, path := range []struct {
+		name string
+		opts []RedisOption
+	}{{"transaction", nil}, {"script", []RedisOption{WithScript()}}} {
+		for _, n := range []int{1, 10000} {
+			b.Run(path.name+"/"+strconv.Itoa(n)+"keys", func(b *testing.B) {
+				opt := redisOptions(b)
+				opt.PoolSize = 64
+				rdb := redis.NewClient(opt)
+				defer rdb.Close()
+				c := NewRedisCounter(rdb, path.opts...)
+				ctx := context.Background()
+				b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+				runParallel(b, benchKeys(n), func(key string) {
+					if _, err := c.Incr(ctx, key, time.Hour); err != nil {
+						b.Fatal(err)
+					}
+				})
+			})
+		}
+	}
+}
