@@ -1,0 +1,165 @@
+// Command gateway is a small runnable gateway that rate-limits each tenant
+// with ratelimit.RateLimitShared.
+//
+//	go run ./examples/gateway                                    # in-memory counter
+//	REDIS_URL=redis://localhost:6379/0 go run ./examples/gateway # shared counter in Redis
+//
+// ADDR sets the listen address (default :3000).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"maps"
+	"net"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/gatewaykit/ratelimit"
+)
+
+// Small enough to hit by hand with curl.
+const (
+	limit  = 5
+	window = 10 * time.Second
+)
+
+// apiKeys maps API keys to tenant IDs. It is for this demo only: a real
+// gateway resolves keys from its own store and never ships them in code.
+var apiKeys = map[string]string{
+	"key-acme":   "acme",
+	"key-globex": "globex",
+}
+
+func main() {
+	log.SetFlags(0)
+	log.SetPrefix("gateway: ")
+	if err := run(); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run() error {
+	addr := os.Getenv("ADDR")
+	if addr == "" {
+		addr = ":3000"
+	}
+
+	counter, store, backend, err := newCounter(os.Getenv("REDIS_URL"))
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	app.Use(resolveTenant)
+	app.Use(ratelimit.RateLimitShared(ratelimit.Config{
+		Counter: counter,
+		Limit:   limit,
+		Window:  window,
+		// Health probes must not spend a tenant's budget or be refused.
+		Next: func(c *fiber.Ctx) bool { return c.Path() == "/healthz" },
+	}))
+	app.Get("/", func(c *fiber.Ctx) error {
+		tenant, _ := c.Locals("tenant").(string)
+		if tenant == "" {
+			tenant = "unknown (no or unrecognised X-API-Key)"
+		}
+		return c.SendString("served tenant " + tenant + "\n")
+	})
+	app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendString("ok\n") })
+
+	// Listening before printing the instructions makes a busy port fail
+	// here, and lets ADDR=:0 print the port that was picked.
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	printUsage(ln.Addr().String(), ln.Addr().(*net.TCPAddr).Port, backend)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	served := make(chan error, 1)
+	go func() { served <- app.Listener(ln) }()
+
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	stop() // a second Ctrl-C kills the process outright
+	fmt.Println("shutting down")
+	return app.ShutdownWithTimeout(5 * time.Second)
+}
+
+// resolveTenant stores the tenant of the request's API key where the
+// limiter's default Tenant func looks for it. A missing or unknown key
+// stores nothing, so such requests share the rl:unknown bucket. The stored
+// ID is the table's own string, not c.Get's, whose bytes Fiber reuses once
+// the request is done.
+func resolveTenant(c *fiber.Ctx) error {
+	if id, ok := apiKeys[c.Get("X-API-Key")]; ok {
+		c.Locals("tenant", id)
+	}
+	return c.Next()
+}
+
+// newCounter returns the counter to limit with and what to close at exit:
+// a MemoryCounter, or a RedisCounter when redisURL is set.
+func newCounter(redisURL string) (ratelimit.Counter, io.Closer, string, error) {
+	if redisURL == "" {
+		c := ratelimit.NewMemoryCounter()
+		return c, c, "in-memory counter (this process only)", nil
+	}
+	opt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("REDIS_URL: %w", err)
+	}
+	client := redis.NewClient(opt)
+	// Fail now rather than let every request fail open later.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := client.Ping(ctx).Err(); err != nil {
+		client.Close()
+		if errors.Is(err, context.DeadlineExceeded) {
+			// Not "within 2s": go-redis bounds a new connection's handshake
+			// by ReadTimeout (5s by default), not by ctx.
+			err = errors.New("no answer to PING (timed out)")
+		}
+		return nil, nil, "", fmt.Errorf("cannot reach Redis at %s: %w", opt.Addr, err)
+	}
+	return ratelimit.NewRedisCounter(client), client, "Redis counter at " + opt.Addr, nil
+}
+
+func printUsage(listening string, port int, backend string) {
+	url := fmt.Sprintf("localhost:%d", port)
+	var keys []string
+	for _, k := range slices.Sorted(maps.Keys(apiKeys)) {
+		keys = append(keys, k+" -> "+apiKeys[k])
+	}
+	fmt.Printf(`gateway listening on %s, %d requests per %v per tenant, %s
+
+Demo API keys (an in-code table, demo only: a real gateway resolves keys
+from its own store): %s.
+Requests without a known key share one "unknown" budget.
+
+Try it: the first %d answers are 200, then 429 until the window ends.
+  for i in $(seq 7); do curl -s -o /dev/null -w '%%{http_code}\n' -H 'X-API-Key: key-acme' %s/; done
+See the rate limit headers:
+  curl -i -H 'X-API-Key: key-acme' %s/
+Health check (not limited):
+  curl %s/healthz
+
+Ctrl-C stops the gateway.
+`, listening, limit, window, backend, strings.Join(keys, ", "), limit, url, url, url)
+}
