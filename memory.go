@@ -29,15 +29,23 @@ const memShards = 256
 // shrinks it). Rotation happens inside Incr, so there is no background
 // goroutine; a shard that sees no traffic keeps its memory until it does.
 //
-// The zero value is not usable; call NewMemoryCounter. A MemoryCounter is
-// safe for concurrent use by multiple goroutines.
+// The zero value is an empty counter ready to use, like NewMemoryCounter's.
+// A MemoryCounter is safe for concurrent use by multiple goroutines.
 type MemoryCounter struct {
 	shards [memShards]memShard
-	seed   maphash.Seed
-	epoch  time.Time
-	now    func() time.Time // nil: the real clock; tests inject a fake one
 	closed atomic.Bool
+
+	// Tests inject a fake clock; nil is the real one.
+	now   func() time.Time
+	epoch time.Time // now's reading at construction
 }
+
+// memSeed spreads keys over shards. One per process is enough to keep
+// clients from choosing keys that crowd one shard.
+var memSeed = maphash.MakeSeed()
+
+// memEpoch is where the real clock of every MemoryCounter counts from.
+var memEpoch = time.Now()
 
 type memShard struct {
 	mu        sync.RWMutex
@@ -67,11 +75,9 @@ func NewMemoryCounter() *MemoryCounter {
 }
 
 func newMemoryCounter(now func() time.Time) *MemoryCounter {
-	m := &MemoryCounter{seed: maphash.MakeSeed(), now: now}
+	m := &MemoryCounter{now: now}
 	if now != nil {
 		m.epoch = now()
-	} else {
-		m.epoch = time.Now()
 	}
 	return m
 }
@@ -92,7 +98,7 @@ func (m *MemoryCounter) IncrTTL(_ context.Context, key string, window time.Durat
 		return 0, 0, ErrClosed
 	}
 	now := m.clock()
-	s := &m.shards[maphash.String(m.seed, key)&(memShards-1)]
+	s := &m.shards[maphash.String(memSeed, key)&(memShards-1)]
 
 	s.mu.RLock()
 	w := s.cur[key]
@@ -173,11 +179,11 @@ func (m *MemoryCounter) Close() error {
 	return nil
 }
 
-// clock returns nanoseconds since the counter was made. The real clock's
+// clock returns nanoseconds on the counter's clock. The real clock's
 // reading is monotonic, so a wall-clock step does not move windows.
 func (m *MemoryCounter) clock() int64 {
 	if m.now != nil {
 		return int64(m.now().Sub(m.epoch))
 	}
-	return int64(time.Since(m.epoch))
+	return int64(time.Since(memEpoch))
 }

@@ -26,11 +26,11 @@ func (m *MemoryCounter) entries() int {
 }
 
 // keysInShard returns n distinct keys that land in shard.
-func keysInShard(m *MemoryCounter, shard uint64, n int) []string {
+func keysInShard(shard uint64, n int) []string {
 	var keys []string
 	for i := 0; len(keys) < n; i++ {
 		k := fmt.Sprintf("rl:k%d", i)
-		if maphash.String(m.seed, k)&(memShards-1) == shard {
+		if maphash.String(memSeed, k)&(memShards-1) == shard {
 			keys = append(keys, k)
 		}
 	}
@@ -71,7 +71,7 @@ func TestMemoryCounterDropsExpiredWindows(t *testing.T) {
 func TestMemoryCounterRotationKeepsLiveWindows(t *testing.T) {
 	clock := newFakeClock()
 	m := newMemoryCounter(clock.Now)
-	k := keysInShard(m, 7, 4)
+	k := keysInShard(7, 4)
 	a, b, c, d := k[0], k[1], k[2], k[3]
 	const window = 10 * time.Second
 
@@ -159,6 +159,15 @@ func TestMemoryCounterClose(t *testing.T) {
 	}
 	if after := runtime.NumGoroutine(); after > before {
 		t.Errorf("goroutines: %d before, %d after Close", before, after)
+	}
+}
+
+func TestMemoryCounterZeroValue(t *testing.T) {
+	var m MemoryCounter
+	for want := int64(1); want <= 2; want++ {
+		if got := mustIncr(t, &m, "rl:acme", time.Minute); got != want {
+			t.Fatalf("Incr #%d on a zero MemoryCounter = %d, want %d", want, got, want)
+		}
 	}
 }
 
