@@ -107,10 +107,7 @@ func BenchmarkRateLimitShared(b *testing.B) {
 // BenchmarkRedisCounter is one decision per op on a real Redis, from 64
 // concurrent callers sharing one client, as a busy gateway replica would.
 func BenchmarkRedisCounter(b *testing.B) {
-	for _, path := range []struct {
-		name string
-		opts []RedisOption
-	}{{"transaction", nil}, {"script", []RedisOption{WithScript()}}} {
+	for _, path := range redisPaths {
 		for _, n := range []int{1, 10000} {
 			b.Run(path.name+"/"+strconv.Itoa(n)+"keys", func(b *testing.B) {
 				opt := redisOptions(b)

@@ -162,17 +162,7 @@ func testExactlyTheLimit(t *testing.T, client func(t *testing.T) redis.Universal
 // 6.2 in front of the counter: the first call must notice, count once by
 // the script, and the counter must keep the script from then on.
 func TestRedisCounterSwitchesToScriptOnOldRedis(t *testing.T) {
-	opt := redisOptions(t)
-	if opt.TLSConfig != nil {
-		t.Skip("the Redis 6.2 proxy reads plain RESP and TEST_REDIS_URL uses TLS")
-	}
-	direct := redis.NewClient(opt)
-	t.Cleanup(func() { direct.Close() })
-	proxy := startRedisProxy(t, opt.Addr, asRedis62)
-	viaProxy := redisOptions(t)
-	viaProxy.Addr = proxy.addr()
-	old := redis.NewClient(viaProxy)
-	t.Cleanup(func() { old.Close() })
+	direct, old, proxy := proxiedClients(t, asRedis62)
 	ctx := context.Background()
 
 	// The proxy is only worth testing against if it answers as Redis 6.2
@@ -231,17 +221,7 @@ func TestRedisCounterSwitchesToScriptOnOldRedis(t *testing.T) {
 // script then would count the request twice: the call must fail instead,
 // and the script, used from then on, must give the key its expiry.
 func TestRedisCounterOnPEXPIRERefusedAtExec(t *testing.T) {
-	opt := redisOptions(t)
-	if opt.TLSConfig != nil {
-		t.Skip("the proxy reads plain RESP and TEST_REDIS_URL uses TLS")
-	}
-	direct := redis.NewClient(opt)
-	t.Cleanup(func() { direct.Close() })
-	proxy := startRedisProxy(t, opt.Addr, refusedAtExec)
-	viaProxy := redisOptions(t)
-	viaProxy.Addr = proxy.addr()
-	rdb := redis.NewClient(viaProxy)
-	t.Cleanup(func() { rdb.Close() })
+	direct, rdb, _ := proxiedClients(t, refusedAtExec)
 	ctx := context.Background()
 
 	counter := NewRedisCounter(rdb)
@@ -386,6 +366,24 @@ func requireEveryKeyExpires(t *testing.T, rdb redis.UniversalClient) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// proxiedClients returns a client of the shared server and one that reaches
+// it through a redisProxy with rewrite, both closed when the test ends.
+func proxiedClients(t *testing.T, rewrite func([]string) []string) (direct, viaProxy *redis.Client, proxy *redisProxy) {
+	t.Helper()
+	opt := redisOptions(t)
+	if opt.TLSConfig != nil {
+		t.Skip("the proxy reads plain RESP and TEST_REDIS_URL uses TLS")
+	}
+	direct = redis.NewClient(opt)
+	t.Cleanup(func() { direct.Close() })
+	proxy = startRedisProxy(t, opt.Addr, rewrite)
+	proxied := *opt
+	proxied.Addr = proxy.addr()
+	viaProxy = redis.NewClient(&proxied)
+	t.Cleanup(func() { viaProxy.Close() })
+	return direct, viaProxy, proxy
 }
 
 // redisProxy sits in front of a real Redis 7 and forwards every command
