@@ -116,8 +116,7 @@ func RateLimitShared(cfg Config) fiber.Handler {
 
 type limiter struct {
 	cfg     Config
-	counter Counter
-	ttl     TTLCounter // counter, when it reports time left; else nil
+	ttl     TTLCounter // cfg.Counter, when it reports time left; else nil
 	limit   int64
 	failLog failureLog
 
@@ -144,11 +143,10 @@ func newLimiter(cfg Config, now func() time.Time) *limiter {
 	}
 	l := &limiter{
 		cfg:         cfg,
-		counter:     cfg.Counter,
 		limit:       int64(cfg.Limit),
 		failLog:     failureLog{logger: cfg.Logger, now: now, epoch: now()},
 		limitValue:  strconv.AppendInt(nil, int64(cfg.Limit), 10),
-		policyValue: fmt.Appendf(nil, `"default";q=%d;w=%d`, cfg.Limit, ceilSeconds(cfg.Window)),
+		policyValue: fmt.Appendf(nil, `"default";q=%d;w=%d`, cfg.Limit, ceilDiv(cfg.Window, time.Second)),
 	}
 	l.ttl, _ = cfg.Counter.(TTLCounter)
 	l.failLog.last.Store(-int64(time.Second)) // the first failure is logged
@@ -179,10 +177,11 @@ func (l *limiter) handle(c *fiber.Ctx) error {
 		return c.Next()
 	}
 
-	l.setHeaders(c, max(l.limit-count, 0), ttl)
+	reset := ceilDiv(ttl, time.Second)
+	l.setHeaders(c, max(l.limit-count, 0), reset)
 	if count > l.limit {
 		var buf [20]byte
-		c.Response().Header.SetCanonical(hRetryAfter, strconv.AppendInt(buf[:0], ceilSeconds(ttl), 10))
+		c.Response().Header.SetCanonical(hRetryAfter, strconv.AppendInt(buf[:0], reset, 10))
 		return l.cfg.LimitReached(c)
 	}
 	return c.Next()
@@ -192,7 +191,7 @@ func (l *limiter) incr(ctx context.Context, key string) (int64, time.Duration, e
 	if l.ttl != nil {
 		return l.ttl.IncrTTL(ctx, key, l.cfg.Window)
 	}
-	n, err := l.counter.Incr(ctx, key, l.cfg.Window)
+	n, err := l.cfg.Counter.Incr(ctx, key, l.cfg.Window)
 	return n, l.cfg.Window, err
 }
 
@@ -208,16 +207,17 @@ var (
 	hRetryAfter = []byte("Retry-After")
 )
 
-// setHeaders sets the enabled header families. A negative remaining means
-// the counter failed: the limit and policy are known, the rest is not.
-func (l *limiter) setHeaders(c *fiber.Ctx, remaining int64, ttl time.Duration) {
+// setHeaders sets the enabled header families; reset is the seconds left in
+// the window. A negative remaining means the counter failed: the limit and
+// policy are known, the rest is not.
+func (l *limiter) setHeaders(c *fiber.Ctx, remaining, reset int64) {
 	h := &c.Response().Header
 	var buf [64]byte
 	if !l.cfg.DisableLegacyHeaders {
 		h.SetCanonical(hLimit, l.limitValue)
 		if remaining >= 0 {
 			h.SetCanonical(hRemaining, strconv.AppendInt(buf[:0], remaining, 10))
-			h.SetCanonical(hReset, strconv.AppendInt(buf[:0], ceilSeconds(ttl), 10))
+			h.SetCanonical(hReset, strconv.AppendInt(buf[:0], reset, 10))
 		}
 	}
 	if !l.cfg.DisableDraftHeaders {
@@ -226,20 +226,22 @@ func (l *limiter) setHeaders(c *fiber.Ctx, remaining int64, ttl time.Duration) {
 			b := append(buf[:0], `"default";r=`...)
 			b = strconv.AppendInt(b, remaining, 10)
 			b = append(b, ";t="...)
-			b = strconv.AppendInt(b, ceilSeconds(ttl), 10)
+			b = strconv.AppendInt(b, reset, 10)
 			h.SetCanonical(hRateLimit, b)
 		}
 	}
 }
 
-// ceilSeconds is d in whole seconds, rounded up: a client that waits that
-// long finds the window over.
-func ceilSeconds(d time.Duration) int64 {
-	s := int64(d / time.Second)
-	if d%time.Second > 0 {
-		s++
+// ceilDiv is d in whole units, rounded up: a client that waits that many
+// seconds finds the window over, and Redis, which keeps expiries in
+// milliseconds, keeps a window no shorter than asked. Dividing first keeps
+// it from overflowing near math.MaxInt64.
+func ceilDiv(d, unit time.Duration) int64 {
+	n := int64(d / unit)
+	if d%unit > 0 {
+		n++
 	}
-	return s
+	return n
 }
 
 // failureLog writes at most one line per second, however many requests fail

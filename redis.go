@@ -84,10 +84,7 @@ func (r *RedisCounter) IncrTTL(ctx context.Context, key string, window time.Dura
 	if window <= 0 {
 		return 0, 0, fmt.Errorf("increment rate limit key %s: window %v is not positive", key, window)
 	}
-	ms := int64(window / time.Millisecond)
-	if window%time.Millisecond != 0 {
-		ms++
-	}
+	ms := ceilDiv(window, time.Millisecond)
 
 	if !r.useScript.Load() {
 		n, ttl, err := r.incrTx(ctx, key, ms)
