@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -80,12 +81,60 @@ type Config struct {
 	//
 	// Optional. Default: false
 	DisableDraftHeaders bool
+
+	// StoreTimeout is the most a request waits on a counter that has
+	// stopped answering; past it the counter has failed for this request.
+	// A busy counter is not a failed one: while it keeps answering this
+	// handler's other requests, a request waits its turn, up to
+	// 10 × StoreTimeout. A MemoryCounter never waits and gets no timer.
+	// Must be between 1ms and 1m.
+	//
+	// Optional. Default: 100ms
+	StoreTimeout time.Duration
+
+	// BreakerFailures is how many counter failures in a row open the circuit
+	// breaker. While it is open, requests are decided at once without the
+	// counter (by Fallback, or failing open or closed).
+	//
+	// Optional. Default: 5
+	BreakerFailures int
+
+	// BreakerCooldown is how long the breaker stays open before one request
+	// probes the counter; the probe's success closes the breaker. Must be
+	// between 1ms and 1h.
+	//
+	// Optional. Default: 1s
+	BreakerCooldown time.Duration
+
+	// Fallback decides requests while the counter fails or the breaker is
+	// open, typically a MemoryCounter: an outage then means approximate
+	// limiting instead of none. A Fallback is local to each replica, so N
+	// replicas admit up to N × FallbackLimit per window between them.
+	//
+	// Optional. Default: nil (fail open, or closed with FailClosed)
+	Fallback Counter
+
+	// FallbackLimit is the budget per window that Fallback enforces on each
+	// replica. Set it to Limit divided by the number of replicas to keep the
+	// total near Limit during an outage. Requires Fallback.
+	//
+	// Optional. Default: Limit
+	FallbackLimit int
+
+	// Metrics, when set, counts every decision and follows the breaker's
+	// state. See Metrics.
+	//
+	// Optional. Default: nil
+	Metrics *Metrics
 }
 
 // ConfigDefault is the default config. Limit and Window have no default.
 var ConfigDefault = Config{
-	Tenant:       tenantFromLocals,
-	LimitReached: limitExceeded,
+	Tenant:          tenantFromLocals,
+	LimitReached:    limitExceeded,
+	StoreTimeout:    100 * time.Millisecond,
+	BreakerFailures: 5,
+	BreakerCooldown: time.Second,
 }
 
 func tenantFromLocals(c *fiber.Ctx) (string, bool) {
@@ -101,36 +150,78 @@ var (
 
 func limitExceeded(*fiber.Ctx) error { return errLimitExceeded }
 
-// unknownKey is the bucket of requests that have no tenant.
-const unknownKey = "rl:unknown"
-
 // RateLimitShared returns a Fiber handler that allows each tenant Limit
-// requests per fixed Window, counted in cfg.Counter under the key
-// "rl:<tenant>". Over budget it answers 429; when the counter fails it lets
-// the request through (or answers 503 with FailClosed) and logs.
+// requests per fixed Window, counted in cfg.Counter under a key built from
+// the tenant ID ("rl:<tenant>" for plain IDs). Over budget it answers 429;
+// when the counter fails it decides by cfg.Fallback, or lets the request
+// through (or answers 503 with FailClosed), and logs.
 //
-// It panics when Limit or Window is not positive.
+// It panics, naming the field, when cfg is invalid.
 func RateLimitShared(cfg Config) fiber.Handler {
 	return newLimiter(cfg, time.Now).handle
 }
 
 type limiter struct {
-	cfg     Config
-	ttl     TTLCounter // cfg.Counter, when it reports time left; else nil
-	limit   int64
-	failLog failureLog
+	cfg           Config
+	ttl           TTLCounter // cfg.Counter, when it reports time left; else nil
+	local         bool       // cfg.Counter never blocks: no timer
+	limit         int64
+	fallbackLimit int64
+	breaker       *breaker
+	failLog       failureLog
+	store         storeClock
 
 	// Values that never change, formatted once.
 	limitValue  []byte
 	policyValue []byte
 }
 
+var (
+	// errBreakerOpen: the request was decided without asking the counter.
+	errBreakerOpen = errors.New("ratelimit: circuit breaker open")
+)
+
 func newLimiter(cfg Config, now func() time.Time) *limiter {
+	cfg = configDefault(cfg)
+	l := &limiter{
+		cfg:           cfg,
+		limit:         int64(cfg.Limit),
+		fallbackLimit: int64(cfg.FallbackLimit),
+		store:         storeClock{timeout: cfg.StoreTimeout, epoch: time.Now()},
+		failLog:       failureLog{logger: cfg.Logger, now: now, epoch: now()},
+		limitValue:    strconv.AppendInt(nil, int64(cfg.Limit), 10),
+		policyValue:   appendPolicy(nil, int64(cfg.Limit), cfg.Window),
+	}
+	l.ttl, _ = cfg.Counter.(TTLCounter)
+	_, l.local = cfg.Counter.(*MemoryCounter)
+	l.breaker = newBreaker(cfg.BreakerFailures, cfg.BreakerCooldown, now, l.failLog.write, cfg.Metrics)
+	l.failLog.last.Store(-int64(time.Second)) // the first failure is logged
+	return l
+}
+
+// configDefault checks cfg and fills in the defaults of the fields left
+// zero. Every mistake panics with the field's name: a limiter that quietly
+// counts something other than what its operator wrote is worse than none.
+func configDefault(cfg Config) Config {
 	if cfg.Limit <= 0 {
 		panic(fmt.Sprintf("ratelimit: Config.Limit must be positive, got %d", cfg.Limit))
 	}
-	if cfg.Window <= 0 {
-		panic(fmt.Sprintf("ratelimit: Config.Window must be positive, got %v", cfg.Window))
+	// Redis keeps expiries in milliseconds; a window past a day is a quota,
+	// which a fixed-window limiter keeps badly (one lost key loses it all).
+	checkDuration("Window", cfg.Window, time.Millisecond, 24*time.Hour, false)
+	checkDuration("StoreTimeout", cfg.StoreTimeout, time.Millisecond, time.Minute, true)
+	checkDuration("BreakerCooldown", cfg.BreakerCooldown, time.Millisecond, time.Hour, true)
+	if cfg.BreakerFailures < 0 {
+		panic(fmt.Sprintf("ratelimit: Config.BreakerFailures must not be negative, got %d", cfg.BreakerFailures))
+	}
+	if cfg.FallbackLimit < 0 {
+		panic(fmt.Sprintf("ratelimit: Config.FallbackLimit must not be negative, got %d", cfg.FallbackLimit))
+	}
+	if cfg.FallbackLimit != 0 && cfg.Fallback == nil {
+		panic("ratelimit: Config.FallbackLimit is set but Config.Fallback is nil")
+	}
+	if cfg.Metrics != nil && !cfg.Metrics.attached.CompareAndSwap(false, true) {
+		panic("ratelimit: Config.Metrics is already used by another handler")
 	}
 	if cfg.Counter == nil {
 		cfg.Counter = NewMemoryCounter()
@@ -141,50 +232,117 @@ func newLimiter(cfg Config, now func() time.Time) *limiter {
 	if cfg.LimitReached == nil {
 		cfg.LimitReached = ConfigDefault.LimitReached
 	}
-	l := &limiter{
-		cfg:         cfg,
-		limit:       int64(cfg.Limit),
-		failLog:     failureLog{logger: cfg.Logger, now: now, epoch: now()},
-		limitValue:  strconv.AppendInt(nil, int64(cfg.Limit), 10),
-		policyValue: fmt.Appendf(nil, `"default";q=%d;w=%d`, cfg.Limit, ceilDiv(cfg.Window, time.Second)),
+	if cfg.StoreTimeout == 0 {
+		cfg.StoreTimeout = ConfigDefault.StoreTimeout
 	}
-	l.ttl, _ = cfg.Counter.(TTLCounter)
-	l.failLog.last.Store(-int64(time.Second)) // the first failure is logged
-	return l
+	if cfg.BreakerFailures == 0 {
+		cfg.BreakerFailures = ConfigDefault.BreakerFailures
+	}
+	if cfg.BreakerCooldown == 0 {
+		cfg.BreakerCooldown = ConfigDefault.BreakerCooldown
+	}
+	if cfg.FallbackLimit == 0 {
+		cfg.FallbackLimit = cfg.Limit
+	}
+	return cfg
+}
+
+// checkDuration panics unless d is within [lo, hi], or zero when optional.
+func checkDuration(field string, d, lo, hi time.Duration, optional bool) {
+	if optional && d == 0 {
+		return
+	}
+	if d < lo || d > hi {
+		panic(fmt.Sprintf("ratelimit: Config.%s must be between %v and %v, got %v", field, lo, hi, d))
+	}
 }
 
 func (l *limiter) handle(c *fiber.Ctx) error {
 	if l.cfg.Next != nil && l.cfg.Next(c) {
 		return c.Next()
 	}
-	key := unknownKey
-	if id, ok := l.cfg.Tenant(c); ok && id != "" {
-		// Concatenation copies id, which may point into Fiber's request
-		// buffers, before the key is kept by a counter or a log line.
-		key = "rl:" + id
+	id, ok := l.cfg.Tenant(c)
+	if !ok {
+		id = ""
 	}
+	key := tenantKey(id)
 
-	count, ttl, err := l.incr(c.UserContext(), key)
-	if err == nil && count <= 0 {
-		err = fmt.Errorf("increment rate limit key %s: counter returned %d", key, count)
-	}
-	if err != nil {
-		l.failLog.record(err, key, l.cfg.FailClosed)
-		l.setHeaders(c, -1, 0)
-		if l.cfg.FailClosed {
-			return errUnavailable
+	count, ttl, err := l.ask(c.UserContext(), key)
+	if err == nil {
+		reset := ceilDiv(ttl, time.Second)
+		l.setHeaders(c, max(l.limit-count, 0), reset)
+		if count > l.limit {
+			l.cfg.Metrics.count(limited)
+			return l.refuse(c, reset)
 		}
+		l.cfg.Metrics.count(allowed)
 		return c.Next()
 	}
 
-	reset := ceilDiv(ttl, time.Second)
-	l.setHeaders(c, max(l.limit-count, 0), reset)
-	if count > l.limit {
-		var buf [20]byte
-		c.Response().Header.SetCanonical(hRetryAfter, strconv.AppendInt(buf[:0], reset, 10))
-		return l.cfg.LimitReached(c)
+	// The counter could not decide. Only the limit and the policy are known.
+	l.setHeaders(c, -1, 0)
+	action := "fail open"
+	switch {
+	case l.cfg.Fallback != nil:
+		action = "fallback"
+	case l.cfg.FailClosed:
+		action = "fail closed"
 	}
+	if err != errBreakerOpen { // the breaker logged when it opened
+		l.failLog.record(err, id, key, action)
+	}
+	if l.cfg.Fallback != nil {
+		n, ttl, ferr := incrTTL(l.cfg.Fallback, c.UserContext(), key, l.cfg.Window)
+		if ferr == nil && n <= 0 {
+			ferr = fmt.Errorf("fallback counter returned %d for key %s", n, key)
+		}
+		if ferr == nil {
+			if n > l.fallbackLimit {
+				l.cfg.Metrics.count(fallbackLimited)
+				return l.refuse(c, ceilDiv(ttl, time.Second))
+			}
+			l.cfg.Metrics.count(fallbackAllowed)
+			return c.Next()
+		}
+		action = "fail open"
+		if l.cfg.FailClosed {
+			action = "fail closed"
+		}
+		l.failLog.record(ferr, id, key, action)
+	}
+	if l.cfg.FailClosed {
+		l.cfg.Metrics.count(failedClosed)
+		return errUnavailable
+	}
+	l.cfg.Metrics.count(failedOpen)
 	return c.Next()
+}
+
+// refuse answers a request over budget; reset is the seconds until the
+// window ends.
+func (l *limiter) refuse(c *fiber.Ctx, reset int64) error {
+	var buf [20]byte
+	c.Response().Header.SetCanonical(hRetryAfter, strconv.AppendInt(buf[:0], reset, 10))
+	return l.cfg.LimitReached(c)
+}
+
+// ask counts the request in cfg.Counter, through the breaker.
+func (l *limiter) ask(ctx context.Context, key string) (int64, time.Duration, error) {
+	ok, probe := l.breaker.allow()
+	if !ok {
+		return 0, 0, errBreakerOpen
+	}
+	n, ttl, err := l.call(ctx, key)
+	if err == nil && n <= 0 {
+		err = fmt.Errorf("increment rate limit key %s: counter returned %d", key, n)
+	}
+	switch {
+	case err == nil:
+		l.breaker.success(probe)
+	default:
+		l.breaker.failure(probe, err)
+	}
+	return n, ttl, err
 }
 
 func (l *limiter) incr(ctx context.Context, key string) (int64, time.Duration, error) {
@@ -193,6 +351,15 @@ func (l *limiter) incr(ctx context.Context, key string) (int64, time.Duration, e
 	}
 	n, err := l.cfg.Counter.Incr(ctx, key, l.cfg.Window)
 	return n, l.cfg.Window, err
+}
+
+// incrTTL is Incr with the time left when c reports it, else the window.
+func incrTTL(c Counter, ctx context.Context, key string, window time.Duration) (int64, time.Duration, error) {
+	if t, ok := c.(TTLCounter); ok {
+		return t.IncrTTL(ctx, key, window)
+	}
+	n, err := c.Incr(ctx, key, window)
+	return n, window, err
 }
 
 // Header names in fasthttp's normalized form, so that SetCanonical stores
@@ -223,13 +390,26 @@ func (l *limiter) setHeaders(c *fiber.Ctx, remaining, reset int64) {
 	if !l.cfg.DisableDraftHeaders {
 		h.SetCanonical(hPolicy, l.policyValue)
 		if remaining >= 0 {
-			b := append(buf[:0], `"default";r=`...)
-			b = strconv.AppendInt(b, remaining, 10)
-			b = append(b, ";t="...)
-			b = strconv.AppendInt(b, reset, 10)
-			h.SetCanonical(hRateLimit, b)
+			h.SetCanonical(hRateLimit, appendRateLimit(buf[:0], remaining, reset))
 		}
 	}
+}
+
+// appendPolicy appends the RateLimit-Policy value of a limit per window.
+func appendPolicy(b []byte, limit int64, window time.Duration) []byte {
+	b = append(b, `"default";q=`...)
+	b = strconv.AppendInt(b, limit, 10)
+	b = append(b, ";w="...)
+	return strconv.AppendInt(b, ceilDiv(window, time.Second), 10)
+}
+
+// appendRateLimit appends the RateLimit value: the requests left and the
+// seconds until the window ends.
+func appendRateLimit(b []byte, remaining, reset int64) []byte {
+	b = append(b, `"default";r=`...)
+	b = strconv.AppendInt(b, remaining, 10)
+	b = append(b, ";t="...)
+	return strconv.AppendInt(b, reset, 10)
 }
 
 // ceilDiv is d in whole units, rounded up: a client that waits that many
@@ -246,7 +426,9 @@ func ceilDiv(d, unit time.Duration) int64 {
 
 // failureLog writes at most one line per second, however many requests fail
 // at once: during a store outage every request fails, and a line each would
-// flood the log when it is needed most.
+// flood the log when it is needed most. Tenant IDs and keys go into
+// attributes, never into the message, so the handler quotes them and an ID
+// holding a newline cannot forge a line.
 type failureLog struct {
 	logger     *slog.Logger // nil: slog.Default()
 	now        func() time.Time
@@ -255,20 +437,33 @@ type failureLog struct {
 	suppressed atomic.Int64 // failures since the last line that wrote none
 }
 
-func (f *failureLog) record(err error, key string, failClosed bool) {
+func (f *failureLog) record(err error, tenant, key, action string) {
 	now := int64(f.now().Sub(f.epoch))
 	last := f.last.Load()
 	if now-last < int64(time.Second) || !f.last.CompareAndSwap(last, now) {
 		f.suppressed.Add(1)
 		return
 	}
+	f.write(slog.LevelError, "ratelimit: counter failed, request decided by "+action,
+		slog.String("tenant", logTenant(tenant)),
+		slog.String("key", key),
+		slog.Any("err", err),
+		slog.Int64("suppressed", f.suppressed.Swap(0)))
+}
+
+func (f *failureLog) write(level slog.Level, msg string, attrs ...slog.Attr) {
 	logger := f.logger
 	if logger == nil {
 		logger = slog.Default()
 	}
-	msg := "ratelimit: counter failed, request allowed (fail open)"
-	if failClosed {
-		msg = "ratelimit: counter failed, request refused (fail closed)"
+	logger.LogAttrs(context.Background(), level, msg, attrs...)
+}
+
+// logTenant bounds a tenant ID for a log line; the key, a digest for a long
+// ID, still tells tenants apart.
+func logTenant(id string) string {
+	if len(id) <= maxTenantKey {
+		return id
 	}
-	logger.Error(msg, slog.String("key", key), slog.Any("err", err), slog.Int64("suppressed", f.suppressed.Swap(0)))
+	return id[:maxTenantKey] + "... (" + strconv.Itoa(len(id)) + " bytes)"
 }

@@ -277,6 +277,8 @@ func TestFailureLogIsThrottledUnderConcurrency(t *testing.T) {
 	l := newLimiter(Config{
 		Counter: fc, Limit: 1, Window: time.Minute,
 		Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+		// Every failure reaches the log's throttle: no breaker opens.
+		BreakerFailures: 1 << 30,
 	}, clock.Now)
 	app := fiber.New()
 	app.Use(l.handle)

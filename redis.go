@@ -38,6 +38,13 @@ import (
 // RedisCounter works unchanged with a *redis.Client, a *redis.ClusterClient
 // and a *redis.Ring: every command touches one key. It is safe for
 // concurrent use by multiple goroutines.
+//
+// A call returns when its context is done, whatever the client's options:
+// go-redis applies a context to the socket only with ContextTimeoutEnabled,
+// and then only its deadline, so a server that stops answering would hold
+// the caller for the client's ReadTimeout (3 s by default). The call itself
+// goes on in the background until the client gives up on it; whether its
+// INCR counted is then unknown, and it may have.
 type RedisCounter struct {
 	rdb       redis.UniversalClient
 	useScript atomic.Bool
@@ -65,7 +72,10 @@ func NewRedisCounter(rdb redis.UniversalClient, opts ...RedisOption) *RedisCount
 		panic("ratelimit: NewRedisCounter: rdb is nil")
 	}
 	r := &RedisCounter{rdb: rdb}
-	for _, opt := range opts {
+	for i, opt := range opts {
+		if opt == nil {
+			panic(fmt.Sprintf("ratelimit: NewRedisCounter: option %d is nil", i))
+		}
 		opt(r)
 	}
 	return r
@@ -84,6 +94,28 @@ func (r *RedisCounter) IncrTTL(ctx context.Context, key string, window time.Dura
 	if window <= 0 {
 		return 0, 0, fmt.Errorf("increment rate limit key %s: window %v is not positive", key, window)
 	}
+	if ctx.Done() == nil {
+		return r.incrTTL(ctx, key, window)
+	}
+	type result struct {
+		n   int64
+		ttl time.Duration
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, ttl, err := r.incrTTL(ctx, key, window)
+		done <- result{n, ttl, err}
+	}()
+	select {
+	case res := <-done:
+		return res.n, res.ttl, res.err
+	case <-ctx.Done():
+		return 0, 0, fmt.Errorf("increment rate limit key %s: %w", key, ctx.Err())
+	}
+}
+
+func (r *RedisCounter) incrTTL(ctx context.Context, key string, window time.Duration) (int64, time.Duration, error) {
 	ms := ceilDiv(window, time.Millisecond)
 
 	if !r.useScript.Load() {

@@ -1,0 +1,126 @@
+package ratelimit
+
+import (
+	"log/slog"
+	"sync/atomic"
+	"time"
+)
+
+// BreakerState is the state of a limiter's circuit breaker.
+type BreakerState int32
+
+const (
+	// BreakerClosed: every request asks the counter.
+	BreakerClosed BreakerState = iota
+	// BreakerOpen: the counter failed Config.BreakerFailures times in a row;
+	// requests are decided without it until Config.BreakerCooldown passes.
+	BreakerOpen
+	// BreakerHalfOpen: the cool-down is over and one request, the probe,
+	// asks the counter. Its success closes the breaker, its failure opens
+	// it again.
+	BreakerHalfOpen
+)
+
+func (s BreakerState) String() string {
+	switch s {
+	case BreakerClosed:
+		return "closed"
+	case BreakerOpen:
+		return "open"
+	case BreakerHalfOpen:
+		return "half-open"
+	}
+	return "invalid"
+}
+
+// breaker stops a limiter from calling a failing counter. While it is closed
+// it costs an atomic load per request, and a second one after a failure.
+type breaker struct {
+	threshold int64
+	cooldown  time.Duration
+	now       func() time.Time
+	epoch     time.Time
+	log       func(level slog.Level, msg string, attrs ...slog.Attr)
+	metrics   *Metrics
+
+	state    atomic.Int32
+	failures atomic.Int64 // consecutive failures while closed
+	openedAt atomic.Int64 // nanoseconds since epoch
+}
+
+func newBreaker(threshold int, cooldown time.Duration, now func() time.Time, log func(slog.Level, string, ...slog.Attr), m *Metrics) *breaker {
+	return &breaker{threshold: int64(threshold), cooldown: cooldown, now: now, epoch: now(), log: log, metrics: m}
+}
+
+// allow reports whether a request may call the counter, and whether it is
+// the half-open probe, which must report back with probeDone.
+func (b *breaker) allow() (ok, probe bool) {
+	switch BreakerState(b.state.Load()) {
+	case BreakerClosed:
+		return true, false
+	case BreakerOpen:
+		if b.since(b.openedAt.Load()) < b.cooldown ||
+			!b.state.CompareAndSwap(int32(BreakerOpen), int32(BreakerHalfOpen)) {
+			return false, false
+		}
+		b.changed(BreakerHalfOpen, slog.String("cause", "cool-down of "+b.cooldown.String()+" over; probing the counter"))
+		return true, true
+	}
+	return false, false // half-open: the probe is out
+}
+
+func (b *breaker) since(t int64) time.Duration {
+	return time.Duration(int64(b.now().Sub(b.epoch)) - t)
+}
+
+// success records a counter call that worked.
+func (b *breaker) success(probe bool) {
+	if probe {
+		b.failures.Store(0)
+		b.state.Store(int32(BreakerClosed))
+		b.changed(BreakerClosed, slog.String("cause", "probe succeeded"))
+		return
+	}
+	if b.failures.Load() != 0 { // a load, not a store, on the hot path
+		b.failures.Store(0)
+	}
+}
+
+// failure records a counter call that failed with err.
+func (b *breaker) failure(probe bool, err error) {
+	if probe {
+		b.open(BreakerHalfOpen, slog.String("cause", "probe failed"), slog.Any("err", err))
+		return
+	}
+	n := b.failures.Add(1)
+	if n >= b.threshold {
+		b.open(BreakerClosed, slog.String("cause", "counter failed"), slog.Int64("failures", n), slog.Any("err", err))
+	}
+}
+
+func (b *breaker) open(from BreakerState, attrs ...slog.Attr) {
+	if BreakerState(b.state.Load()) != from {
+		return // another request opened it
+	}
+	// The time is stored before the state, so that no request sees the new
+	// state with an old time; two requests opening at once both store it.
+	b.openedAt.Store(int64(b.now().Sub(b.epoch)))
+	if !b.state.CompareAndSwap(int32(from), int32(BreakerOpen)) {
+		return
+	}
+	b.changed(BreakerOpen, append(attrs, slog.Duration("cooldown", b.cooldown))...)
+}
+
+func (b *breaker) changed(to BreakerState, attrs ...slog.Attr) {
+	if b.metrics != nil {
+		b.metrics.breaker.Store(int32(to))
+	}
+	level := slog.LevelInfo
+	switch to {
+	case BreakerOpen:
+		level = slog.LevelError
+	case BreakerHalfOpen:
+		level = slog.LevelWarn
+	}
+	b.log(level, "ratelimit: circuit breaker "+to.String(), attrs...)
+}

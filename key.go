@@ -1,0 +1,76 @@
+package ratelimit
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+)
+
+// Tenant IDs reach the limiter from requests, so the key built from one must
+// stay safe whatever it holds. tenantKey maps every ID to its own key, one to
+// one:
+//
+//   - A byte outside printable ASCII, and each of '%', '{', '}' and '#', is
+//     written as %XX. Keys are then plain text in Redis and in logs, '%' is
+//     never ambiguous, and with no brace left a tenant cannot pick its Redis
+//     Cluster hash slot (Redis hashes only the part between braces when there
+//     is one).
+//   - An ID whose encoded form is longer than maxTenantKey bytes becomes '#'
+//     and the hex SHA-256 of the raw ID: a 1 MB header makes a 68-byte key.
+//     No encoded ID holds a raw '#', so digests meet no other key.
+//   - The ID "unknown" is written "%75nknown" (an escaped 'u', which the
+//     encoding never produces otherwise), so it does not share rl:unknown,
+//     the bucket of requests without a tenant.
+//
+// An ID of safe bytes, as most are, costs one scan and one allocation.
+
+// maxTenantKey is the longest encoded tenant ID kept as is.
+const maxTenantKey = 128
+
+// unknownKey is the bucket of requests that have no tenant.
+const unknownKey = "rl:unknown"
+
+// safeKeyByte reports whether a byte goes into a key unescaped.
+var safeKeyByte = func() (t [256]bool) {
+	for c := 0x21; c <= 0x7e; c++ {
+		t[c] = true
+	}
+	for _, c := range "%{}#" {
+		t[c] = false
+	}
+	return t
+}()
+
+func tenantKey(id string) string {
+	if id == "" {
+		return unknownKey
+	}
+	n := len(id)
+	for i := 0; i < len(id); i++ {
+		if !safeKeyByte[id[i]] {
+			n += 2
+		}
+	}
+	switch {
+	case n > maxTenantKey:
+		sum := sha256.Sum256([]byte(id))
+		b := make([]byte, 0, len("rl:#")+2*len(sum))
+		b = append(b, "rl:#"...)
+		return string(hex.AppendEncode(b, sum[:]))
+	case n == len(id) && id != "unknown":
+		// Concatenation copies id, which may point into Fiber's request
+		// buffers, before a counter or a log line keeps the key.
+		return "rl:" + id
+	}
+	const hexDigits = "0123456789ABCDEF"
+	b := make([]byte, 0, len("rl:")+n+2)
+	b = append(b, "rl:"...)
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if safeKeyByte[c] && !(i == 0 && id == "unknown") {
+			b = append(b, c)
+			continue
+		}
+		b = append(b, '%', hexDigits[c>>4], hexDigits[c&0xf])
+	}
+	return string(b)
+}

@@ -1,0 +1,57 @@
+package ratelimit
+
+import "sync/atomic"
+
+// Metrics counts a limiter's decisions. Give a *Metrics to Config.Metrics
+// and read it with Snapshot, for instance from a Prometheus collector (see
+// examples/gateway). Each request costs one atomic add. A Metrics belongs to
+// one handler: giving it to a second one panics.
+type Metrics struct {
+	attached atomic.Bool
+	counts   [numOutcomes]atomic.Uint64
+	breaker  atomic.Int32
+}
+
+type outcome int
+
+const (
+	allowed outcome = iota
+	limited
+	failedOpen
+	failedClosed
+	fallbackAllowed
+	fallbackLimited
+	numOutcomes
+)
+
+// MetricsSnapshot is a reading of Metrics. The counts only grow.
+type MetricsSnapshot struct {
+	Allowed         uint64 // within budget, by the counter
+	Limited         uint64 // over budget, by the counter
+	FailedOpen      uint64 // let through: no counter could decide
+	FailedClosed    uint64 // refused with 503: no counter could decide
+	FallbackAllowed uint64 // within Config.FallbackLimit, by Config.Fallback
+	FallbackLimited uint64 // over Config.FallbackLimit, by Config.Fallback
+	Breaker         BreakerState
+}
+
+// Snapshot reads the counts. It is safe to call at any time from any
+// goroutine; the fields are read one by one, not as one atomic unit.
+func (m *Metrics) Snapshot() MetricsSnapshot {
+	return MetricsSnapshot{
+		Allowed:         m.counts[allowed].Load(),
+		Limited:         m.counts[limited].Load(),
+		FailedOpen:      m.counts[failedOpen].Load(),
+		FailedClosed:    m.counts[failedClosed].Load(),
+		FallbackAllowed: m.counts[fallbackAllowed].Load(),
+		FallbackLimited: m.counts[fallbackLimited].Load(),
+		Breaker:         BreakerState(m.breaker.Load()),
+	}
+}
+
+// count records one decision; a nil Metrics records nothing.
+func (m *Metrics) count(o outcome) {
+	if m != nil {
+		m.counts[o].Add(1)
+	}
+}
