@@ -269,7 +269,7 @@ func (l *limiter) handle(c *fiber.Ctx) error {
 
 	count, ttl, err := l.ask(c.UserContext(), key)
 	if err == nil {
-		reset := ceilDiv(ttl, time.Second)
+		reset := l.resetSeconds(ttl)
 		l.setHeaders(c, max(l.limit-count, 0), reset)
 		if count > l.limit {
 			l.cfg.Metrics.count(limited)
@@ -299,7 +299,7 @@ func (l *limiter) handle(c *fiber.Ctx) error {
 		if ferr == nil {
 			if n > l.fallbackLimit {
 				l.cfg.Metrics.count(fallbackLimited)
-				return l.refuse(c, ceilDiv(ttl, time.Second))
+				return l.refuse(c, l.resetSeconds(ttl))
 			}
 			l.cfg.Metrics.count(fallbackAllowed)
 			return c.Next()
@@ -316,6 +316,15 @@ func (l *limiter) handle(c *fiber.Ctx) error {
 	}
 	l.cfg.Metrics.count(failedOpen)
 	return c.Next()
+}
+
+// resetSeconds is the seconds left in a window that a counter reported
+// ttl for. A counter may report nonsense; the window is then an upper bound.
+func (l *limiter) resetSeconds(ttl time.Duration) int64 {
+	if ttl < 0 {
+		ttl = l.cfg.Window
+	}
+	return ceilDiv(ttl, time.Second)
 }
 
 // refuse answers a request over budget; reset is the seconds until the

@@ -3,18 +3,22 @@ package ratelimit
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
 )
 
@@ -561,6 +565,19 @@ func TestConfigPanics(t *testing.T) {
 		{"negative limit", Config{Limit: -1, Window: time.Second}, "Config.Limit"},
 		{"zero window", Config{Limit: 1, Window: 0}, "Config.Window"},
 		{"negative window", Config{Limit: 1, Window: -time.Second}, "Config.Window"},
+		{"nanosecond window", Config{Limit: 1, Window: time.Nanosecond}, "Config.Window"},
+		{"window under a millisecond", Config{Limit: 1, Window: 999 * time.Microsecond}, "Config.Window"},
+		{"year-long window", Config{Limit: 1, Window: 365 * 24 * time.Hour}, "Config.Window"},
+		{"window just over a day", Config{Limit: 1, Window: 24*time.Hour + time.Millisecond}, "Config.Window"},
+		{"negative store timeout", Config{Limit: 1, Window: time.Second, StoreTimeout: -1}, "Config.StoreTimeout"},
+		{"nanosecond store timeout", Config{Limit: 1, Window: time.Second, StoreTimeout: time.Nanosecond}, "Config.StoreTimeout"},
+		{"hour-long store timeout", Config{Limit: 1, Window: time.Second, StoreTimeout: time.Hour}, "Config.StoreTimeout"},
+		{"negative breaker failures", Config{Limit: 1, Window: time.Second, BreakerFailures: -1}, "Config.BreakerFailures"},
+		{"negative breaker cooldown", Config{Limit: 1, Window: time.Second, BreakerCooldown: -time.Second}, "Config.BreakerCooldown"},
+		{"day-long breaker cooldown", Config{Limit: 1, Window: time.Second, BreakerCooldown: 24 * time.Hour}, "Config.BreakerCooldown"},
+		{"negative fallback limit", Config{Limit: 1, Window: time.Second, Fallback: NewMemoryCounter(), FallbackLimit: -1}, "Config.FallbackLimit"},
+		{"fallback limit without fallback", Config{Limit: 1, Window: time.Second, FallbackLimit: 5}, "Config.Fallback"},
+		{"metrics used twice", Config{Limit: 1, Window: time.Second, Metrics: usedMetrics()}, "Config.Metrics"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -571,6 +588,165 @@ func TestConfigPanics(t *testing.T) {
 				}
 			}()
 			RateLimitShared(tt.cfg)
+		})
+	}
+}
+
+func usedMetrics() *Metrics {
+	m := &Metrics{}
+	RateLimitShared(Config{Limit: 1, Window: time.Second, Metrics: m})
+	return m
+}
+
+// The bounds themselves are valid, and so are the zero values of the
+// optional fields: each takes its default. Every function field is
+// optional (nil takes the default), so no nil function is a mistake.
+func TestConfigBoundsAreAccepted(t *testing.T) {
+	for _, cfg := range []Config{
+		{Limit: 1, Window: time.Millisecond},
+		{Limit: 1, Window: 24 * time.Hour},
+		{Limit: math.MaxInt64, Window: time.Second, StoreTimeout: time.Millisecond, BreakerCooldown: time.Millisecond},
+		{Limit: 1, Window: time.Second, StoreTimeout: time.Minute, BreakerCooldown: time.Hour, BreakerFailures: 1},
+		{Limit: 1, Window: time.Second, Fallback: NewMemoryCounter(), FallbackLimit: 1},
+		{Limit: 1, Window: time.Second, Next: nil, Tenant: nil, LimitReached: nil, Counter: nil, Logger: nil},
+	} {
+		RateLimitShared(cfg)
+	}
+	l := newLimiter(Config{Limit: 7, Window: time.Second, Fallback: NewMemoryCounter()}, time.Now)
+	if l.cfg.StoreTimeout != 100*time.Millisecond || l.cfg.BreakerFailures != 5 ||
+		l.cfg.BreakerCooldown != time.Second || l.fallbackLimit != 7 {
+		t.Errorf("defaults: StoreTimeout %v, BreakerFailures %d, BreakerCooldown %v, FallbackLimit %d; want 100ms, 5, 1s, 7",
+			l.cfg.StoreTimeout, l.cfg.BreakerFailures, l.cfg.BreakerCooldown, l.fallbackLimit)
+	}
+}
+
+func TestNewRedisCounterPanics(t *testing.T) {
+	for name, f := range map[string]func(){
+		"nil client": func() { NewRedisCounter(nil) },
+		"nil option": func() { NewRedisCounter(redis.NewClient(&redis.Options{}), nil) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				msg, _ := recover().(string)
+				if !strings.HasPrefix(msg, "ratelimit: NewRedisCounter: ") {
+					t.Fatalf("panic = %q, want a ratelimit: NewRedisCounter: message", msg)
+				}
+			}()
+			f()
+		})
+	}
+}
+
+// A tenant ID is client-controlled more often than it should be. Written
+// into a log line it must stay one quoted value, not become lines or fields
+// of its own, with either of slog's handlers.
+func TestLogLinesCannotBeForged(t *testing.T) {
+	forged := "acme\nlevel=ERROR msg=\"forged\" key=rl:admin\n{\"level\":\"ERROR\",\"msg\":\"forged\"}\" tenant=\"x"
+	for _, tt := range []struct {
+		name    string
+		handler func(io.Writer) slog.Handler
+		check   func(t *testing.T, line string)
+	}{
+		{"text", func(w io.Writer) slog.Handler { return slog.NewTextHandler(w, nil) }, func(t *testing.T, line string) {
+			// With the two quoted values taken out, what is left must be
+			// the line's own fields, once each.
+			rest := line
+			for _, attr := range []string{"tenant=" + strconv.Quote(forged), "key=" + strconv.Quote(tenantKey(forged))} {
+				if !strings.Contains(rest, attr) {
+					t.Fatalf("line lacks %s as one quoted value: %s", attr, line)
+				}
+				rest = strings.Replace(rest, attr, "", 1)
+			}
+			for _, field := range []string{"level=", "msg=", "err="} {
+				if strings.Count(rest, field) != 1 {
+					t.Errorf("%q appears %d times outside the quoted values: %s", field, strings.Count(rest, field), line)
+				}
+			}
+			if strings.Contains(rest, "tenant=") || strings.Contains(rest, "forged") {
+				t.Errorf("forged text outside the quoted values: %s", rest)
+			}
+		}},
+		{"json", func(w io.Writer) slog.Handler { return slog.NewJSONHandler(w, nil) }, func(t *testing.T, line string) {
+			var m map[string]any
+			if err := json.Unmarshal([]byte(line), &m); err != nil {
+				t.Fatalf("line is not one JSON object: %v: %s", err, line)
+			}
+			if m["tenant"] != forged || m["key"] != tenantKey(forged) || m["msg"] != "ratelimit: counter failed, request decided by fail open" {
+				t.Errorf("tenant %q, key %q, msg %q: fields altered", m["tenant"], m["key"], m["msg"])
+			}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var logs syncBuffer
+			app := newApp(RateLimitShared(Config{
+				Counter: &fakeCounter{err: errors.New("dial tcp 10.0.0.7:6379: refused")}, Limit: 1, Window: time.Minute,
+				Logger: slog.New(tt.handler(&logs)),
+				Tenant: func(*fiber.Ctx) (string, bool) { return forged, true },
+			}), nil)
+			get(t, app, "")
+			lines := logs.lines()
+			if len(lines) != 1 {
+				t.Fatalf("one failure wrote %d lines, want 1:\n%s", len(lines), strings.Join(lines, "\n"))
+			}
+			tt.check(t, lines[0])
+		})
+	}
+}
+
+// A long tenant ID is cut in the log; its key still tells it apart.
+func TestLogBoundsLongTenantIDs(t *testing.T) {
+	var logs syncBuffer
+	id := strings.Repeat("x", 1<<20)
+	app := newApp(RateLimitShared(Config{
+		Counter: &fakeCounter{err: errors.New("down")}, Limit: 1, Window: time.Minute,
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+		Tenant: func(*fiber.Ctx) (string, bool) { return id, true },
+	}), nil)
+	get(t, app, "")
+	lines := logs.lines()
+	if len(lines) != 1 || len(lines[0]) > 1024 {
+		t.Fatalf("got %d lines, the first %d bytes long; want one line under 1 KiB", len(lines), len(lines[0]))
+	}
+	if !strings.Contains(lines[0], "(1048576 bytes)") || !strings.Contains(lines[0], tenantKey(id)) {
+		t.Errorf("line does not give the ID's length and digest key: %s", lines[0])
+	}
+}
+
+// 429 and 503 bodies say what happened and nothing of the store, the key,
+// the tenant or the error.
+func TestRefusalsLeakNothing(t *testing.T) {
+	const tenant = "tenant-7f3a"
+	secret := errors.New("dial tcp 10.0.0.7:6379: i/o timeout")
+	n := int64(2)
+	for _, tt := range []struct {
+		name    string
+		counter Counter
+		cfg     Config
+		status  int
+	}{
+		{"over budget", &fakeCounter{result: &n}, Config{}, http.StatusTooManyRequests},
+		{"store down, fail closed", &fakeCounter{err: secret}, Config{FailClosed: true}, http.StatusServiceUnavailable},
+		{"store down, over the fallback's budget", &fakeCounter{err: secret}, Config{Fallback: &fakeCounter{result: &n}}, http.StatusTooManyRequests},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := tt.cfg
+			cfg.Counter, cfg.Limit, cfg.Window = tt.counter, 1, time.Minute
+			cfg.Logger = slog.New(slog.DiscardHandler)
+			resp := get(t, newApp(RateLimitShared(cfg), nil), tenant)
+			if resp.StatusCode != tt.status {
+				t.Fatalf("status = %d, want %d", resp.StatusCode, tt.status)
+			}
+			b := body(t, resp)
+			for _, leak := range []string{tenant, "rl:", "10.0.0.7", "6379", "timeout", "dial"} {
+				if strings.Contains(b, leak) {
+					t.Errorf("body %q leaks %q", b, leak)
+				}
+			}
+			for k, v := range resp.Header {
+				if strings.Contains(strings.Join(v, " "), tenant) || strings.Contains(strings.Join(v, " "), "6379") {
+					t.Errorf("header %s: %q leaks", k, v)
+				}
+			}
 		})
 	}
 }
@@ -587,4 +763,102 @@ func TestCeilDiv(t *testing.T) {
 			t.Errorf("ceilDiv(%v, 1s) = %d, want %d", tt.d, got, tt.want)
 		}
 	}
+}
+
+// scripted answers every Incr with the same count and time left.
+type scripted struct {
+	mu    sync.Mutex
+	n     int64
+	ttl   time.Duration
+	err   error
+	keys  []string
+	calls int
+}
+
+func (s *scripted) Incr(ctx context.Context, key string, window time.Duration) (int64, error) {
+	n, _, err := s.IncrTTL(ctx, key, window)
+	return n, err
+}
+
+func (s *scripted) IncrTTL(_ context.Context, key string, _ time.Duration) (int64, time.Duration, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.keys = append(s.keys, key)
+	s.calls++
+	return s.n, s.ttl, s.err
+}
+
+// FuzzHeaders drives the handler with any tenant ID, count, time left,
+// limit and window, and checks every header it writes.
+func FuzzHeaders(f *testing.F) {
+	f.Add("acme", int64(1), int64(30_000), uint32(10), int64(60_000))
+	f.Add("acme", int64(11), int64(1), uint32(10), int64(1))
+	f.Add("", int64(0), int64(0), uint32(1), int64(1000))
+	f.Add("a\r\nX: y", int64(-5), int64(-1), uint32(1<<31), int64(86_400_000))
+	f.Add("{x}", int64(1<<62), int64(1<<40), uint32(3), int64(1500))
+	f.Fuzz(func(t *testing.T, id string, count, ttlMs int64, limit32 uint32, windowMs int64) {
+		limit := int(limit32%(1<<31)) + 1
+		window := time.Duration(windowMs%int64(24*time.Hour/time.Millisecond)) * time.Millisecond
+		if window <= 0 {
+			window = -window + time.Millisecond
+		}
+		ttl := time.Duration(ttlMs%(1<<40)) * time.Millisecond
+		sc := &scripted{n: count, ttl: ttl}
+		app := fiber.New()
+		app.Use(RateLimitShared(Config{
+			Counter: sc, Limit: limit, Window: window,
+			Tenant: func(*fiber.Ctx) (string, bool) { return id, true },
+			Logger: slog.New(slog.DiscardHandler),
+		}))
+		app.Get("/", func(c *fiber.Ctx) error { return nil })
+		var ctx fasthttp.RequestCtx
+		ctx.Request.SetRequestURI("/")
+		app.Handler()(&ctx)
+
+		h := &ctx.Response.Header
+		get := func(name string) string { return string(h.Peek(name)) }
+		for k, v := range h.All() {
+			if strings.ContainsAny(string(v), "\r\n\x00") || strings.ContainsAny(string(k), "\r\n\x00:") {
+				t.Fatalf("header %q: %q carries a control byte", k, v)
+			}
+		}
+		if got := sc.keys[0]; got != tenantKey(id) {
+			t.Fatalf("key = %q, want %q", got, tenantKey(id))
+		}
+		if got, want := get("X-RateLimit-Limit"), strconv.Itoa(limit); got != want {
+			t.Fatalf("X-RateLimit-Limit = %q, want %q", got, want)
+		}
+		if got, want := get("RateLimit-Policy"), fmt.Sprintf(`"default";q=%d;w=%d`, limit, ceilDiv(window, time.Second)); got != want {
+			t.Fatalf("RateLimit-Policy = %q, want %q", got, want)
+		}
+		status := ctx.Response.StatusCode()
+		if count <= 0 { // a counter that did not count: fail open
+			if status != http.StatusOK || get("X-RateLimit-Remaining") != "" || get("RateLimit") != "" {
+				t.Fatalf("count %d: status %d, remaining %q, RateLimit %q; want 200 and neither header",
+					count, status, get("X-RateLimit-Remaining"), get("RateLimit"))
+			}
+			return
+		}
+		remaining := max(int64(limit)-count, 0)
+		reset := ceilDiv(ttl, time.Second)
+		if ttl < 0 {
+			reset = ceilDiv(window, time.Second)
+		}
+		if got, want := get("X-RateLimit-Remaining"), strconv.FormatInt(remaining, 10); got != want {
+			t.Fatalf("X-RateLimit-Remaining = %q, want %q", got, want)
+		}
+		if got, want := get("X-RateLimit-Reset"), strconv.FormatInt(reset, 10); got != want {
+			t.Fatalf("X-RateLimit-Reset = %q, want %q", got, want)
+		}
+		if got, want := get("RateLimit"), fmt.Sprintf(`"default";r=%d;t=%d`, remaining, reset); got != want {
+			t.Fatalf("RateLimit = %q, want %q", got, want)
+		}
+		over := count > int64(limit)
+		if over != (status == http.StatusTooManyRequests) || over != (get("Retry-After") != "") {
+			t.Fatalf("count %d of %d: status %d, Retry-After %q", count, limit, status, get("Retry-After"))
+		}
+		if over && get("Retry-After") != strconv.FormatInt(reset, 10) {
+			t.Fatalf("Retry-After = %q, want %d", get("Retry-After"), reset)
+		}
+	})
 }

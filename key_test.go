@@ -1,0 +1,134 @@
+package ratelimit
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestTenantKey(t *testing.T) {
+	long := strings.Repeat("a", maxTenantKey+1)
+	tests := []struct {
+		name, id, want string
+	}{
+		{"plain", "acme", "rl:acme"},
+		{"no tenant", "", "rl:unknown"},
+		{"tenant named unknown", "unknown", "rl:%75nknown"},
+		{"prefix of unknown", "unknow", "rl:unknow"},
+		{"unknown with more", "unknown2", "rl:unknown2"},
+		{"braces", "{acme}", "rl:%7Bacme%7D"},
+		{"lone brace", "a{b", "rl:a%7Bb"},
+		{"percent", "a%7Bb", "rl:a%257Bb"},
+		{"hash", "#abc", "rl:%23abc"},
+		{"space and newline", "a b\nc", "rl:a%20b%0Ac"},
+		{"quote and equals", `a"b=c`, `rl:a"b=c`},
+		{"colon and slash", "org:1/team", "rl:org:1/team"},
+		{"NUL and DEL", "a\x00\x7f", "rl:a%00%7F"},
+		{"UTF-8", "café", "rl:caf%C3%A9"},
+		{"invalid UTF-8", "\xff", "rl:%FF"},
+		{"128 bytes kept", long[:maxTenantKey], "rl:" + long[:maxTenantKey]},
+		{"129 bytes digested", long, "rl:#" + sha256Hex(long)},
+		{"short but long once encoded", strings.Repeat("\n", 43), "rl:#" + sha256Hex(strings.Repeat("\n", 43))},
+		{"42 newlines fit", strings.Repeat("\n", 42), "rl:" + strings.Repeat("%0A", 42)},
+		{"1 MB", strings.Repeat("x", 1<<20), "rl:#" + sha256Hex(strings.Repeat("x", 1<<20))},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tenantKey(tt.id); got != tt.want {
+				t.Errorf("tenantKey(%.40q) = %q, want %q", tt.id, got, tt.want)
+			}
+		})
+	}
+}
+
+// IDs that an encoding or a truncation could easily confuse must keep keys
+// of their own.
+func TestTenantKeysDoNotCollide(t *testing.T) {
+	long := strings.Repeat("z", 200)
+	ids := []string{
+		"", "unknown", "%75nknown", "Unknown", "unknown ",
+		"a{b", "a%7Bb", "a%7bb", "a%257Bb",
+		"#" + sha256Hex(long), long, long + "z", long[:maxTenantKey], long[:maxTenantKey+1],
+		"a\x00", "a", "a%00", "é", "%C3%A9",
+	}
+	seen := map[string]string{}
+	for _, id := range ids {
+		k := tenantKey(id)
+		if prev, ok := seen[k]; ok {
+			t.Errorf("tenants %q and %q share key %q", prev, id, k)
+		}
+		seen[k] = id
+	}
+}
+
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// decodeTenantKey inverts tenantKey for keys that are not digests; it is the
+// test's proof that the encoding is one to one.
+func decodeTenantKey(key string) (id string, digest bool, err error) {
+	s, ok := strings.CutPrefix(key, "rl:")
+	if !ok {
+		return "", false, strconv.ErrSyntax
+	}
+	if key == unknownKey {
+		return "", false, nil
+	}
+	if strings.HasPrefix(s, "#") {
+		return "", true, nil
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			b.WriteByte(s[i])
+			continue
+		}
+		if i+2 >= len(s) {
+			return "", false, strconv.ErrSyntax
+		}
+		v, err := strconv.ParseUint(s[i+1:i+3], 16, 8)
+		if err != nil {
+			return "", false, err
+		}
+		b.WriteByte(byte(v))
+		i += 2
+	}
+	return b.String(), false, nil
+}
+
+func FuzzTenantKey(f *testing.F) {
+	for _, s := range []string{"acme", "", "unknown", "{a}b", "a%b", "#x", "a\nb", "é", strings.Repeat("a", 129)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		key := tenantKey(id)
+		if len(key) > len("rl:")+maxTenantKey {
+			t.Fatalf("tenantKey(%q) = %d bytes, more than %d", id, len(key), len("rl:")+maxTenantKey)
+		}
+		for i := 0; i < len(key); i++ {
+			if c := key[i]; c < 0x21 || c > 0x7e || c == '{' || c == '}' {
+				t.Fatalf("tenantKey(%q) = %q holds byte %#x", id, key, c)
+			}
+		}
+		got, digest, err := decodeTenantKey(key)
+		switch {
+		case err != nil:
+			t.Fatalf("tenantKey(%q) = %q does not decode: %v", id, key, err)
+		case digest:
+			if key != "rl:#"+sha256Hex(id) {
+				t.Fatalf("tenantKey(%q) = %q, not the ID's digest", id, key)
+			}
+			if len(id) <= maxTenantKey/3 {
+				t.Fatalf("tenantKey(%q) digested an ID short enough to encode", id)
+			}
+		case got != id:
+			t.Fatalf("tenantKey(%q) = %q decodes to %q", id, key, got)
+		case id != "" && key == unknownKey:
+			t.Fatalf("tenant %q shares the anonymous bucket", id)
+		}
+	})
+}
