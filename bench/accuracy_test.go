@@ -1,0 +1,66 @@
+package bench
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/valyala/fasthttp"
+)
+
+// TestAccuracy fires 600 requests for one tenant at once at three replicas,
+// each with its own Redis client and Fiber app, under a limit of 100 per
+// minute. Only ours is asserted; the peers' counts are reported.
+func TestAccuracy(t *testing.T) {
+	const (
+		replicas = 3
+		requests = 600
+		limit    = 100
+	)
+	admin := redisClient(t)
+	contenders := []handlerContender{ours, fiberLimiter, ululeRedis, redisRate}
+
+	t.Logf("%d requests at once for one tenant over %d replicas, limit %d per minute:", requests, replicas, limit)
+	t.Logf("| %-14s | %7s | %7s | %5s |", "limiter", "allowed", "refused", "other")
+	t.Logf("|%s|%s|%s|%s|", "----------------", "---------", "---------", "-------")
+	for _, c := range contenders {
+		if err := admin.FlushDB(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		handlers := make([]fasthttp.RequestHandler, replicas)
+		for i := range handlers {
+			handlers[i] = newApp(c.new(t, redisClient(t), limit)).Handler()
+		}
+
+		var ok, refused, other atomic.Int64
+		var wg sync.WaitGroup
+		release := make(chan struct{})
+		for i := range requests {
+			ctx := new(fasthttp.RequestCtx)
+			ctx.Request.SetRequestURI("/")
+			ctx.Request.Header.Set("X-Tenant", "acme")
+			h := handlers[i%replicas]
+			wg.Go(func() {
+				<-release
+				h(ctx)
+				switch ctx.Response.StatusCode() {
+				case fiber.StatusOK:
+					ok.Add(1)
+				case fiber.StatusTooManyRequests:
+					refused.Add(1)
+				default:
+					other.Add(1)
+				}
+			})
+		}
+		close(release)
+		wg.Wait()
+
+		t.Logf("| %-14s | %7d | %7d | %5d |", c.name, ok.Load(), refused.Load(), other.Load())
+		if c.name == ours.name && (ok.Load() != limit || other.Load() != 0) {
+			t.Errorf("ratelimit let %d through (and %d failed), want exactly %d", ok.Load(), other.Load(), limit)
+		}
+	}
+}

@@ -1,0 +1,264 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gatewaykit/ratelimit"
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/gofiber/fiber/v2"
+	fiberlimiter "github.com/gofiber/fiber/v2/middleware/limiter"
+	fiberredis "github.com/gofiber/storage/redis/v3"
+	"github.com/redis/go-redis/v9"
+	"github.com/sethvargo/go-limiter/memorystore"
+	ulule "github.com/ulule/limiter/v3"
+	ululememory "github.com/ulule/limiter/v3/drivers/store/memory"
+	ululeredis "github.com/ulule/limiter/v3/drivers/store/redis"
+	"golang.org/x/time/rate"
+)
+
+const (
+	window = time.Minute
+	// bigLimit is a budget no benchmark spends, so every contender takes
+	// its allowed path.
+	bigLimit = 1 << 30
+	// redisCallers is how many goroutines call Redis at once, as on a busy
+	// gateway replica.
+	redisCallers = 64
+)
+
+var errDenied = errors.New("request denied: the budget should never run out in a benchmark")
+
+// redisClient connects to BENCH_REDIS_URL with a pool of redisCallers, or
+// skips tb when it is unset.
+func redisClient(tb testing.TB) *redis.Client {
+	url := os.Getenv("BENCH_REDIS_URL")
+	if url == "" {
+		tb.Skip("BENCH_REDIS_URL is unset: run bench/run.sh, or point it at a Redis you may FLUSHDB")
+	}
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		tb.Fatalf("BENCH_REDIS_URL: %v", err)
+	}
+	opt.PoolSize = redisCallers
+	rdb := redis.NewClient(opt)
+	tb.Cleanup(func() { rdb.Close() })
+	// Dial the whole pool now, so that no timed op pays for a connection.
+	errs := make(chan error, redisCallers)
+	for range redisCallers {
+		go func() { errs <- rdb.Ping(context.Background()).Err() }()
+	}
+	for range redisCallers {
+		if err := <-errs; err != nil {
+			tb.Fatalf("ping %s: %v", url, err)
+		}
+	}
+	return rdb
+}
+
+// redisParallelism makes b.RunParallel run redisCallers goroutines.
+func redisParallelism(b *testing.B) {
+	b.SetParallelism(max(1, redisCallers/runtime.GOMAXPROCS(0)))
+}
+
+// tenantHeader is ours' Tenant: every contender keys by X-Tenant.
+func tenantHeader(c *fiber.Ctx) (string, bool) {
+	id := c.Get("X-Tenant")
+	return id, id != ""
+}
+
+// peerKey is the key the peers count under, the same "rl:<tenant>" as
+// ours. The concatenation copies the header out of fasthttp's reused
+// buffer, as ours does, so that a store may keep the key.
+func peerKey(c *fiber.Ctx) string { return "rl:" + c.Get("X-Tenant") }
+
+// A handlerContender builds a middleware allowing limit requests per window
+// and tenant; rdb is nil for memory contenders. A nil handler is the bare app.
+type handlerContender struct {
+	name string
+	new  func(tb testing.TB, rdb *redis.Client, limit int) fiber.Handler
+}
+
+var (
+	bare = handlerContender{"bare", func(testing.TB, *redis.Client, int) fiber.Handler { return nil }}
+
+	ours = handlerContender{"ratelimit", func(tb testing.TB, rdb *redis.Client, limit int) fiber.Handler {
+		return ratelimit.RateLimitShared(ratelimit.Config{Counter: counterFor(tb, rdb), Limit: limit, Window: window, Tenant: tenantHeader})
+	}}
+
+	oursNoHeaders = handlerContender{"ratelimit-noheaders", func(tb testing.TB, rdb *redis.Client, limit int) fiber.Handler {
+		return ratelimit.RateLimitShared(ratelimit.Config{
+			Counter: counterFor(tb, rdb), Limit: limit, Window: window, Tenant: tenantHeader,
+			DisableLegacyHeaders: true, DisableDraftHeaders: true,
+		})
+	}}
+
+	fiberLimiter = handlerContender{"fiber-limiter", func(tb testing.TB, rdb *redis.Client, limit int) fiber.Handler {
+		cfg := fiberlimiter.Config{Max: limit, Expiration: window, KeyGenerator: peerKey}
+		if rdb != nil {
+			cfg.Storage = fiberredis.NewFromConnection(rdb)
+		}
+		return fiberlimiter.New(cfg)
+	}}
+
+	ululeMemory = handlerContender{"ulule-memory", func(tb testing.TB, _ *redis.Client, limit int) fiber.Handler {
+		return ululeMiddleware(ulule.New(ululememory.NewStore(), ulule.Rate{Period: window, Limit: int64(limit)}))
+	}}
+
+	ululeRedis = handlerContender{"ulule-redis", func(tb testing.TB, rdb *redis.Client, limit int) fiber.Handler {
+		return ululeMiddleware(newUluleRedis(tb, rdb, limit))
+	}}
+
+	sethvargo = handlerContender{"sethvargo-memorystore", func(tb testing.TB, _ *redis.Client, limit int) fiber.Handler {
+		store := newSethvargo(tb, limit)
+		// As sethvargo's own httplimit middleware does it, headers included.
+		return func(c *fiber.Ctx) error {
+			limit, remaining, reset, ok, err := store.Take(c.UserContext(), peerKey(c))
+			if err != nil {
+				return fiber.ErrInternalServerError
+			}
+			resetTime := time.Unix(0, int64(reset)).UTC().Format(time.RFC1123)
+			c.Set("X-RateLimit-Limit", strconv.FormatUint(limit, 10))
+			c.Set("X-RateLimit-Remaining", strconv.FormatUint(remaining, 10))
+			c.Set("X-RateLimit-Reset", resetTime)
+			if !ok {
+				c.Set("Retry-After", resetTime)
+				return fiber.ErrTooManyRequests
+			}
+			return c.Next()
+		}
+	}}
+
+	xTimeRate = handlerContender{"x-time-rate", func(tb testing.TB, _ *redis.Client, limit int) fiber.Handler {
+		m := newRateMap(limit)
+		return func(c *fiber.Ctx) error {
+			if !m.allow(peerKey(c)) {
+				return fiber.ErrTooManyRequests
+			}
+			return c.Next()
+		}
+	}}
+
+	redisRate = handlerContender{"redis-rate", func(tb testing.TB, rdb *redis.Client, limit int) fiber.Handler {
+		l, lim := redis_rate.NewLimiter(rdb), redisRateLimit(limit)
+		return func(c *fiber.Ctx) error {
+			res, err := l.Allow(c.UserContext(), peerKey(c), lim)
+			if err != nil {
+				return fiber.ErrInternalServerError
+			}
+			c.Set("X-RateLimit-Limit", strconv.Itoa(limit))
+			c.Set("X-RateLimit-Remaining", strconv.Itoa(res.Remaining))
+			if res.Allowed == 0 {
+				return fiber.ErrTooManyRequests
+			}
+			return c.Next()
+		}
+	}}
+
+	rawMultiExec = handlerContender{"raw-multi-exec", func(tb testing.TB, rdb *redis.Client, limit int) fiber.Handler {
+		return func(c *fiber.Ctx) error {
+			n, err := rawIncr(c.UserContext(), rdb, peerKey(c))
+			if err != nil {
+				return fiber.ErrInternalServerError
+			}
+			if n > int64(limit) {
+				return fiber.ErrTooManyRequests
+			}
+			return c.Next()
+		}
+	}}
+)
+
+func counterFor(tb testing.TB, rdb *redis.Client) ratelimit.Counter {
+	if rdb != nil {
+		return ratelimit.NewRedisCounter(rdb)
+	}
+	m := ratelimit.NewMemoryCounter()
+	tb.Cleanup(func() { m.Close() })
+	return m
+}
+
+// ululeMiddleware is what ulule's fasthttp middleware does (it has none
+// for Fiber), headers included.
+func ululeMiddleware(l *ulule.Limiter) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		lc, err := l.Get(c.UserContext(), peerKey(c))
+		if err != nil {
+			return fiber.ErrInternalServerError
+		}
+		c.Set("X-RateLimit-Limit", strconv.FormatInt(lc.Limit, 10))
+		c.Set("X-RateLimit-Remaining", strconv.FormatInt(lc.Remaining, 10))
+		c.Set("X-RateLimit-Reset", strconv.FormatInt(lc.Reset, 10))
+		if lc.Reached {
+			return fiber.ErrTooManyRequests
+		}
+		return c.Next()
+	}
+}
+
+func newUluleRedis(tb testing.TB, rdb *redis.Client, limit int) *ulule.Limiter {
+	store, err := ululeredis.NewStore(rdb)
+	if err != nil {
+		tb.Fatalf("ulule redis store: %v", err)
+	}
+	return ulule.New(store, ulule.Rate{Period: window, Limit: int64(limit)})
+}
+
+func newSethvargo(tb testing.TB, limit int) interface {
+	Take(ctx context.Context, key string) (uint64, uint64, uint64, bool, error)
+} {
+	store, err := memorystore.New(&memorystore.Config{Tokens: uint64(limit), Interval: window})
+	if err != nil {
+		tb.Fatalf("sethvargo memorystore: %v", err)
+	}
+	tb.Cleanup(func() { store.Close(context.Background()) })
+	return store
+}
+
+// redis_rate is GCRA: a burst of limit, refilled over the window.
+func redisRateLimit(limit int) redis_rate.Limit {
+	return redis_rate.Limit{Rate: limit, Burst: limit, Period: window}
+}
+
+// rateMap is x/time/rate as an operator usually wires it per key: one
+// map behind one plain mutex, a token bucket per key (burst limit, refilled
+// over the window), idle keys never dropped.
+type rateMap struct {
+	mu    sync.Mutex
+	m     map[string]*rate.Limiter
+	every rate.Limit
+	burst int
+}
+
+func newRateMap(limit int) *rateMap {
+	return &rateMap{m: make(map[string]*rate.Limiter), every: rate.Limit(float64(limit) / window.Seconds()), burst: limit}
+}
+
+func (r *rateMap) allow(key string) bool {
+	r.mu.Lock()
+	l := r.m[key]
+	if l == nil {
+		l = rate.NewLimiter(r.every, r.burst)
+		r.m[key] = l
+	}
+	r.mu.Unlock()
+	return l.Allow()
+}
+
+// rawIncr is the floor for one round trip per request: INCR and
+// PEXPIRE NX in one MULTI/EXEC.
+func rawIncr(ctx context.Context, rdb *redis.Client, key string) (int64, error) {
+	pipe := rdb.TxPipeline()
+	incr := pipe.Incr(ctx, key)
+	pipe.Do(ctx, "pexpire", key, window.Milliseconds(), "nx")
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, err
+	}
+	return incr.Val(), nil
+}

@@ -1,0 +1,168 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/gatewaykit/ratelimit"
+	"github.com/go-redis/redis_rate/v10"
+	fiberredis "github.com/gofiber/storage/redis/v3"
+	"github.com/redis/go-redis/v9"
+	ulule "github.com/ulule/limiter/v3"
+	ululememory "github.com/ulule/limiter/v3/drivers/store/memory"
+)
+
+// A counterContender makes one decision for key, and fails when it denies.
+type counterContender struct {
+	name string
+	new  func(tb testing.TB, rdb *redis.Client) func(ctx context.Context, key string) error
+}
+
+var memoryCounters = []counterContender{
+	{"ratelimit", func(tb testing.TB, _ *redis.Client) func(context.Context, string) error {
+		m := ratelimit.NewMemoryCounter()
+		tb.Cleanup(func() { m.Close() })
+		return func(ctx context.Context, key string) error {
+			_, err := m.Incr(ctx, key, window)
+			return err
+		}
+	}},
+	{"sethvargo-memorystore", func(tb testing.TB, _ *redis.Client) func(context.Context, string) error {
+		s := newSethvargo(tb, bigLimit)
+		return func(ctx context.Context, key string) error {
+			_, _, _, ok, err := s.Take(ctx, key)
+			return allowed(ok, err)
+		}
+	}},
+	{"x-time-rate", func(testing.TB, *redis.Client) func(context.Context, string) error {
+		m := newRateMap(bigLimit)
+		return func(_ context.Context, key string) error { return allowed(m.allow(key), nil) }
+	}},
+	{"ulule-memory", func(testing.TB, *redis.Client) func(context.Context, string) error {
+		l := ulule.New(ululememory.NewStore(), ulule.Rate{Period: window, Limit: bigLimit})
+		return func(ctx context.Context, key string) error {
+			lc, err := l.Get(ctx, key)
+			return allowed(!lc.Reached, err)
+		}
+	}},
+}
+
+var redisCounters = []counterContender{
+	{"ratelimit", func(_ testing.TB, rdb *redis.Client) func(context.Context, string) error {
+		c := ratelimit.NewRedisCounter(rdb)
+		return func(ctx context.Context, key string) error {
+			_, err := c.Incr(ctx, key, window)
+			return err
+		}
+	}},
+	{"raw-multi-exec", func(_ testing.TB, rdb *redis.Client) func(context.Context, string) error {
+		return func(ctx context.Context, key string) error {
+			_, err := rawIncr(ctx, rdb, key)
+			return err
+		}
+	}},
+	{"redis-rate", func(_ testing.TB, rdb *redis.Client) func(context.Context, string) error {
+		l, lim := redis_rate.NewLimiter(rdb), redisRateLimit(bigLimit)
+		return func(ctx context.Context, key string) error {
+			res, err := l.Allow(ctx, key, lim)
+			return allowed(err == nil && res.Allowed > 0, err)
+		}
+	}},
+	{"ulule-redis", func(tb testing.TB, rdb *redis.Client) func(context.Context, string) error {
+		l := newUluleRedis(tb, rdb, bigLimit)
+		return func(ctx context.Context, key string) error {
+			lc, err := l.Get(ctx, key)
+			return allowed(!lc.Reached, err)
+		}
+	}},
+	{"gofiber-storage-get-set", func(_ testing.TB, rdb *redis.Client) func(context.Context, string) error {
+		s := &fiberStorageCounter{s: fiberredis.NewFromConnection(rdb)}
+		return func(ctx context.Context, key string) error {
+			_, err := s.incr(ctx, key)
+			return err
+		}
+	}},
+}
+
+func allowed(ok bool, err error) error {
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errDenied
+	}
+	return nil
+}
+
+// fiberStorageCounter is what Fiber's limiter does with a Storage: one
+// process-wide mutex held across a GET and a SET. Fiber stores a msgp
+// record; a decimal count costs the same round trips.
+type fiberStorageCounter struct {
+	mu sync.Mutex
+	s  *fiberredis.Storage
+}
+
+func (f *fiberStorageCounter) incr(ctx context.Context, key string) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	raw, err := f.s.GetWithContext(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	n, _ := strconv.ParseInt(string(raw), 10, 64) // a missing key reads as 0
+	n++
+	return n, f.s.SetWithContext(ctx, key, strconv.AppendInt(nil, n, 10), window)
+}
+
+// BenchmarkCounter is one allowed decision per op on a bare counter, no
+// HTTP. Redis contenders run redisCallers goroutines on one client.
+func BenchmarkCounter(b *testing.B) {
+	for _, backend := range []string{"memory", "redis"} {
+		contenders := memoryCounters
+		if backend == "redis" {
+			contenders = redisCounters
+		}
+		for _, n := range []int{1, 10000} {
+			keys := make([]string, n)
+			for i := range keys {
+				keys[i] = "rl:tenant" + strconv.Itoa(i)
+			}
+			for _, c := range contenders {
+				b.Run(fmt.Sprintf("%s/keys=%d/%s", backend, n, c.name), func(b *testing.B) {
+					var rdb *redis.Client
+					if backend == "redis" {
+						rdb = redisClient(b)
+						if err := rdb.FlushDB(b.Context()).Err(); err != nil {
+							b.Fatal(err)
+						}
+						redisParallelism(b)
+					}
+					decide := c.new(b, rdb)
+					ctx := context.Background()
+					for _, key := range keys { // live windows, as in handler_test.go
+						if err := decide(ctx, key); err != nil {
+							b.Fatal(err)
+						}
+					}
+					var start atomic.Int64
+					b.ReportAllocs()
+					b.ResetTimer()
+					b.RunParallel(func(pb *testing.PB) {
+						i := int(start.Add(7919))
+						for pb.Next() {
+							if err := decide(ctx, keys[i%len(keys)]); err != nil {
+								b.Error(err)
+								return
+							}
+							i++
+						}
+					})
+				})
+			}
+		}
+	}
+}

@@ -1,0 +1,34 @@
+module github.com/gatewaykit/ratelimit/bench
+
+go 1.26.0
+
+replace github.com/gatewaykit/ratelimit => ../
+
+require (
+	github.com/gatewaykit/ratelimit v0.0.0-00010101000000-000000000000
+	github.com/go-redis/redis_rate/v10 v10.0.1
+	github.com/gofiber/fiber/v2 v2.52.15
+	github.com/gofiber/storage/redis/v3 v3.4.3
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/sethvargo/go-limiter v0.7.1
+	github.com/ulule/limiter/v3 v3.11.2
+	github.com/valyala/fasthttp v1.78.0
+	golang.org/x/time v0.16.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/klauspost/compress v1.20.4 // indirect
+	github.com/mattn/go-colorable v0.1.13 // indirect
+	github.com/mattn/go-isatty v0.0.20 // indirect
+	github.com/mattn/go-runewidth v0.0.16 // indirect
+	github.com/molecule-man/go-brrr v1.3.1 // indirect
+	github.com/philhofer/fwd v1.1.3-0.20240916144458-20a13a1f6b7c // indirect
+	github.com/pkg/errors v0.9.1 // indirect
+	github.com/rivo/uniseg v0.2.0 // indirect
+	github.com/tinylib/msgp v1.2.5 // indirect
+	github.com/valyala/bytebufferpool v1.0.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+)
