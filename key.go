@@ -21,7 +21,7 @@ import (
 //     encoding never produces otherwise), so it does not share rl:unknown,
 //     the bucket of requests without a tenant.
 //
-// An ID of safe bytes, as most are, costs one scan and one allocation.
+// An ID of safe bytes, as most are, costs one scan and a copy.
 
 // maxTenantKey is the longest encoded tenant ID kept as is.
 const maxTenantKey = 128
@@ -40,9 +40,19 @@ var safeKeyByte = func() (t [256]bool) {
 	return t
 }()
 
+// maxKeyLen bounds every key tenantKey builds.
+const maxKeyLen = len("rl:") + maxTenantKey
+
 func tenantKey(id string) string {
+	var buf [maxKeyLen]byte
+	return string(appendTenantKey(buf[:0], id))
+}
+
+// appendTenantKey appends id's key to dst: at most maxKeyLen bytes, so a
+// caller can build it in a stack buffer.
+func appendTenantKey(dst []byte, id string) []byte {
 	if id == "" {
-		return unknownKey
+		return append(dst, unknownKey...)
 	}
 	n := len(id)
 	for i := 0; i < len(id); i++ {
@@ -50,27 +60,23 @@ func tenantKey(id string) string {
 			n += 2
 		}
 	}
+	dst = append(dst, "rl:"...)
 	switch {
 	case n > maxTenantKey:
 		sum := sha256.Sum256([]byte(id))
-		b := make([]byte, 0, len("rl:#")+2*len(sum))
-		b = append(b, "rl:#"...)
-		return string(hex.AppendEncode(b, sum[:]))
+		dst = append(dst, '#')
+		return hex.AppendEncode(dst, sum[:])
 	case n == len(id) && id != "unknown":
-		// Concatenation copies id, which may point into Fiber's request
-		// buffers, before a counter or a log line keeps the key.
-		return "rl:" + id
+		return append(dst, id...)
 	}
 	const hexDigits = "0123456789ABCDEF"
-	b := make([]byte, 0, len("rl:")+n+2)
-	b = append(b, "rl:"...)
 	for i := 0; i < len(id); i++ {
 		c := id[i]
 		if safeKeyByte[c] && !(i == 0 && id == "unknown") {
-			b = append(b, c)
+			dst = append(dst, c)
 			continue
 		}
-		b = append(b, '%', hexDigits[c>>4], hexDigits[c&0xf])
+		dst = append(dst, '%', hexDigits[c>>4], hexDigits[c&0xf])
 	}
-	return string(b)
+	return dst
 }

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // memShards is the number of independently locked parts of a MemoryCounter.
@@ -94,14 +94,23 @@ func (m *MemoryCounter) IncrTTL(_ context.Context, key string, window time.Durat
 	if window <= 0 {
 		return 0, 0, fmt.Errorf("increment rate limit key %s: window %v is not positive", key, window)
 	}
+	// A read-only view of key's bytes: incr never writes to it and copies
+	// it before a map keeps it.
+	return m.incr(unsafe.Slice(unsafe.StringData(key), len(key)), int64(window))
+}
+
+// incr is IncrTTL for a key held in a byte slice, which the limiter builds
+// on its stack: looking up string(key) in a map does not allocate, so a live
+// window costs no allocation.
+func (m *MemoryCounter) incr(key []byte, window int64) (int64, time.Duration, error) {
 	if m.closed.Load() {
 		return 0, 0, ErrClosed
 	}
 	now := m.clock()
-	s := &m.shards[maphash.String(memSeed, key)&(memShards-1)]
+	s := &m.shards[maphash.Bytes(memSeed, key)&(memShards-1)]
 
 	s.mu.RLock()
-	w := s.cur[key]
+	w := s.cur[string(key)]
 	s.mu.RUnlock()
 	// A window is only ever replaced once it has ended, so adding to one
 	// that is live at now is counted in the right window even if it is
@@ -109,13 +118,13 @@ func (m *MemoryCounter) IncrTTL(_ context.Context, key string, window time.Durat
 	if w != nil && now < w.end {
 		return w.count.Add(1), time.Duration(w.end - now), nil
 	}
-	return m.incrLocked(s, key, now, int64(window))
+	return m.incrLocked(s, key, now, window)
 }
 
 // incrLocked handles everything but a live window in the current
 // generation: a new key, an ended window, a key found in the previous
 // generation, and rotation.
-func (m *MemoryCounter) incrLocked(s *memShard, key string, now, window int64) (int64, time.Duration, error) {
+func (m *MemoryCounter) incrLocked(s *memShard, key []byte, now, window int64) (int64, time.Duration, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if m.closed.Load() {
@@ -138,9 +147,9 @@ func (m *MemoryCounter) incrLocked(s *memShard, key string, now, window int64) (
 		s.rotatedAt = now
 	}
 
-	w := s.cur[key]
+	w := s.cur[string(key)]
 	if w == nil {
-		if w = s.prev[key]; w != nil {
+		if w = s.prev[string(key)]; w != nil {
 			s.cur[w.key] = w
 		}
 	}
@@ -148,11 +157,13 @@ func (m *MemoryCounter) incrLocked(s *memShard, key string, now, window int64) (
 		return w.count.Add(1), time.Duration(w.end - now), nil
 	}
 
-	// Callers may hand us a key backed by a reused buffer (Fiber's request
-	// memory); the map keeps its own copy.
-	k := strings.Clone(key)
+	// The map keeps its own copy of the key: callers' bytes are reused
+	// (the limiter's buffer, Fiber's request memory).
+	var k string
 	if w != nil {
 		k = w.key
+	} else {
+		k = string(key)
 	}
 	end := now + window
 	if end < now {

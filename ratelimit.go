@@ -94,7 +94,9 @@ type Config struct {
 
 	// BreakerFailures is how many counter failures in a row open the circuit
 	// breaker. While it is open, requests are decided at once without the
-	// counter (by Fallback, or failing open or closed).
+	// counter (by Fallback, or failing open or closed). A MemoryCounter,
+	// which never waits and fails only once closed, is called directly,
+	// without breaker or timer.
 	//
 	// Optional. Default: 5
 	BreakerFailures int
@@ -163,8 +165,8 @@ func RateLimitShared(cfg Config) fiber.Handler {
 
 type limiter struct {
 	cfg           Config
-	ttl           TTLCounter // cfg.Counter, when it reports time left; else nil
-	local         bool       // cfg.Counter never blocks: no timer
+	ttl           TTLCounter     // cfg.Counter, when it reports time left; else nil
+	mem           *MemoryCounter // cfg.Counter, when it is one
 	limit         int64
 	fallbackLimit int64
 	breaker       *breaker
@@ -193,7 +195,7 @@ func newLimiter(cfg Config, now func() time.Time) *limiter {
 		policyValue:   appendPolicy(nil, int64(cfg.Limit), cfg.Window),
 	}
 	l.ttl, _ = cfg.Counter.(TTLCounter)
-	_, l.local = cfg.Counter.(*MemoryCounter)
+	l.mem, _ = cfg.Counter.(*MemoryCounter)
 	l.breaker = newBreaker(cfg.BreakerFailures, cfg.BreakerCooldown, now, l.failLog.write, cfg.Metrics)
 	l.failLog.last.Store(-int64(time.Second)) // the first failure is logged
 	return l
@@ -265,9 +267,24 @@ func (l *limiter) handle(c *fiber.Ctx) error {
 	if !ok {
 		id = ""
 	}
-	key := tenantKey(id)
-
-	count, ttl, err := l.ask(c.UserContext(), key)
+	// The key is built on the stack: a MemoryCounter looks it up without
+	// allocating, and any other counter gets a copy of its own.
+	var buf [maxKeyLen]byte
+	kb := appendTenantKey(buf[:0], id)
+	var (
+		key   string
+		count int64
+		ttl   time.Duration
+		err   error
+	)
+	if l.mem != nil {
+		// Nothing to time or break: it never waits, and fails only once
+		// closed.
+		count, ttl, err = l.mem.incr(kb, int64(l.cfg.Window))
+	} else {
+		key = string(kb)
+		count, ttl, err = l.ask(c.UserContext(), key)
+	}
 	if err == nil {
 		reset := l.resetSeconds(ttl)
 		l.setHeaders(c, max(l.limit-count, 0), reset)
@@ -280,6 +297,9 @@ func (l *limiter) handle(c *fiber.Ctx) error {
 	}
 
 	// The counter could not decide. Only the limit and the policy are known.
+	if key == "" {
+		key = string(kb)
+	}
 	l.setHeaders(c, -1, 0)
 	action := "fail open"
 	switch {

@@ -94,9 +94,6 @@ func (w *callWatch) fire() {
 
 // call counts key in the limiter's counter within the store's time budget.
 func (l *limiter) call(ctx context.Context, key string) (int64, time.Duration, error) {
-	if l.local {
-		return l.incr(ctx, key)
-	}
 	ctx, end := l.store.watch(ctx)
 	n, ttl, err := l.incr(ctx, key)
 	end(err == nil)
