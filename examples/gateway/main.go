@@ -4,7 +4,11 @@
 //	go run ./examples/gateway                                    # in-memory counter
 //	REDIS_URL=redis://localhost:6379/0 go run ./examples/gateway # shared counter in Redis
 //
-// ADDR sets the listen address (default :3000).
+// ADDR sets the listen address (default :3000). GET /metrics serves the
+// limiter's decisions and breaker state to Prometheus.
+//
+// The example is a Go module of its own (for Prometheus); the repository's
+// go.work lets the command above run from the repository's root.
 package main
 
 import (
@@ -23,6 +27,9 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/adaptor"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/gatewaykit/ratelimit"
@@ -61,15 +68,28 @@ func run() error {
 	}
 	defer store.Close()
 
-	app := fiber.New(fiber.Config{DisableStartupMessage: true})
-	app.Use(resolveTenant)
-	app.Use(ratelimit.RateLimitShared(ratelimit.Config{
+	metrics := &ratelimit.Metrics{}
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(newLimiterCollector(metrics))
+
+	cfg := ratelimit.Config{
 		Counter: counter,
 		Limit:   limit,
 		Window:  window,
-		// Health probes must not spend a tenant's budget or be refused.
-		Next: func(c *fiber.Ctx) bool { return c.Path() == "/healthz" },
-	}))
+		Metrics: metrics,
+		// Health probes and scrapes must not spend a tenant's budget or be
+		// refused.
+		Next: func(c *fiber.Ctx) bool { return c.Path() == "/healthz" || c.Path() == "/metrics" },
+	}
+	if _, shared := counter.(*ratelimit.RedisCounter); shared {
+		// While Redis is down, limit each replica on its own rather than
+		// not at all.
+		cfg.Fallback = ratelimit.NewMemoryCounter()
+	}
+
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	app.Use(resolveTenant)
+	app.Use(ratelimit.RateLimitShared(cfg))
 	app.Get("/", func(c *fiber.Ctx) error {
 		tenant, _ := c.Locals("tenant").(string)
 		if tenant == "" {
@@ -78,6 +98,7 @@ func run() error {
 		return c.SendString("served tenant " + tenant + "\n")
 	})
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendString("ok\n") })
+	app.Get("/metrics", adaptor.HTTPHandler(promhttp.HandlerFor(registry, promhttp.HandlerOpts{})))
 
 	// Listening before printing the instructions makes a busy port fail
 	// here, and lets ADDR=:0 print the port that was picked.
@@ -157,9 +178,10 @@ Try it: the first %d answers are 200, then 429 until the window ends.
   for i in $(seq 7); do curl -s -o /dev/null -w '%%{http_code}\n' -H 'X-API-Key: key-acme' %s/; done
 See the rate limit headers:
   curl -i -H 'X-API-Key: key-acme' %s/
-Health check (not limited):
+Health check and the limiter's metrics (neither limited):
   curl %s/healthz
+  curl %s/metrics
 
 Ctrl-C stops the gateway.
-`, listening, limit, window, backend, strings.Join(keys, ", "), limit, url, url, url)
+`, listening, limit, window, backend, strings.Join(keys, ", "), limit, url, url, url, url)
 }
