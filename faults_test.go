@@ -430,3 +430,42 @@ func TestRedisCounterReturnsAtTheDeadline(t *testing.T) {
 		})
 	}
 }
+
+// deadlineStore is a counter whose client enforces deadlines itself; it
+// records the deadline each call came with.
+type deadlineStore struct {
+	mu        sync.Mutex
+	deadlines []time.Duration // time left at the call; 0 for none
+}
+
+func (d *deadlineStore) enforcesDeadlines() bool { return true }
+
+func (d *deadlineStore) Incr(ctx context.Context, _ string, _ time.Duration) (int64, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var left time.Duration
+	if dl, ok := ctx.Deadline(); ok {
+		left = time.Until(dl)
+	}
+	d.deadlines = append(d.deadlines, left)
+	return 1, nil
+}
+
+// While the store answers, a client that enforces deadlines is called with
+// one, on the request's goroutine; a store not yet heard from is watched.
+func TestDeadlinesGoToAClientThatEnforcesThem(t *testing.T) {
+	const budget = 50 * time.Millisecond
+	store := &deadlineStore{}
+	send := limiterApp(newLimiter(Config{Counter: store, Limit: 100, Window: time.Minute, StoreTimeout: budget}, time.Now))
+	send()
+	send()
+	if len(store.deadlines) != 2 {
+		t.Fatalf("%d calls, want 2", len(store.deadlines))
+	}
+	if store.deadlines[0] != 0 {
+		t.Errorf("first call, before any answer, had a deadline %v away; want none (watched)", store.deadlines[0])
+	}
+	if d := store.deadlines[1]; d <= budget || d > directFactor*budget {
+		t.Errorf("second call, the store answering, had a deadline %v away; want within (%v, %v]", d, budget, directFactor*budget)
+	}
+}

@@ -50,9 +50,9 @@ var memEpoch = time.Now()
 type memShard struct {
 	mu        sync.RWMutex
 	cur, prev map[string]*memWindow
-	rotatedAt int64 // when cur was started, on the counter's clock
-	span      int64 // the longest window seen: the rotation period
-	_         [64]byte
+	rotatedAt int64    // when cur was started, on the counter's clock
+	span      int64    // the longest window seen: the rotation period
+	_         [72]byte // 128 bytes a shard: no two share a cache line
 }
 
 // memWindow is one key's current window. key and end never change once the

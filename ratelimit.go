@@ -167,6 +167,7 @@ type limiter struct {
 	cfg           Config
 	ttl           TTLCounter     // cfg.Counter, when it reports time left; else nil
 	mem           *MemoryCounter // cfg.Counter, when it is one
+	deadlines     bool           // cfg.Counter enforces context deadlines itself
 	limit         int64
 	fallbackLimit int64
 	breaker       *breaker
@@ -196,6 +197,9 @@ func newLimiter(cfg Config, now func() time.Time) *limiter {
 	}
 	l.ttl, _ = cfg.Counter.(TTLCounter)
 	l.mem, _ = cfg.Counter.(*MemoryCounter)
+	if d, ok := cfg.Counter.(deadlineCounter); ok {
+		l.deadlines = d.enforcesDeadlines()
+	}
 	l.breaker = newBreaker(cfg.BreakerFailures, cfg.BreakerCooldown, now, l.failLog.write, cfg.Metrics)
 	l.failLog.last.Store(-int64(time.Second)) // the first failure is logged
 	return l

@@ -39,15 +39,24 @@ import (
 // and a *redis.Ring: every command touches one key. It is safe for
 // concurrent use by multiple goroutines.
 //
-// A call returns when its context is done, whatever the client's options:
+// A call returns when its context is done, whatever the client's options.
 // go-redis applies a context to the socket only with ContextTimeoutEnabled,
 // and then only its deadline, so a server that stops answering would hold
-// the caller for the client's ReadTimeout (3 s by default). The call itself
-// goes on in the background until the client gives up on it; whether its
-// INCR counted is then unknown, and it may have.
+// the caller for the client's ReadTimeout (3 s by default). So unless the
+// client has ContextTimeoutEnabled and the context has a deadline, a call
+// with a context that can end runs on a goroutine of its own, and returns
+// when the context ends while the call goes on in the background until the
+// client gives up on it; whether its INCR counted is then unknown, and it
+// may have. With ContextTimeoutEnabled and a deadline, the call runs on the
+// caller's goroutine and returns at the deadline, not at an earlier
+// cancellation. Build the client with ContextTimeoutEnabled: calls then run
+// on the caller's goroutine whenever they can, which at saturation is about
+// a third more throughput.
 type RedisCounter struct {
 	rdb       redis.UniversalClient
 	useScript atomic.Bool
+	// ctxDeadlines: the client applies a context's deadline to its socket.
+	ctxDeadlines bool
 }
 
 // RedisOption configures a RedisCounter.
@@ -61,8 +70,9 @@ func WithScript() RedisOption {
 }
 
 var (
-	_ Counter    = (*RedisCounter)(nil)
-	_ TTLCounter = (*RedisCounter)(nil)
+	_ Counter         = (*RedisCounter)(nil)
+	_ TTLCounter      = (*RedisCounter)(nil)
+	_ deadlineCounter = (*RedisCounter)(nil)
 )
 
 // NewRedisCounter returns a counter that keeps its windows in rdb. The client
@@ -72,6 +82,14 @@ func NewRedisCounter(rdb redis.UniversalClient, opts ...RedisOption) *RedisCount
 		panic("ratelimit: NewRedisCounter: rdb is nil")
 	}
 	r := &RedisCounter{rdb: rdb}
+	switch c := rdb.(type) {
+	case *redis.Client:
+		r.ctxDeadlines = c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		r.ctxDeadlines = c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		r.ctxDeadlines = c.Options().ContextTimeoutEnabled
+	}
 	for i, opt := range opts {
 		if opt == nil {
 			panic(fmt.Sprintf("ratelimit: NewRedisCounter: option %d is nil", i))
@@ -80,6 +98,8 @@ func NewRedisCounter(rdb redis.UniversalClient, opts ...RedisOption) *RedisCount
 	}
 	return r
 }
+
+func (r *RedisCounter) enforcesDeadlines() bool { return r.ctxDeadlines }
 
 // Incr bumps the counter for key and returns the count after the increment.
 func (r *RedisCounter) Incr(ctx context.Context, key string, window time.Duration) (int64, error) {
@@ -94,7 +114,7 @@ func (r *RedisCounter) IncrTTL(ctx context.Context, key string, window time.Dura
 	if window <= 0 {
 		return 0, 0, fmt.Errorf("increment rate limit key %s: window %v is not positive", key, window)
 	}
-	if ctx.Done() == nil {
+	if _, deadline := ctx.Deadline(); ctx.Done() == nil || (r.ctxDeadlines && deadline) {
 		return r.incrTTL(ctx, key, window)
 	}
 	type result struct {

@@ -36,6 +36,15 @@ var redisClients = []struct {
 	client func(t *testing.T) redis.UniversalClient
 }{
 	{"single node", func(t *testing.T) redis.UniversalClient { return newRedisClient(t) }},
+	// Deadlines reach the socket: the limiter calls on the request's
+	// goroutine while the store answers.
+	{"single node with context timeouts", func(t *testing.T) redis.UniversalClient {
+		opt := redisOptions(t)
+		opt.ContextTimeoutEnabled = true
+		rdb := redis.NewClient(opt)
+		t.Cleanup(func() { rdb.Close() })
+		return rdb
+	}},
 	{"cluster", func(t *testing.T) redis.UniversalClient { return newClusterClient(t) }},
 	{"ring", func(t *testing.T) redis.UniversalClient { return newRingClient(t) }},
 }
@@ -107,23 +116,37 @@ func TestRedisReplicasShareOneBudget(t *testing.T) {
 // TestRedisReplicasAdmitExactlyTheLimit sends a burst of simultaneous
 // requests to three replicas, each with a connection pool of its own: no
 // read-modify-write race may let one more through.
+// The replicas run with the default StoreTimeout: a burst that waits its
+// turn at Redis must not be taken for a failing store. Fresh replicas
+// connect inside the burst; warm ones have already heard from Redis.
 func TestRedisReplicasAdmitExactlyTheLimit(t *testing.T) {
 	for _, c := range redisClients {
 		for _, path := range redisPaths {
-			t.Run(c.name+"/"+path.name, func(t *testing.T) {
-				testExactlyTheLimit(t, c.client, path.opts)
-			})
+			for _, warm := range []bool{false, true} {
+				name := c.name + "/" + path.name + "/fresh"
+				if warm {
+					name = c.name + "/" + path.name + "/warm"
+				}
+				t.Run(name, func(t *testing.T) {
+					testExactlyTheLimit(t, c.client, path.opts, warm)
+				})
+			}
 		}
 	}
 }
 
-func testExactlyTheLimit(t *testing.T, client func(t *testing.T) redis.UniversalClient, opts []RedisOption) {
+func testExactlyTheLimit(t *testing.T, client func(t *testing.T) redis.UniversalClient, opts []RedisOption, warm bool) {
 	const limit, replicas, requests = 100, 3, 600
 	tenant := uniqueTenant(t)
 	handlers := make([]fasthttp.RequestHandler, replicas)
+	counts := map[int]int{}
 	for i := range handlers {
 		handlers[i] = newReplica(NewRedisCounter(client(t), opts...), limit, time.Minute, tenant)
+		if warm {
+			counts[serve(handlers[i])]++ // spends one of the budget
+		}
 	}
+	sent := requests + counts[fiber.StatusOK]
 
 	statuses := make([]int, requests)
 	release := make(chan struct{})
@@ -138,19 +161,18 @@ func testExactlyTheLimit(t *testing.T, client func(t *testing.T) redis.Universal
 	close(release)
 	wg.Wait()
 
-	counts := map[int]int{}
 	for _, s := range statuses {
 		counts[s]++
 	}
-	if counts[fiber.StatusOK] != limit || counts[fiber.StatusTooManyRequests] != requests-limit {
-		t.Fatalf("statuses = %v, want %d × 200 and %d × 429", counts, limit, requests-limit)
+	if counts[fiber.StatusOK] != limit || counts[fiber.StatusTooManyRequests] != sent-limit {
+		t.Fatalf("statuses = %v, want %d × 200 and %d × 429", counts, limit, sent-limit)
 	}
 
 	rdb := client(t)
 	key := "rl:" + tenant
 	ctx := context.Background()
-	if n, err := rdb.Get(ctx, key).Int64(); err != nil || n != requests {
-		t.Errorf("GET %s = %d, %v; want %d: every request counted once", key, n, err, requests)
+	if n, err := rdb.Get(ctx, key).Int64(); err != nil || n != int64(sent) {
+		t.Errorf("GET %s = %d, %v; want %d: every request counted once", key, n, err, sent)
 	}
 	if ttl, err := rdb.PTTL(ctx, key).Result(); err != nil || ttl <= 0 || ttl > time.Minute {
 		t.Errorf("PTTL %s = %v, %v; want in (0, 1m]", key, ttl, err)

@@ -23,6 +23,10 @@ import (
 
 const busyFactor = 10
 
+// directFactor × StoreTimeout bounds a call made while the store is
+// answering, through a client that enforces deadlines (see limiter.call).
+const directFactor = 2
+
 var (
 	errStoreSilent = errors.New("ratelimit: counter did not answer within StoreTimeout")
 	errStoreBusy   = errors.New("ratelimit: counter answered others but not this request within 10 × StoreTimeout")
@@ -39,20 +43,25 @@ type storeClock struct {
 
 func (s *storeClock) now() time.Duration { return time.Since(s.epoch) }
 
+// answered records an answer from the store.
+func (s *storeClock) answered() { s.lastAnswer.Store(int64(max(s.now(), 1))) }
+
+// answering reports whether the store answered within the last timeout.
+func (s *storeClock) answering() bool {
+	last := s.lastAnswer.Load()
+	return last > 0 && s.now()-time.Duration(last) < s.timeout
+}
+
 // watch returns a context for one call, cancelled with errStoreSilent or
-// errStoreBusy, and the function that ends the watch when the call returns,
-// reporting whether the store answered.
-func (s *storeClock) watch(parent context.Context) (context.Context, func(answered bool)) {
+// errStoreBusy, and the function that ends the watch when the call returns.
+func (s *storeClock) watch(parent context.Context) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(parent)
 	w := &callWatch{store: s, cancel: cancel, start: s.now()}
 	w.timer.Store(time.AfterFunc(s.timeout, w.fire))
-	return ctx, func(answered bool) {
+	return ctx, func() {
 		w.done.Store(true)
 		w.timer.Load().Stop()
 		cancel(nil)
-		if answered {
-			s.lastAnswer.Store(int64(max(s.now(), 1)))
-		}
 	}
 }
 
@@ -71,7 +80,6 @@ func (w *callWatch) fire() {
 	s := w.store
 	now := s.now()
 	if now-w.start >= busyFactor*s.timeout {
-		s.lastAnswer.CompareAndSwap(0, -1)
 		w.cancel(errStoreBusy)
 		return
 	}
@@ -85,22 +93,46 @@ func (w *callWatch) fire() {
 	heard := max(w.start, last)
 	wait := min(s.timeout-(now-heard), busyFactor*s.timeout-(now-w.start))
 	if wait <= 0 {
-		s.lastAnswer.CompareAndSwap(0, -1)
 		w.cancel(errStoreSilent)
 		return
 	}
 	w.timer.Store(time.AfterFunc(wait, w.fire))
 }
 
+// deadlineCounter is a counter that enforces a context's deadline on its
+// own socket, so a call bounded by one needs no other watch. A RedisCounter
+// over a client with ContextTimeoutEnabled is one.
+type deadlineCounter interface {
+	enforcesDeadlines() bool
+}
+
 // call counts key in the limiter's counter within the store's time budget.
 func (l *limiter) call(ctx context.Context, key string) (int64, time.Duration, error) {
+	if l.deadlines && l.store.answering() {
+		// The store is answering and its client enforces deadlines: call it
+		// on this goroutine, which a watch could not interrupt, with room
+		// for a busy moment. Should the store fall silent, the calls
+		// already under way wait out this deadline; those that start once
+		// it has been silent for StoreTimeout are watched.
+		ctx, cancel := context.WithTimeoutCause(ctx, directFactor*l.store.timeout, errStoreSilent)
+		defer cancel()
+		return l.called(ctx, key)
+	}
 	ctx, end := l.store.watch(ctx)
+	defer end()
+	return l.called(ctx, key)
+}
+
+// called makes the call and tells the store's clock how it went.
+func (l *limiter) called(ctx context.Context, key string) (int64, time.Duration, error) {
 	n, ttl, err := l.incr(ctx, key)
-	end(err == nil)
-	if err != nil {
-		if cause := context.Cause(ctx); cause == errStoreSilent || cause == errStoreBusy {
-			err = fmt.Errorf("%w (%w)", cause, err)
-		}
+	if err == nil {
+		l.store.answered()
+		return n, ttl, nil
+	}
+	if cause := context.Cause(ctx); cause == errStoreSilent || cause == errStoreBusy {
+		l.store.lastAnswer.CompareAndSwap(0, -1)
+		err = fmt.Errorf("%w (%w)", cause, err)
 	}
 	return n, ttl, err
 }

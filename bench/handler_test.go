@@ -12,7 +12,7 @@ import (
 )
 
 var (
-	memoryHandlers = []handlerContender{bare, ours, oursNoHeaders, fiberLimiter, ululeMemory, sethvargo, xTimeRate}
+	memoryHandlers = []handlerContender{bare, noop, headersFloor, ours, oursNoHeaders, fiberLimiter, ululeMemory, sethvargo, xTimeRate}
 	redisHandlers  = []handlerContender{bare, ours, oursNoHeaders, fiberLimiter, ululeRedis, redisRate, rawMultiExec}
 )
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Side-by-side benchmarks against a throwaway Redis on a free loopback port.
 #
-#   COUNT=5 BENCHTIME=1s OUT=bench.txt ./bench/run.sh
+#   ROUNDS=5 BENCHTIME=1s OUT=bench.txt ./bench/run.sh
 #
-# COUNT and BENCHTIME go to go test; BENCH filters the benchmarks (default
+# COUNT and BENCHTIME go to go test; ROUNDS repeats the whole set; BENCH filters the benchmarks (default
 # all); OUT keeps the raw output (default a temp file). The summary printed
 # at the end is cmd/ratios over that output.
 set -euo pipefail
@@ -48,8 +48,14 @@ OUT=${OUT:-$(mktemp "${TMPDIR:-/tmp}/ratelimit-bench.XXXXXX")}
 : >"$OUT"
 
 go test -run '^TestAccuracy$' -v -count 1 . 2>&1 | tee -a "$OUT"
-go test -run '^$' -bench "${BENCH:-.}" -benchmem -count "${COUNT:-1}" -benchtime "${BENCHTIME:-1s}" . 2>&1 | tee -a "$OUT"
+# ROUNDS runs the whole set again: each contender's figures then come from
+# rounds spread over the run, which a machine whose speed drifts (a shared
+# VM) needs more than back-to-back -count repeats.
+for round in $(seq "${ROUNDS:-1}"); do
+	echo "# round $round of ${ROUNDS:-1}" | tee -a "$OUT"
+	go test -run '^$' -bench "${BENCH:-.}" -benchmem -count "${COUNT:-1}" -benchtime "${BENCHTIME:-1s}" . 2>&1 | tee -a "$OUT"
+done
 
 echo
-echo "## Summary (median of ${COUNT:-1} run(s); raw output in $OUT)"
+echo "## Summary (median of $((${COUNT:-1} * ${ROUNDS:-1})) run(s); raw output in $OUT)"
 go run ./cmd/ratios <"$OUT"
