@@ -6,9 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -198,15 +195,7 @@ func testChaosServerDeath(t *testing.T, fallback bool) {
 	load := startChaosLoad(h, callers, chaosTenants(t, tenants), time.Millisecond)
 
 	// Warm: Redis decides.
-	if err := poll(2*time.Second, func() error {
-		if s := m.Snapshot(); s.Allowed+s.Limited < 100 {
-			return fmt.Errorf("Redis decided %d requests", s.Allowed+s.Limited)
-		}
-		return nil
-	}); err != nil {
-		load.finish(t, 5*time.Second)
-		t.Fatalf("before the outage: %v", err)
-	}
+	load.awaitRedis(t, m, "before the outage")
 	before, beforeAt := m.Snapshot(), time.Now()
 
 	srv.stop()
@@ -455,15 +444,7 @@ func testChaosSlowRedis(t *testing.T, contextTimeouts bool) {
 	})
 	created := time.Now()
 	load := startChaosLoad(h, callers, chaosTenants(t, 4), time.Millisecond)
-	if err := poll(2*time.Second, func() error {
-		if s := m.Snapshot(); s.Allowed+s.Limited < 100 {
-			return fmt.Errorf("Redis decided %d requests", s.Allowed+s.Limited)
-		}
-		return nil
-	}); err != nil {
-		load.finish(t, 5*time.Second)
-		t.Fatalf("before the sleep: %v", err)
-	}
+	load.awaitRedis(t, m, "before the sleep")
 
 	asleep := load.since()
 	err := admin.Do(context.Background(), "DEBUG", "SLEEP", strconv.FormatFloat(sleep.Seconds(), 'f', -1, 64)).Err()
@@ -524,6 +505,21 @@ func testChaosSlowRedis(t *testing.T, contextTimeouts bool) {
 	}
 	checkChaosStatuses(t, samples, snap)
 	checkChaosFailureLog(t, lc, lifetime)
+}
+
+// awaitRedis waits until Redis has decided 100 requests of the load, or
+// stops the load and fails the test, saying what it was waiting before.
+func (l *chaosLoad) awaitRedis(t *testing.T, m *Metrics, before string) {
+	t.Helper()
+	if err := poll(2*time.Second, func() error {
+		if s := m.Snapshot(); s.Allowed+s.Limited < 100 {
+			return fmt.Errorf("Redis decided %d requests", s.Allowed+s.Limited)
+		}
+		return nil
+	}); err != nil {
+		l.finish(t, 5*time.Second)
+		t.Fatalf("%s: %v", before, err)
+	}
 }
 
 // chaosApp is a gateway limited by cfg, with the tenant in X-Tenant.
@@ -791,7 +787,7 @@ func startChaosRedis(t *testing.T, port int, extraArgs ...string) *redisServer {
 				t.Fatal(err)
 			}
 		}
-		s, portTaken, err := startChaosRedisOnPort(p, extraArgs)
+		s, portTaken, err := startRedisServerOn(p, false, extraArgs...)
 		if err == nil {
 			t.Cleanup(s.stop)
 			return s
@@ -800,54 +796,6 @@ func startChaosRedis(t *testing.T, port int, extraArgs ...string) *redisServer {
 			t.Fatal(err)
 		}
 	}
-}
-
-// startChaosRedisOnPort is startRedisServerOnce on a given port: a server
-// started again must come back where its clients look for it.
-func startChaosRedisOnPort(port int, extraArgs []string) (s *redisServer, portTaken bool, err error) {
-	dir, err := os.MkdirTemp("", "ratelimit-chaos-redis-")
-	if err != nil {
-		return nil, false, err
-	}
-	logFile, err := os.Create(filepath.Join(dir, "redis.log"))
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, false, err
-	}
-	args := append([]string{
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir,
-	}, extraArgs...)
-	cmd := exec.Command("redis-server", args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	killWithParent(cmd)
-	err = cmd.Start()
-	logFile.Close()
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, false, fmt.Errorf("start redis-server: %w", err)
-	}
-	s = &redisServer{
-		addr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-		dir:    dir,
-		cmd:    cmd,
-		exited: make(chan struct{}),
-	}
-	go func() {
-		_ = cmd.Wait()
-		close(s.exited)
-	}()
-	startedServers.Lock()
-	startedServers.list = append(startedServers.list, s)
-	startedServers.Unlock()
-
-	if err := s.waitReady(); err != nil {
-		log := s.log()
-		s.stop()
-		return nil, strings.Contains(log, "Address already in use"),
-			fmt.Errorf("redis-server on %s did not come up: %w\nserver log:\n%s", s.addr, err, log)
-	}
-	return s, false, nil
 }
 
 // chaosBlackHole accepts connections and reads whatever they send, answering

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,7 +13,7 @@ import (
 )
 
 // memShards is the number of independently locked parts of a MemoryCounter.
-// A power of two, so that a key's shard is a mask of its hash.
+// A power of two; a key's shard is the top bits of its hash.
 const memShards = 256
 
 // MemoryCounter is a fixed-window Counter that lives in the process: the
@@ -20,14 +21,16 @@ const memShards = 256
 // like RedisCounter's: the first Incr of a key starts the key's window and
 // the count starts again at 1 once the window is over.
 //
-// Keys are spread over 256 shards. Incrementing a key whose window is live
-// takes a shard's read lock and one atomic add, so tenants do not queue
-// behind each other. Expired windows are dropped by rotating each shard's map:
-// once a shard has gone the longest window it has seen since its last
-// rotation, its map becomes the previous generation and the generation before
-// is dropped whole, which returns its memory (deleting from a Go map never
-// shrinks it). Rotation happens inside Incr, so there is no background
-// goroutine; a shard that sees no traffic keeps its memory until it does.
+// Keys are spread over 256 shards, each an open-addressing hash table whose
+// slots are atomic pointers. Incrementing a key whose window is live takes
+// no lock and writes nothing but the window's count: a few atomic loads to
+// find it, one atomic add to count. A new key or a new window takes the
+// shard's lock. Expired windows are dropped by rebuilding a shard's table
+// with only its live windows, once the shard has gone the longest window it
+// has seen, or when the table fills; the table is sized to what is live, so
+// memory is returned as tenants go quiet. Rebuilding happens inside Incr, so
+// there is no background goroutine; a shard that sees no traffic keeps its
+// memory until it does.
 //
 // The zero value is an empty counter ready to use, like NewMemoryCounter's.
 // A MemoryCounter is safe for concurrent use by multiple goroutines.
@@ -40,25 +43,35 @@ type MemoryCounter struct {
 	epoch time.Time // now's reading at construction
 }
 
-// memSeed spreads keys over shards. One per process is enough to keep
-// clients from choosing keys that crowd one shard.
+// memSeed spreads keys over shards and slots. One per process is enough to
+// keep clients from choosing keys that crowd one shard.
 var memSeed = maphash.MakeSeed()
 
 // memEpoch is where the real clock of every MemoryCounter counts from.
 var memEpoch = time.Now()
 
 type memShard struct {
-	mu        sync.RWMutex
-	cur, prev map[string]*memWindow
-	rotatedAt int64    // when cur was started, on the counter's clock
-	span      int64    // the longest window seen: the rotation period
-	_         [72]byte // 128 bytes a shard: no two share a cache line
+	mu        sync.Mutex // held to change the table or a slot
+	table     atomic.Pointer[memTable]
+	rebuiltAt int64    // when the table was last rebuilt, on the counter's clock
+	span      int64    // the longest window seen: the rebuild period
+	_         [96]byte // 128 bytes a shard: no two share a cache line
 }
 
-// memWindow is one key's current window. key and end never change once the
-// window is in a map; count is bumped without the shard's write lock.
+// memTable is a hash table of windows, linear probing, at most half full.
+// A slot only ever goes from empty to a window, or from one window of a
+// key to the next window of the same key, so a reader that finds a key's
+// slot finds it for good in that table.
+type memTable struct {
+	slots []atomic.Pointer[memWindow] // a power of two of them
+	used  int                         // slots holding a window; under the shard's lock
+}
+
+// memWindow is one key's window. key, hash and end never change once the
+// window is in a table; count is bumped without the shard's lock.
 type memWindow struct {
 	key   string
+	hash  uint64
 	end   int64 // nanoseconds on the counter's clock
 	count atomic.Int64
 }
@@ -95,84 +108,117 @@ func (m *MemoryCounter) IncrTTL(_ context.Context, key string, window time.Durat
 		return 0, 0, fmt.Errorf("increment rate limit key %s: window %v is not positive", key, window)
 	}
 	// A read-only view of key's bytes: incr never writes to it and copies
-	// it before a map keeps it.
+	// it before a table keeps it.
 	return m.incr(unsafe.Slice(unsafe.StringData(key), len(key)), int64(window))
 }
 
 // incr is IncrTTL for a key held in a byte slice, which the limiter builds
-// on its stack: looking up string(key) in a map does not allocate, so a live
-// window costs no allocation.
+// on its stack: comparing string(key) does not allocate, so a live window
+// costs no allocation.
 func (m *MemoryCounter) incr(key []byte, window int64) (int64, time.Duration, error) {
 	if m.closed.Load() {
 		return 0, 0, ErrClosed
 	}
 	now := m.clock()
-	s := &m.shards[maphash.Bytes(memSeed, key)&(memShards-1)]
-
-	s.mu.RLock()
-	w := s.cur[string(key)]
-	s.mu.RUnlock()
-	// A window is only ever replaced once it has ended, so adding to one
-	// that is live at now is counted in the right window even if it is
-	// replaced a moment later.
-	if w != nil && now < w.end {
-		return w.count.Add(1), time.Duration(w.end - now), nil
+	h := maphash.Bytes(memSeed, key)
+	s := &m.shards[memShardOf(h)]
+	if t := s.table.Load(); t != nil {
+		// A window is only ever replaced once it has ended, so adding to
+		// one that is live at now is counted in the right window even if
+		// it is replaced a moment later.
+		if _, w := t.find(h, key); w != nil && now < w.end {
+			return w.count.Add(1), time.Duration(w.end - now), nil
+		}
 	}
-	return m.incrLocked(s, key, now, window)
+	return m.incrLocked(s, h, key, now, window)
 }
 
-// incrLocked handles everything but a live window in the current
-// generation: a new key, an ended window, a key found in the previous
-// generation, and rotation.
-func (m *MemoryCounter) incrLocked(s *memShard, key []byte, now, window int64) (int64, time.Duration, error) {
+// memShardOf is the shard of a key hash: its top bits, so that the low bits,
+// which pick a slot, stay independent of it.
+func memShardOf(h uint64) uint64 { return h >> (64 - bits.Len(memShards-1)) }
+
+// find returns the slot of key, or of the empty slot where it would go, and
+// the window in it.
+func (t *memTable) find(h uint64, key []byte) (int, *memWindow) {
+	mask := uint64(len(t.slots) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		w := t.slots[i].Load()
+		if w == nil || (w.hash == h && w.key == string(key)) {
+			return int(i), w
+		}
+	}
+}
+
+// incrLocked handles a new key, an ended window, and rebuilding.
+func (m *MemoryCounter) incrLocked(s *memShard, h uint64, key []byte, now, window int64) (int64, time.Duration, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if m.closed.Load() {
 		return 0, 0, ErrClosed
 	}
 	s.span = max(s.span, window)
-	switch {
-	case s.cur == nil:
-		s.cur = make(map[string]*memWindow)
-		s.rotatedAt = now
-	case now-s.rotatedAt >= 2*s.span:
-		// Nothing in either generation can still be live.
-		s.cur, s.prev = make(map[string]*memWindow), nil
-		s.rotatedAt = now
-	case now-s.rotatedAt >= s.span:
-		// Every window in prev began before the last rotation, a full span
-		// ago, so all of them have ended; the live ones of cur are moved
-		// back on their next use.
-		s.cur, s.prev = make(map[string]*memWindow), s.cur
-		s.rotatedAt = now
+	t := s.table.Load()
+	if t == nil || now-s.rebuiltAt >= s.span {
+		t = rebuild(t, now, 1)
+		s.table.Store(t)
+		s.rebuiltAt = now
 	}
 
-	w := s.cur[string(key)]
-	if w == nil {
-		if w = s.prev[string(key)]; w != nil {
-			s.cur[w.key] = w
-		}
-	}
+	i, w := t.find(h, key)
 	if w != nil && now < w.end {
 		return w.count.Add(1), time.Duration(w.end - now), nil
 	}
+	if w == nil && 2*(t.used+1) > len(t.slots) {
+		t = rebuild(t, now, 1)
+		s.table.Store(t)
+		s.rebuiltAt = now
+		i, w = t.find(h, key)
+	}
 
-	// The map keeps its own copy of the key: callers' bytes are reused
+	// The table keeps its own copy of the key: callers' bytes are reused
 	// (the limiter's buffer, Fiber's request memory).
 	var k string
 	if w != nil {
 		k = w.key
 	} else {
 		k = string(key)
+		t.used++
 	}
 	end := now + window
 	if end < now {
 		end = math.MaxInt64
 	}
-	nw := &memWindow{key: k, end: end}
+	nw := &memWindow{key: k, hash: h, end: end}
 	nw.count.Store(1)
-	s.cur[k] = nw
+	t.slots[i].Store(nw)
 	return 1, time.Duration(end - now), nil
+}
+
+// rebuild returns a table holding the windows of old that are live at now,
+// with room for extra more and at most half full.
+func rebuild(old *memTable, now int64, extra int) *memTable {
+	var live []*memWindow
+	if old != nil {
+		for i := range old.slots {
+			if w := old.slots[i].Load(); w != nil && now < w.end {
+				live = append(live, w)
+			}
+		}
+	}
+	size := 8
+	for size < 2*(len(live)+extra) {
+		size *= 2
+	}
+	t := &memTable{slots: make([]atomic.Pointer[memWindow], size), used: len(live)}
+	mask := uint64(size - 1)
+	for _, w := range live { // distinct keys: each takes the first empty slot
+		i := w.hash & mask
+		for t.slots[i].Load() != nil {
+			i = (i + 1) & mask
+		}
+		t.slots[i].Store(w)
+	}
+	return t
 }
 
 // Close drops every window and makes later calls return ErrClosed. It is
@@ -184,7 +230,7 @@ func (m *MemoryCounter) Close() error {
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()
-		s.cur, s.prev = nil, nil
+		s.table.Store(nil)
 		s.mu.Unlock()
 	}
 	return nil

@@ -13,14 +13,16 @@ import (
 	"unsafe"
 )
 
-// entries counts the windows a MemoryCounter holds in both generations.
+// entries counts the windows a MemoryCounter holds, ended or not.
 func (m *MemoryCounter) entries() int {
 	n := 0
 	for i := range m.shards {
 		s := &m.shards[i]
-		s.mu.RLock()
-		n += len(s.cur) + len(s.prev)
-		s.mu.RUnlock()
+		s.mu.Lock()
+		if t := s.table.Load(); t != nil {
+			n += t.used
+		}
+		s.mu.Unlock()
 	}
 	return n
 }
@@ -30,7 +32,7 @@ func keysInShard(shard uint64, n int) []string {
 	var keys []string
 	for i := 0; len(keys) < n; i++ {
 		k := fmt.Sprintf("rl:k%d", i)
-		if maphash.String(memSeed, k)&(memShards-1) == shard {
+		if memShardOf(maphash.String(memSeed, k)) == shard {
 			keys = append(keys, k)
 		}
 	}
@@ -57,8 +59,8 @@ func TestMemoryCounterDropsExpiredWindows(t *testing.T) {
 		t.Fatalf("entries after 10000 keys = %d", got)
 	}
 
-	// Two spans on, nothing old can be live: the first touch of each shard
-	// drops both of its generations.
+	// Two windows on, nothing old is live: each shard's next rebuild keeps
+	// none of it.
 	clock.Advance(2 * window)
 	for i := range 10000 {
 		mustIncr(t, m, fmt.Sprintf("rl:new%d", i), window)
@@ -68,7 +70,7 @@ func TestMemoryCounterDropsExpiredWindows(t *testing.T) {
 	}
 }
 
-func TestMemoryCounterRotationKeepsLiveWindows(t *testing.T) {
+func TestMemoryCounterRebuildKeepsLiveWindows(t *testing.T) {
 	clock := newFakeClock()
 	m := newMemoryCounter(clock.Now)
 	k := keysInShard(7, 4)
@@ -79,22 +81,47 @@ func TestMemoryCounterRotationKeepsLiveWindows(t *testing.T) {
 	clock.Advance(6 * time.Second)
 	mustIncr(t, m, b, window) // t=6: b's window ends at 16s
 	clock.Advance(4 * time.Second)
-	mustIncr(t, m, c, window) // t=10: a span since the shard began: rotate
-	if got := m.entries(); got != 3 {
-		t.Fatalf("entries after the first rotation = %d, want 3 (a and b in prev, c in cur)", got)
+	mustIncr(t, m, c, window) // t=10: a span since the table was built: rebuild
+	if got := m.entries(); got != 2 {
+		t.Fatalf("entries after the first rebuild = %d, want 2 (b, live, and c; a ended)", got)
 	}
 	clock.Advance(2 * time.Second)
-	// t=12: b lives in the previous generation and its window is live.
+	// t=12: b's window began before the rebuild and is live.
 	if got := mustIncr(t, m, b, window); got != 2 {
-		t.Fatalf("b after rotation = %d, want 2: a live window must survive rotation", got)
+		t.Fatalf("b after the rebuild = %d, want 2: a live window must survive it", got)
 	}
 	clock.Advance(8 * time.Second)
-	mustIncr(t, m, d, window) // t=20: rotate again; a is dropped with its generation
-	if got := m.entries(); got != 3 {
-		t.Fatalf("entries after the second rotation = %d, want 3 (b, c in prev, d in cur)", got)
+	mustIncr(t, m, d, window) // t=20: rebuild again; b and c have ended
+	if got := m.entries(); got != 1 {
+		t.Fatalf("entries after the second rebuild = %d, want 1 (d)", got)
 	}
 	if got := mustIncr(t, m, a, window); got != 1 {
 		t.Fatalf("a after its window = %d, want 1", got)
+	}
+}
+
+// A shard's table grows as keys arrive and keeps every live window through
+// each rebuild; its size follows what is live.
+func TestMemoryCounterGrowsAndShrinks(t *testing.T) {
+	clock := newFakeClock()
+	m := newMemoryCounter(clock.Now)
+	keys := keysInShard(3, 1000)
+	for _, k := range keys {
+		mustIncr(t, m, k, time.Minute)
+	}
+	for _, k := range keys {
+		if got := mustIncr(t, m, k, time.Minute); got != 2 {
+			t.Fatalf("%s = %d after growth, want 2", k, got)
+		}
+	}
+	s := &m.shards[3]
+	if n := len(s.table.Load().slots); n < 2000 {
+		t.Fatalf("table of %d slots for 1000 keys, want at least twice as many", n)
+	}
+	clock.Advance(time.Minute)
+	mustIncr(t, m, keys[0], time.Minute) // a span on: rebuilt with one live key
+	if n := len(s.table.Load().slots); n > 8 {
+		t.Fatalf("table of %d slots for 1 live key, want it shrunk to 8", n)
 	}
 }
 
@@ -184,3 +211,45 @@ func TestMemoryCounterKeepsItsOwnKey(t *testing.T) {
 }
 
 func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// Counting stays exact while one shard's table grows and is rebuilt under
+// concurrent increments: new keys arrive in every phase, so inserts and
+// rebuilds run while other goroutines read the table.
+func TestMemoryCounterExactWhileTablesGrow(t *testing.T) {
+	clock := newFakeClock()
+	m := newMemoryCounter(clock.Now)
+	const window, goroutines, perKey = time.Second, 8, 4
+	keys := keysInShard(5, 300)
+	for phase := range 3 {
+		counts := make([][]int64, len(keys))
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for g := range goroutines {
+			wg.Go(func() {
+				for round := range perKey {
+					for j := range keys {
+						k := (j*7 + g*31 + round) % len(keys) // each goroutine its own order
+						n, err := m.Incr(context.Background(), keys[k], window)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						mu.Lock()
+						counts[k] = append(counts[k], n)
+						mu.Unlock()
+					}
+				}
+			})
+		}
+		wg.Wait()
+		for k, ns := range counts {
+			slices.Sort(ns)
+			for i, n := range ns {
+				if n != int64(i+1) {
+					t.Fatalf("phase %d, %s: sorted counts[%d] = %d, want %d", phase, keys[k], i, n, i+1)
+				}
+			}
+		}
+		clock.Advance(window)
+	}
+}

@@ -120,6 +120,12 @@ func startRedisServerOnce(cluster bool) (s *redisServer, portTaken bool, err err
 	if err != nil {
 		return nil, false, err
 	}
+	return startRedisServerOn(port, cluster)
+}
+
+// startRedisServerOn starts a redis-server on port with extra arguments and
+// waits until it answers. portTaken reports a port another process holds.
+func startRedisServerOn(port int, cluster bool, extraArgs ...string) (s *redisServer, portTaken bool, err error) {
 	dir, err := os.MkdirTemp("", "ratelimit-redis-")
 	if err != nil {
 		return nil, false, err
@@ -138,7 +144,7 @@ func startRedisServerOnce(cluster bool) (s *redisServer, portTaken bool, err err
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(dir, "nodes.conf"))
 	}
-	cmd := exec.Command("redis-server", args...)
+	cmd := exec.Command("redis-server", append(args, extraArgs...)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	killWithParent(cmd)
 	err = cmd.Start()

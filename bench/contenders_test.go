@@ -65,6 +65,20 @@ func redisClient(tb testing.TB) *redis.Client {
 	return rdb
 }
 
+// benchRedis returns, for a redis benchmark, a client on an empty database
+// with b set to run redisCallers goroutines; for a memory one, nil.
+func benchRedis(b *testing.B, backend string) *redis.Client {
+	if backend != "redis" {
+		return nil
+	}
+	rdb := redisClient(b)
+	if err := rdb.FlushDB(b.Context()).Err(); err != nil {
+		b.Fatal(err)
+	}
+	redisParallelism(b)
+	return rdb
+}
+
 // redisParallelism makes b.RunParallel run redisCallers goroutines.
 func redisParallelism(b *testing.B) {
 	b.SetParallelism(max(1, redisCallers/runtime.GOMAXPROCS(0)))

@@ -133,14 +133,7 @@ func BenchmarkCounter(b *testing.B) {
 			}
 			for _, c := range contenders {
 				b.Run(fmt.Sprintf("%s/keys=%d/%s", backend, n, c.name), func(b *testing.B) {
-					var rdb *redis.Client
-					if backend == "redis" {
-						rdb = redisClient(b)
-						if err := rdb.FlushDB(b.Context()).Err(); err != nil {
-							b.Fatal(err)
-						}
-						redisParallelism(b)
-					}
+					rdb := benchRedis(b, backend)
 					decide := c.new(b, rdb)
 					ctx := context.Background()
 					for _, key := range keys { // live windows, as in handler_test.go

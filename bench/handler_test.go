@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/gofiber/fiber/v2"
-	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
 )
 
@@ -42,14 +41,7 @@ func BenchmarkHandler(b *testing.B) {
 			}
 			for _, c := range contenders {
 				b.Run(fmt.Sprintf("%s/tenants=%d/%s", backend, tenants, c.name), func(b *testing.B) {
-					var rdb *redis.Client
-					if backend == "redis" {
-						rdb = redisClient(b)
-						if err := rdb.FlushDB(b.Context()).Err(); err != nil {
-							b.Fatal(err)
-						}
-						redisParallelism(b)
-					}
+					rdb := benchRedis(b, backend)
 					driveHandler(b, newApp(c.new(b, rdb, bigLimit)).Handler(), ids)
 				})
 			}

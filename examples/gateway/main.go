@@ -146,6 +146,9 @@ func newCounter(redisURL string) (ratelimit.Counter, io.Closer, string, error) {
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("REDIS_URL: %w", err)
 	}
+	// The limiter's time budget then reaches the socket, and calls run on
+	// the request's goroutine while Redis answers.
+	opt.ContextTimeoutEnabled = true
 	client := redis.NewClient(opt)
 	// Fail now rather than let every request fail open later.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -153,9 +156,7 @@ func newCounter(redisURL string) (ratelimit.Counter, io.Closer, string, error) {
 	if err := client.Ping(ctx).Err(); err != nil {
 		client.Close()
 		if errors.Is(err, context.DeadlineExceeded) {
-			// Not "within 2s": go-redis bounds a new connection's handshake
-			// by ReadTimeout (5s by default), not by ctx.
-			err = errors.New("no answer to PING (timed out)")
+			err = errors.New("no answer to PING within 2s")
 		}
 		return nil, nil, "", fmt.Errorf("cannot reach Redis at %s: %w", opt.Addr, err)
 	}
