@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http/httptest"
 	"time"
 
@@ -63,7 +64,11 @@ func ExampleMemoryCounter() {
 // configured as with the in-memory counter. A *redis.ClusterClient or a
 // *redis.Ring works the same way.
 func ExampleNewRedisCounter() {
-	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	rdb := redis.NewClient(&redis.Options{
+		Addr: "localhost:6379",
+		// The limiter's time budget then reaches the socket.
+		ContextTimeoutEnabled: true,
+	})
 	defer rdb.Close()
 
 	app := fiber.New()
@@ -72,4 +77,40 @@ func ExampleNewRedisCounter() {
 		Limit:   100,
 		Window:  time.Minute,
 	}))
+}
+
+// failingStore stands for a Redis that is down.
+type failingStore struct{}
+
+func (failingStore) Incr(context.Context, string, time.Duration) (int64, error) {
+	return 0, fmt.Errorf("dial tcp 10.0.0.7:6379: connection refused")
+}
+
+// While the shared counter fails, a local Fallback keeps limiting each
+// replica to FallbackLimit, and Metrics counts what decided each request.
+func ExampleMetrics() {
+	metrics := &ratelimit.Metrics{}
+	app := fiber.New()
+	app.Use(ratelimit.RateLimitShared(ratelimit.Config{
+		Counter:       failingStore{},
+		Limit:         100,
+		Window:        time.Minute,
+		Fallback:      ratelimit.NewMemoryCounter(),
+		FallbackLimit: 2,
+		Metrics:       metrics,
+		Logger:        slog.New(slog.DiscardHandler),
+	}))
+	app.Get("/", func(c *fiber.Ctx) error { return c.SendString("hello") })
+
+	for range 3 {
+		resp, _ := app.Test(httptest.NewRequest("GET", "/", nil))
+		fmt.Println(resp.StatusCode)
+	}
+	s := metrics.Snapshot()
+	fmt.Printf("fallback allowed %d, limited %d; breaker %v\n", s.FallbackAllowed, s.FallbackLimited, s.Breaker)
+	// Output:
+	// 200
+	// 200
+	// 429
+	// fallback allowed 2, limited 1; breaker closed
 }
