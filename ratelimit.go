@@ -165,7 +165,6 @@ func RateLimitShared(cfg Config) fiber.Handler {
 
 type limiter struct {
 	cfg           Config
-	ttl           TTLCounter     // cfg.Counter, when it reports time left; else nil
 	mem           *MemoryCounter // cfg.Counter, when it is one
 	deadlines     bool           // cfg.Counter enforces context deadlines itself
 	limit         int64
@@ -195,7 +194,6 @@ func newLimiter(cfg Config, now func() time.Time) *limiter {
 		limitValue:    strconv.AppendInt(nil, int64(cfg.Limit), 10),
 		policyValue:   appendPolicy(nil, int64(cfg.Limit), cfg.Window),
 	}
-	l.ttl, _ = cfg.Counter.(TTLCounter)
 	l.mem, _ = cfg.Counter.(*MemoryCounter)
 	if d, ok := cfg.Counter.(deadlineCounter); ok {
 		l.deadlines = d.enforcesDeadlines()
@@ -316,7 +314,7 @@ func (l *limiter) handle(c *fiber.Ctx) error {
 		l.failLog.record(err, id, key, action)
 	}
 	if l.cfg.Fallback != nil {
-		n, ttl, ferr := incrTTL(l.cfg.Fallback, c.UserContext(), key, l.cfg.Window)
+		n, ttl, ferr := incrTTL(c.UserContext(), l.cfg.Fallback, key, l.cfg.Window)
 		if ferr == nil && n <= 0 {
 			ferr = fmt.Errorf("fallback counter returned %d for key %s", n, key)
 		}
@@ -378,16 +376,8 @@ func (l *limiter) ask(ctx context.Context, key string) (int64, time.Duration, er
 	return n, ttl, err
 }
 
-func (l *limiter) incr(ctx context.Context, key string) (int64, time.Duration, error) {
-	if l.ttl != nil {
-		return l.ttl.IncrTTL(ctx, key, l.cfg.Window)
-	}
-	n, err := l.cfg.Counter.Incr(ctx, key, l.cfg.Window)
-	return n, l.cfg.Window, err
-}
-
 // incrTTL is Incr with the time left when c reports it, else the window.
-func incrTTL(c Counter, ctx context.Context, key string, window time.Duration) (int64, time.Duration, error) {
+func incrTTL(ctx context.Context, c Counter, key string, window time.Duration) (int64, time.Duration, error) {
 	if t, ok := c.(TTLCounter); ok {
 		return t.IncrTTL(ctx, key, window)
 	}

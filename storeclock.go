@@ -125,7 +125,7 @@ func (l *limiter) call(ctx context.Context, key string) (int64, time.Duration, e
 
 // called makes the call and tells the store's clock how it went.
 func (l *limiter) called(ctx context.Context, key string) (int64, time.Duration, error) {
-	n, ttl, err := l.incr(ctx, key)
+	n, ttl, err := incrTTL(ctx, l.cfg.Counter, key, l.cfg.Window)
 	if err == nil {
 		l.store.answered()
 		return n, ttl, nil
