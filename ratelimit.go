@@ -86,8 +86,11 @@ type Config struct {
 	// stopped answering; past it the counter has failed for this request.
 	// A busy counter is not a failed one: while it keeps answering this
 	// handler's other requests, a request waits its turn, up to
-	// 10 × StoreTimeout. A MemoryCounter never waits and gets no timer.
-	// Must be between 1ms and 1m.
+	// 10 × StoreTimeout, as do the first requests, before the counter has
+	// answered once. With a RedisCounter over a client built with
+	// ContextTimeoutEnabled, requests already under way when Redis falls
+	// silent wait up to 2 × StoreTimeout (see the README). A MemoryCounter
+	// never waits and gets no timer. Must be between 1ms and 1m.
 	//
 	// Optional. Default: 100ms
 	StoreTimeout time.Duration
