@@ -379,8 +379,15 @@ func testChaosBlackHole(t *testing.T, opt func(addr string) *redis.Options, brea
 	if got, bound := chaosMax(cold), busyFactor*storeTimeout+chaosSlack; got > bound {
 		t.Errorf("a cold-start request took %v, want at most %v (10 × StoreTimeout + slack)", got, bound)
 	}
-	if got, bound := chaosPercentile(warm, 99), storeTimeout+20*time.Millisecond; got > bound {
-		t.Errorf("p99 latency after the first failure = %v, want at most %v (StoreTimeout + 20ms)", got, bound)
+	// The bound, StoreTimeout + 20ms, holds for p99 with the
+	// breaker. Without it every request waits out a timer, whose firing a
+	// loaded CI machine delays, so that variant gets the general slack.
+	p99Bound := storeTimeout + 20*time.Millisecond
+	if !breaker {
+		p99Bound = storeTimeout + chaosSlack
+	}
+	if got := chaosPercentile(warm, 99); got > p99Bound {
+		t.Errorf("p99 latency after the first failure = %v, want at most %v", got, p99Bound)
 	}
 	// p99 is mostly the breaker's instant answers; the requests that did
 	// wait on the store must each have stopped at StoreTimeout too.
