@@ -436,18 +436,25 @@ func TestRedisCounterReturnsAtTheDeadline(t *testing.T) {
 type deadlineStore struct {
 	mu        sync.Mutex
 	deadlines []time.Duration // time left at the call; 0 for none
+	entered   chan struct{}   // when set, each call says it has begun...
+	release   chan struct{}   // ...and waits for this
 }
 
-func (d *deadlineStore) enforcesDeadlines() bool { return true }
+func (d *deadlineStore) directCalls() int { return 1 }
 
 func (d *deadlineStore) Incr(ctx context.Context, _ string, _ time.Duration) (int64, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	var left time.Duration
 	if dl, ok := ctx.Deadline(); ok {
 		left = time.Until(dl)
 	}
+	d.mu.Lock()
 	d.deadlines = append(d.deadlines, left)
+	entered, release := d.entered, d.release
+	d.mu.Unlock()
+	if entered != nil {
+		entered <- struct{}{}
+		<-release
+	}
 	return 1, nil
 }
 
@@ -467,5 +474,23 @@ func TestDeadlinesGoToAClientThatEnforcesThem(t *testing.T) {
 	}
 	if d := store.deadlines[1]; d <= budget || d > directFactor*budget {
 		t.Errorf("second call, the store answering, had a deadline %v away; want within (%v, %v]", d, budget, directFactor*budget)
+	}
+
+	// The client has one connection (directCalls 1): while a call holds
+	// it, the next would queue inside the client, so it is watched.
+	store.mu.Lock()
+	store.entered, store.release = make(chan struct{}), make(chan struct{})
+	store.mu.Unlock()
+	var wg sync.WaitGroup
+	wg.Go(func() { send() })
+	<-store.entered
+	wg.Go(func() { send() })
+	<-store.entered
+	close(store.release)
+	wg.Wait()
+	direct, watched := store.deadlines[2], store.deadlines[3]
+	if direct <= budget || watched != 0 {
+		t.Errorf("two calls at once on one connection: deadlines %v and %v away; want the first within (%v, %v] and none for the second",
+			direct, watched, budget, directFactor*budget)
 	}
 }

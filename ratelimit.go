@@ -169,7 +169,8 @@ func RateLimitShared(cfg Config) fiber.Handler {
 type limiter struct {
 	cfg           Config
 	mem           *MemoryCounter // cfg.Counter, when it is one
-	deadlines     bool           // cfg.Counter enforces context deadlines itself
+	directCalls   int64          // calls at once that cfg.Counter bounds by a deadline alone
+	inFlight      atomic.Int64   // calls to cfg.Counter under way
 	limit         int64
 	fallbackLimit int64
 	breaker       *breaker
@@ -199,7 +200,7 @@ func newLimiter(cfg Config, now func() time.Time) *limiter {
 	}
 	l.mem, _ = cfg.Counter.(*MemoryCounter)
 	if d, ok := cfg.Counter.(deadlineCounter); ok {
-		l.deadlines = d.enforcesDeadlines()
+		l.directCalls = int64(d.directCalls())
 	}
 	l.breaker = newBreaker(cfg.BreakerFailures, cfg.BreakerCooldown, now, l.failLog.write, cfg.Metrics)
 	l.failLog.last.Store(-int64(time.Second)) // the first failure is logged

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -57,6 +58,7 @@ type RedisCounter struct {
 	useScript atomic.Bool
 	// ctxDeadlines: the client applies a context's deadline to its socket.
 	ctxDeadlines bool
+	poolSize     int // the client's connections to one server
 }
 
 // RedisOption configures a RedisCounter.
@@ -84,11 +86,14 @@ func NewRedisCounter(rdb redis.UniversalClient, opts ...RedisOption) *RedisCount
 	r := &RedisCounter{rdb: rdb}
 	switch c := rdb.(type) {
 	case *redis.Client:
-		r.ctxDeadlines = c.Options().ContextTimeoutEnabled
+		r.ctxDeadlines, r.poolSize = c.Options().ContextTimeoutEnabled, c.Options().PoolSize
 	case *redis.ClusterClient:
-		r.ctxDeadlines = c.Options().ContextTimeoutEnabled
+		r.ctxDeadlines, r.poolSize = c.Options().ContextTimeoutEnabled, c.Options().PoolSize
 	case *redis.Ring:
-		r.ctxDeadlines = c.Options().ContextTimeoutEnabled
+		r.ctxDeadlines, r.poolSize = c.Options().ContextTimeoutEnabled, c.Options().PoolSize
+	}
+	if r.poolSize == 0 {
+		r.poolSize = 10 * runtime.GOMAXPROCS(0) // go-redis's default
 	}
 	for i, opt := range opts {
 		if opt == nil {
@@ -99,7 +104,15 @@ func NewRedisCounter(rdb redis.UniversalClient, opts ...RedisOption) *RedisCount
 	return r
 }
 
-func (r *RedisCounter) enforcesDeadlines() bool { return r.ctxDeadlines }
+// directCalls is how many calls at once may rely on a deadline alone: as
+// many as the client has connections, when it enforces deadlines, so that
+// none of them waits in the client's queue for a connection.
+func (r *RedisCounter) directCalls() int {
+	if !r.ctxDeadlines {
+		return 0
+	}
+	return r.poolSize
+}
 
 // Incr bumps the counter for key and returns the count after the increment.
 func (r *RedisCounter) Incr(ctx context.Context, key string, window time.Duration) (int64, error) {

@@ -100,20 +100,25 @@ func (w *callWatch) fire() {
 }
 
 // deadlineCounter is a counter that enforces a context's deadline on its
-// own socket, so a call bounded by one needs no other watch. A RedisCounter
-// over a client with ContextTimeoutEnabled is one.
+// own socket, so a call bounded by one needs no other watch, for up to
+// directCalls calls at once. A RedisCounter over a client with
+// ContextTimeoutEnabled is one.
 type deadlineCounter interface {
-	enforcesDeadlines() bool
+	directCalls() int
 }
 
 // call counts key in the limiter's counter within the store's time budget.
 func (l *limiter) call(ctx context.Context, key string) (int64, time.Duration, error) {
-	if l.deadlines && l.store.answering() {
-		// The store is answering and its client enforces deadlines: call it
-		// on this goroutine, which a watch could not interrupt, with room
-		// for a busy moment. Should the store fall silent, the calls
-		// already under way wait out this deadline; those that start once
-		// it has been silent for StoreTimeout are watched.
+	inFlight := l.inFlight.Add(1)
+	defer l.inFlight.Add(-1)
+	if inFlight <= l.directCalls && l.store.answering() {
+		// The store is answering, its client enforces deadlines, and this
+		// call will not queue for a connection: call it on this goroutine,
+		// which a watch could not interrupt, with room for a busy moment.
+		// Should the store fall silent, the calls already under way wait
+		// out this deadline; those that start once it has been silent for
+		// StoreTimeout are watched, and so are those of a burst, which
+		// queue inside the client.
 		ctx, cancel := context.WithTimeoutCause(ctx, directFactor*l.store.timeout, errStoreSilent)
 		defer cancel()
 		return l.called(ctx, key)
