@@ -371,11 +371,10 @@ func (l *limiter) ask(ctx context.Context, key string) (int64, time.Duration, er
 	if err == nil && n <= 0 {
 		err = fmt.Errorf("increment rate limit key %s: counter returned %d", key, n)
 	}
-	switch {
-	case err == nil:
-		l.breaker.success(probe)
-	default:
+	if err != nil {
 		l.breaker.failure(probe, err)
+	} else {
+		l.breaker.success(probe)
 	}
 	return n, ttl, err
 }
