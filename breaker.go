@@ -53,7 +53,7 @@ func newBreaker(threshold int, cooldown time.Duration, now func() time.Time, log
 }
 
 // allow reports whether a request may call the counter, and whether it is
-// the half-open probe, which must report back with probeDone.
+// the half-open probe, whose outcome decides the next state.
 func (b *breaker) allow() (ok, probe bool) {
 	switch BreakerState(b.state.Load()) {
 	case BreakerClosed:

@@ -6,8 +6,8 @@ import (
 )
 
 // Tenant IDs reach the limiter from requests, so the key built from one must
-// stay safe whatever it holds. tenantKey maps every ID to its own key, one to
-// one:
+// stay safe whatever it holds. appendTenantKey maps every ID to its own key,
+// one to one:
 //
 //   - A byte outside printable ASCII, and each of '%', '{', '}' and '#', is
 //     written as %XX. Keys are then plain text in Redis and in logs, '%' is
@@ -40,13 +40,8 @@ var safeKeyByte = func() (t [256]bool) {
 	return t
 }()
 
-// maxKeyLen bounds every key tenantKey builds.
+// maxKeyLen bounds every key appendTenantKey builds.
 const maxKeyLen = len("rl:") + maxTenantKey
-
-func tenantKey(id string) string {
-	var buf [maxKeyLen]byte
-	return string(appendTenantKey(buf[:0], id))
-}
 
 // appendTenantKey appends id's key to dst: at most maxKeyLen bytes, so a
 // caller can build it in a stack buffer.

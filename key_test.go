@@ -8,6 +8,12 @@ import (
 	"testing"
 )
 
+// tenantKey is appendTenantKey as a string.
+func tenantKey(id string) string {
+	var buf [maxKeyLen]byte
+	return string(appendTenantKey(buf[:0], id))
+}
+
 func TestTenantKey(t *testing.T) {
 	long := strings.Repeat("a", maxTenantKey+1)
 	tests := []struct {

@@ -159,9 +159,7 @@ func (m *MemoryCounter) incrLocked(s *memShard, h uint64, key []byte, now, windo
 	s.span = max(s.span, window)
 	t := s.table.Load()
 	if t == nil || now-s.rebuiltAt >= s.span {
-		t = rebuild(t, now, 1)
-		s.table.Store(t)
-		s.rebuiltAt = now
+		t = s.rebuild(t, now)
 	}
 
 	i, w := t.find(h, key)
@@ -169,9 +167,7 @@ func (m *MemoryCounter) incrLocked(s *memShard, h uint64, key []byte, now, windo
 		return w.count.Add(1), time.Duration(w.end - now), nil
 	}
 	if w == nil && 2*(t.used+1) > len(t.slots) {
-		t = rebuild(t, now, 1)
-		s.table.Store(t)
-		s.rebuiltAt = now
+		t = s.rebuild(t, now)
 		i, w = t.find(h, key)
 	}
 
@@ -194,9 +190,10 @@ func (m *MemoryCounter) incrLocked(s *memShard, h uint64, key []byte, now, windo
 	return 1, time.Duration(end - now), nil
 }
 
-// rebuild returns a table holding the windows of old that are live at now,
-// with room for extra more and at most half full.
-func rebuild(old *memTable, now int64, extra int) *memTable {
+// rebuild replaces the shard's table, old, with one holding the windows of
+// old that are live at now, with room for one more and at most half full.
+// It is called with s.mu held.
+func (s *memShard) rebuild(old *memTable, now int64) *memTable {
 	var live []*memWindow
 	if old != nil {
 		for i := range old.slots {
@@ -206,7 +203,7 @@ func rebuild(old *memTable, now int64, extra int) *memTable {
 		}
 	}
 	size := 8
-	for size < 2*(len(live)+extra) {
+	for size < 2*(len(live)+1) {
 		size *= 2
 	}
 	t := &memTable{slots: make([]atomic.Pointer[memWindow], size), used: len(live)}
@@ -218,6 +215,8 @@ func rebuild(old *memTable, now int64, extra int) *memTable {
 		}
 		t.slots[i].Store(w)
 	}
+	s.table.Store(t)
+	s.rebuiltAt = now
 	return t
 }
 

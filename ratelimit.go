@@ -182,10 +182,8 @@ type limiter struct {
 	policyValue []byte
 }
 
-var (
-	// errBreakerOpen: the request was decided without asking the counter.
-	errBreakerOpen = errors.New("ratelimit: circuit breaker open")
-)
+// errBreakerOpen: the request was decided without asking the counter.
+var errBreakerOpen = errors.New("ratelimit: circuit breaker open")
 
 func newLimiter(cfg Config, now func() time.Time) *limiter {
 	cfg = configDefault(cfg)
@@ -307,14 +305,15 @@ func (l *limiter) handle(c *fiber.Ctx) error {
 		key = string(kb)
 	}
 	l.setHeaders(c, -1, 0)
-	action := "fail open"
-	switch {
-	case l.cfg.Fallback != nil:
-		action = "fallback"
-	case l.cfg.FailClosed:
-		action = "fail closed"
+	lastResort := "fail open"
+	if l.cfg.FailClosed {
+		lastResort = "fail closed"
 	}
 	if err != errBreakerOpen { // the breaker logged when it opened
+		action := lastResort
+		if l.cfg.Fallback != nil {
+			action = "fallback"
+		}
 		l.failLog.record(err, id, key, action)
 	}
 	if l.cfg.Fallback != nil {
@@ -330,11 +329,7 @@ func (l *limiter) handle(c *fiber.Ctx) error {
 			l.cfg.Metrics.count(fallbackAllowed)
 			return c.Next()
 		}
-		action = "fail open"
-		if l.cfg.FailClosed {
-			action = "fail closed"
-		}
-		l.failLog.record(ferr, id, key, action)
+		l.failLog.record(ferr, id, key, lastResort)
 	}
 	if l.cfg.FailClosed {
 		l.cfg.Metrics.count(failedClosed)
