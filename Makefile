@@ -1,5 +1,5 @@
-# Checks and demos; CI runs `make lint`, `make test` and a short `make fuzz`
-# from .ci/run.
+# Checks and demos; CI runs `make lint`, `make test`, `make test-servers`
+# and a short `make fuzz` from .ci/run.
 #
 # The library's targets run with GOWORK=off: they check the library on its
 # own go.mod, as its users build it. go.work exists only so that
@@ -11,15 +11,65 @@ FUZZTIME ?= 30s
 
 export GOWORK = off
 
-.PHONY: test test-unit fuzz bench bench-peers lint vuln run
+# Where scripts/redis-servers.sh keeps the servers it fetches (gitignored).
+REDIS_SERVERS_DIR ?= .cache/redis-servers
+servers_dir = $(abspath $(REDIS_SERVERS_DIR))
+# The servers `make test-servers` runs the tests on.
+TEST_SERVERS = redis6 redis7 redis8 valkey8
+# REDIS_TESTS=optional lets `make test` run without a server, skipping the
+# tests that need one, as plain `go test` does.
+REDIS_TESTS ?= required
 
-# Everything, the Redis integration and chaos tests included.
+.PHONY: test test-unit test-servers fuzz bench bench-peers lint vuln run
+
+# with_redis_server runs its argument with a redis-server on PATH: the one
+# already there, or else Redis 7, fetched into REDIS_SERVERS_DIR the first
+# time. TEST_REDIS_URL does not replace it: the chaos tests start and kill
+# servers of their own.
+define with_redis_server
+@if ! command -v redis-server >/dev/null 2>&1; then \
+	if ! ./scripts/redis-servers.sh "$(servers_dir)" redis7; then \
+		echo "make: no redis-server on PATH, and fetching one failed (see above)." >&2; \
+		echo "Install redis-server (apt-get install redis-server on Debian) or put one on PATH;" >&2; \
+		echo "TEST_REDIS_URL=redis://host:port/0 also points the single-node tests at a server of yours." >&2; \
+		echo "To run without Redis: make test-unit, or make test REDIS_TESTS=optional (the Redis tests skip)." >&2; \
+		exit 1; \
+	fi; \
+	PATH="$(servers_dir)/redis7/bin:$$PATH"; \
+fi; \
+echo "redis-server: $$(command -v redis-server): $$(redis-server --version)"; \
+$(1)
+endef
+
+# Everything, the Redis integration and chaos tests included. They fail
+# rather than skip when they find no server (RATELIMIT_REQUIRE_REDIS), unless
+# REDIS_TESTS=optional.
 test:
+ifeq ($(REDIS_TESTS),optional)
 	go test -race -count=1 ./...
+else
+	$(call with_redis_server,RATELIMIT_REQUIRE_REDIS=1 go test -race -count=1 ./...)
+endif
 
 # Without Redis: the integration tests skip under -short.
 test-unit:
 	go test -race -count=1 -short ./...
+
+# The library's tests (unit, Redis, cluster, chaos) once on each of
+# TEST_SERVERS, fetched into REDIS_SERVERS_DIR, each first on PATH in its
+# turn. TEST_REDIS_URL and TEST_REDIS_CLUSTER_ADDRS are ignored here: every
+# run starts its own servers. Fails if any run fails, after running all.
+test-servers:
+	./scripts/redis-servers.sh "$(servers_dir)" $(TEST_SERVERS)
+	@failed=; \
+	for name in $(TEST_SERVERS); do \
+		bin="$(servers_dir)/$$name/bin"; \
+		echo "test-servers: $$name: $$("$$bin/redis-server" --version)"; \
+		PATH="$$bin:$$PATH" RATELIMIT_REQUIRE_REDIS=1 env -u TEST_REDIS_URL -u TEST_REDIS_CLUSTER_ADDRS \
+			go test -race -count=1 . || failed="$$failed $$name"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "test-servers: failed on$$failed" >&2; exit 1; fi; \
+	echo "test-servers: passed on $(TEST_SERVERS)"
 
 # Each fuzz target for FUZZTIME (make fuzz FUZZTIME=5m). The seed corpus is
 # in testdata/fuzz and also runs in every `make test`.
@@ -35,7 +85,7 @@ bench:
 # The side-by-side comparison with the peers (bench/, its own module),
 # against a throwaway redis-server. See docs/benchmarks.md.
 bench-peers:
-	./bench/run.sh
+	$(call with_redis_server,./bench/run.sh)
 
 lint: vuln
 	@unformatted=$$(gofmt -l .); \

@@ -23,16 +23,25 @@ import (
 // what they check (atomicity, expiry, the answers of an old server) is the
 // server's behaviour. TEST_REDIS_URL and TEST_REDIS_CLUSTER_ADDRS point them
 // at servers of your own; otherwise they start their own on loopback ports,
-// once per test binary, and TestMain stops them.
+// once per test binary, and TestMain stops them. Whichever redis-server is
+// first on PATH runs: `make test-servers` puts each server of
+// scripts/redis-servers.sh there in turn.
+//
+// Without a server they skip, saying how to get one, unless
+// RATELIMIT_REQUIRE_REDIS is set (`make test` sets it): then they fail, so
+// that a run that was meant to test Redis cannot pass without it.
 
 const (
 	// serverStartTimeout bounds every wait for a server or a cluster.
 	serverStartTimeout = 10 * time.Second
 
-	howToRunRedisTests = "install redis-server (e.g. apt-get install redis-server) " +
-		"or set TEST_REDIS_URL=redis://host:port/0"
-	howToRunClusterTests = "install redis-server (e.g. apt-get install redis-server) " +
-		"or set TEST_REDIS_CLUSTER_ADDRS=host:port,host:port,host:port"
+	howToRunRedisTests = "install redis-server (e.g. apt-get install redis-server), " +
+		"run `make test`, which fetches one, or set TEST_REDIS_URL=redis://host:port/0"
+	howToRunClusterTests = "install redis-server (e.g. apt-get install redis-server), " +
+		"run `make test`, which fetches one, or set TEST_REDIS_CLUSTER_ADDRS=host:port,host:port,host:port"
+
+	// requireRedisEnv turns the skips for a missing server into failures.
+	requireRedisEnv = "RATELIMIT_REQUIRE_REDIS"
 )
 
 func TestMain(m *testing.M) {
@@ -40,7 +49,25 @@ func TestMain(m *testing.M) {
 	// A test that fails still returns here; one that panics does not, which
 	// is what killWithParent is for.
 	stopRedisServers()
+	startedServers.Lock()
+	server := startedServers.server
+	startedServers.Unlock()
+	if server != "" {
+		// go test shows it, as any output, when the package fails or
+		// with -v.
+		fmt.Printf("redis-server used by these tests: %s\n", server)
+	}
 	os.Exit(code)
+}
+
+// skipWithoutServer skips t because no server is available, or fails it
+// when RATELIMIT_REQUIRE_REDIS is set.
+func skipWithoutServer(t testing.TB, msg string) {
+	t.Helper()
+	if os.Getenv(requireRedisEnv) != "" {
+		t.Fatal(msg + " (" + requireRedisEnv + " is set, so this fails instead of skipping)")
+	}
+	t.Skip(msg)
 }
 
 // redisServer is a redis-server process started by this test binary.
@@ -51,10 +78,12 @@ type redisServer struct {
 	exited chan struct{} // closed once the process has been waited for
 }
 
-// startedServers is every server started, for TestMain to stop.
+// startedServers is every server started, for TestMain to stop, and which
+// server software they run, for TestMain to tell.
 var startedServers struct {
 	sync.Mutex
-	list []*redisServer
+	list   []*redisServer
+	server string // describeServer of the first one to answer
 }
 
 func stopRedisServers() {
@@ -220,30 +249,65 @@ func killWithParent(cmd *exec.Cmd) {
 // waitReady waits until the server answers PING, and fails early when it
 // exits (a taken port does that).
 func (s *redisServer) waitReady() error {
+	var info string
 	err := poll(serverStartTimeout, func() error {
 		select {
 		case <-s.exited:
 			return errServerExited
 		default:
 		}
-		return pingOwnServer(s.addr, s.cmd.Process.Pid)
+		var err error
+		info, err = pingOwnServer(s.addr, s.cmd.Process.Pid)
+		return err
 	})
 	if errors.Is(err, errServerExited) {
 		return fmt.Errorf("redis-server exited: %v", s.cmd.ProcessState)
 	}
+	if err == nil {
+		startedServers.Lock()
+		if startedServers.server == "" {
+			startedServers.server = describeServer(info)
+		}
+		startedServers.Unlock()
+	}
 	return err
+}
+
+// describeServer names the server software from its INFO server section:
+// its name (Valkey says server_name:valkey), its own version, and the
+// Redis version it claims to match when that differs, and the executable.
+func describeServer(info string) string {
+	fields := map[string]string{}
+	for _, line := range strings.Split(info, "\r\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			fields[k] = v
+		}
+	}
+	name, version := "redis", fields["redis_version"]
+	if n := fields["server_name"]; n != "" {
+		name = n
+	}
+	if v := fields[name+"_version"]; v != "" && v != version {
+		version = v + " (redis_version " + fields["redis_version"] + ")"
+	}
+	desc := name + " " + version
+	if exe := fields["executable"]; exe != "" {
+		desc += ", " + exe
+	}
+	return desc
 }
 
 var errServerExited = errors.New("redis-server exited")
 
 // pingOwnServer checks that addr answers PING and is served by process pid:
-// another process may have taken the port first and answer in its place.
-func pingOwnServer(addr string, pid int) error {
+// another process may have taken the port first and answer in its place. It
+// returns the server's INFO server section.
+func pingOwnServer(addr string, pid int) (string, error) {
 	// Dial first: go-redis logs every failed dial, and until the server
 	// listens every dial fails.
 	conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 	if err != nil {
-		return err
+		return "", err
 	}
 	conn.Close()
 	// A fresh client each time: a pool that failed to dial keeps failing
@@ -263,16 +327,16 @@ func pingOwnServer(addr string, pid int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		return err
+		return "", err
 	}
 	info, err := rdb.Info(ctx, "server").Result()
 	if err != nil {
-		return err
+		return "", err
 	}
 	if !strings.Contains(info, fmt.Sprintf("process_id:%d\r\n", pid)) {
-		return fmt.Errorf("%s is answered by another process than redis-server %d", addr, pid)
+		return "", fmt.Errorf("%s is answered by another process than redis-server %d", addr, pid)
 	}
-	return nil
+	return info, nil
 }
 
 // poll calls check until it returns nil or timeout has passed, and then
@@ -306,7 +370,7 @@ type lazyServer struct {
 func (l *lazyServer) get(t testing.TB) *redisServer {
 	t.Helper()
 	if !haveRedisServer() {
-		t.Skip("redis-server is not on PATH: " + howToRunRedisTests)
+		skipWithoutServer(t, "redis-server is not on PATH: "+howToRunRedisTests)
 	}
 	l.once.Do(func() { l.srv, l.err = startRedisServer(false) })
 	if l.err != nil {
@@ -398,7 +462,7 @@ func clusterAddrs(t *testing.T) []string {
 		return addrs
 	}
 	if !haveRedisServer() {
-		t.Skip("the cluster tests start their own cluster and redis-server is not on PATH: " + howToRunClusterTests)
+		skipWithoutServer(t, "the cluster tests start their own cluster and redis-server is not on PATH: "+howToRunClusterTests)
 	}
 	testCluster.once.Do(func() { testCluster.addrs, testCluster.err = startRedisCluster() })
 	if testCluster.err != nil {
@@ -409,6 +473,17 @@ func clusterAddrs(t *testing.T) []string {
 
 // clusterSlots splits the 16384 hash slots between the three masters.
 var clusterSlots = [][2]int{{0, 5460}, {5461, 10922}, {10923, 16383}}
+
+// slotRange lists the slots lo to hi. CLUSTER ADDSLOTS takes them one by
+// one: CLUSTER ADDSLOTSRANGE is Redis 7.0 and later, and the tests run on
+// Redis 6 too.
+func slotRange(lo, hi int) []int {
+	slots := make([]int, 0, hi-lo+1)
+	for slot := lo; slot <= hi; slot++ {
+		slots = append(slots, slot)
+	}
+	return slots
+}
 
 // startRedisCluster starts three masters without replicas, gives each a
 // third of the slots, joins them and waits until a cluster client can use
@@ -430,8 +505,8 @@ func startRedisCluster() ([]string, error) {
 		}
 		c := redis.NewClient(&redis.Options{Addr: s.addr})
 		nodes, addrs, clients = append(nodes, s), append(addrs, s.addr), append(clients, c)
-		if err := c.ClusterAddSlotsRange(ctx, slots[0], slots[1]).Err(); err != nil {
-			return nil, fmt.Errorf("CLUSTER ADDSLOTSRANGE %d %d on %s: %w", slots[0], slots[1], s.addr, err)
+		if err := c.ClusterAddSlots(ctx, slotRange(slots[0], slots[1])...).Err(); err != nil {
+			return nil, fmt.Errorf("CLUSTER ADDSLOTS %d-%d on %s: %w", slots[0], slots[1], s.addr, err)
 		}
 	}
 	// Every node meets every other: meeting one node and waiting for
