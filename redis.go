@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -30,11 +31,15 @@ import (
 // re-sends a plain pipeline after a read error, counting a request twice;
 // it never re-sends a transaction whose reply was lost.
 //
-// Redis older than 7 has no NX on PEXPIRE and rejects the transaction. On
-// that answer the counter switches, for good, to a Lua script that does the
-// same atomically (EVALSHA, falling back to EVAL when the server does not
-// have the script yet, inside MULTI/EXEC for the same retry reason).
-// WithScript selects the script from the start.
+// Redis older than 7 (and KeyDB) has no NX on PEXPIRE and refuses the
+// transaction, which it then discards whole. On that answer the counter
+// switches, for good, to a Lua script that does the same atomically
+// (EVALSHA, falling back to EVAL when the server does not have the script
+// yet, inside MULTI/EXEC for the same retry reason), and counts the refused
+// call by the script at once. The switch is made on the server's answer,
+// never on the version it reports: Valkey 8 calls itself Redis 7.2, and
+// other compatible servers report versions that say little about what
+// they support. WithScript selects the script from the start.
 //
 // RedisCounter works unchanged with a *redis.Client, a *redis.ClusterClient
 // and a *redis.Ring: every command touches one key. It is safe for
@@ -169,29 +174,55 @@ func (r *RedisCounter) incrTTL(ctx context.Context, key string, window time.Dura
 	return n, ttl, nil
 }
 
-// errNoExpireNX reports a server that does not know PEXPIRE ... NX.
-var errNoExpireNX = errors.New("server has no PEXPIRE NX (Redis < 7)")
+// errNoExpireNX reports a server that refused PEXPIRE ... NX and discarded
+// the transaction whole, so that nothing of it ran.
+var errNoExpireNX = errors.New("server has no PEXPIRE NX")
 
 func (r *RedisCounter) incrTx(ctx context.Context, key string, ms int64) (int64, time.Duration, error) {
 	pipe := r.rdb.TxPipeline()
 	incr := pipe.Incr(ctx, key)
 	expire := pipe.Do(ctx, "pexpire", key, ms, "nx")
-	pttl := pipe.PTTL(ctx, key)
+	// PTTL read as a plain integer: go-redis's PTTL converts to a Duration
+	// and overflows on windows near the longest a Duration holds.
+	pttl := pipe.Do(ctx, "pttl", key)
 	if _, err := pipe.Exec(ctx); err != nil {
-		if e := expire.Err(); e != nil && strings.Contains(e.Error(), "wrong number of arguments") {
-			r.useScript.Store(true)
-			// Redis < 7 rejects the extra argument while queueing, which
-			// makes EXEC discard the whole transaction.
-			if redis.HasErrorPrefix(err, "EXECABORT") {
-				return 0, 0, errNoExpireNX
-			}
-			// A server that rejects it only at EXEC may have run the INCR:
-			// report the failure rather than count twice. The script,
-			// used from now on, gives the key its missing expiry.
+		if !refusesExpireNX(expire.Err()) {
+			return 0, 0, err
 		}
+		// The server does not know the NX option (Redis before 7, KeyDB):
+		// the script, from now on, does the same. Whether this call
+		// counted is read from INCR's own answer, not from Exec's error,
+		// which differs between clients (a cluster client returns the
+		// refused command's error rather than EXECABORT).
+		r.useScript.Store(true)
+		if redis.HasErrorPrefix(incr.Err(), "EXECABORT") {
+			// Refused while queueing: EXEC discarded the transaction
+			// and the INCR never ran.
+			return 0, 0, errNoExpireNX
+		}
+		// Refused only when EXEC ran it, or the answer is unknown: the
+		// INCR may have counted. Report the failure rather than count
+		// twice; the script gives the key its missing expiry later.
 		return 0, 0, err
 	}
-	return incr.Val(), ttlOr(pttl.Val(), ms), nil
+	left, err := pttl.Int64()
+	if err != nil {
+		return 0, 0, err
+	}
+	return incr.Val(), ttlOr(left, ms), nil
+}
+
+// refusesExpireNX reports whether err is a server's refusal of PEXPIRE's NX
+// argument. Servers word it differently, and none says "unsupported
+// version", so the answer is matched rather than a version string.
+func refusesExpireNX(err error) bool {
+	if _, ok := errors.AsType[redis.Error](err); !ok { // a server's answer, not a network error
+		return false
+	}
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "wrong number of arguments") ||
+		strings.Contains(msg, "syntax error") ||
+		strings.Contains(msg, "unsupported option")
 }
 
 // windowScript is the transaction above for servers without PEXPIRE NX.
@@ -229,14 +260,19 @@ func (r *RedisCounter) incrScript(ctx context.Context, key string, ms int64) (in
 	if len(vals) != 2 {
 		return 0, 0, fmt.Errorf("window script returned %d values, want 2", len(vals))
 	}
-	return vals[0], ttlOr(time.Duration(vals[1])*time.Millisecond, ms), nil
+	return vals[0], ttlOr(vals[1], ms), nil
 }
 
-// ttlOr returns ttl, or the whole window when Redis reported no expiry (which
-// the transaction and the script rule out, but a reply is not a promise).
-func ttlOr(ttl time.Duration, ms int64) time.Duration {
-	if ttl < 0 {
-		return time.Duration(ms) * time.Millisecond
+// ttlOr returns the time left of a PTTL answer, left milliseconds, or the
+// whole window of ms when Redis reported no expiry (which the transaction
+// and the script rule out, but a reply is not a promise). Milliseconds past
+// what a Duration holds are its longest.
+func ttlOr(left, ms int64) time.Duration {
+	if left < 0 {
+		left = ms
 	}
-	return ttl
+	if left > math.MaxInt64/int64(time.Millisecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(left) * time.Millisecond
 }
