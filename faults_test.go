@@ -203,19 +203,34 @@ func TestFallbackDecidesWhileTheStoreFails(t *testing.T) {
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 	}), nil)
 
-	for i, want := range []int{200, 200, 429} {
+	// The headers report the budget that decided, FallbackLimit, with the
+	// figures a counter's decision has.
+	for i, want := range []struct {
+		status               int
+		remaining, rateLimit string
+		retryAfter           bool
+	}{
+		{200, "1", `"default";r=1;t=60`, false},
+		{200, "0", `"default";r=0;t=60`, false},
+		{429, "0", `"default";r=0;t=60`, true},
+	} {
 		resp := get(t, app, "acme")
-		if resp.StatusCode != want {
-			t.Fatalf("request %d: status %d, want %d", i+1, resp.StatusCode, want)
+		if resp.StatusCode != want.status {
+			t.Fatalf("request %d: status %d, want %d", i+1, resp.StatusCode, want.status)
 		}
-		if got := resp.Header.Get("X-RateLimit-Limit"); got != "100" {
-			t.Errorf("X-RateLimit-Limit = %q, want the configured 100", got)
+		for field, v := range map[string]string{
+			"X-RateLimit-Limit":     "2",
+			"X-RateLimit-Remaining": want.remaining,
+			"X-RateLimit-Reset":     "60",
+			"RateLimit-Policy":      `"default";q=2;w=60`,
+			"RateLimit":             want.rateLimit,
+		} {
+			if got := resp.Header.Get(field); got != v {
+				t.Errorf("request %d: %s = %q, want %q", i+1, field, got, v)
+			}
 		}
-		if got := resp.Header.Get("X-RateLimit-Remaining"); got != "" {
-			t.Errorf("X-RateLimit-Remaining = %q from the fallback, want none", got)
-		}
-		if want == 429 && resp.Header.Get("Retry-After") == "" {
-			t.Errorf("fallback 429 without Retry-After")
+		if got := resp.Header.Get("Retry-After"); (got == "60") != want.retryAfter {
+			t.Errorf("request %d: Retry-After = %q, want 60 only on the 429", i+1, got)
 		}
 	}
 	if got := get(t, app, "globex").StatusCode; got != 200 {

@@ -3,31 +3,52 @@ package ratelimit
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 )
 
 // Tenant IDs reach the limiter from requests, so the key built from one must
-// stay safe whatever it holds. appendTenantKey maps every ID to its own key,
-// one to one:
+// stay safe whatever it holds. Every key is a limiter's prefix and the
+// tenant's part, one to one:
 //
+//   - The prefix is "rl:" for an unnamed limiter (Config.Name empty), the
+//     seed's keys, so a deployment keeps its counts across an upgrade, and
+//     "rl:<name>#" for a named one. The encoded name is never empty and
+//     holds no raw '#', so the first '#' ends it, and an unnamed key never
+//     has a '#' after its fourth byte: named and unnamed keys never meet.
 //   - A byte outside printable ASCII, and each of '%', '{', '}' and '#', is
-//     written as %XX. Keys are then plain text in Redis and in logs, '%' is
-//     never ambiguous, and with no brace left a tenant cannot pick its Redis
-//     Cluster hash slot (Redis hashes only the part between braces when there
-//     is one).
-//   - An ID whose encoded form is longer than maxTenantKey bytes becomes '#'
-//     and the hex SHA-256 of the raw ID: a 1 MB header makes a 68-byte key.
-//     No encoded ID holds a raw '#', so digests meet no other key.
-//   - The ID "unknown" is written "%75nknown" (an escaped 'u', which the
-//     encoding never produces otherwise), so it does not share rl:unknown,
-//     the bucket of requests without a tenant.
+//     written as %XX, in the name and the tenant's part alike. Keys are then
+//     plain text in Redis and in logs, '%' is never ambiguous, and with no
+//     brace left a tenant cannot pick its Redis Cluster hash slot (Redis
+//     hashes only the part between braces when there is one).
+//   - A tenant ID whose encoded form is longer than maxTenantKey bytes
+//     becomes '#' and the hex SHA-256 of the raw ID: a 1 MB header makes a
+//     68-byte part. No encoded ID holds a raw '#', so digests meet no other
+//     key.
+//   - A request without a tenant counts under "unknown"; the ID "unknown"
+//     is written "%75nknown" (an escaped 'u', which the encoding never
+//     produces otherwise), so it does not share that bucket.
 //
 // An ID of safe bytes, as most are, costs one scan and a copy.
 
 // maxTenantKey is the longest encoded tenant ID kept as is.
 const maxTenantKey = 128
 
-// unknownKey is the bucket of requests that have no tenant.
-const unknownKey = "rl:unknown"
+// maxName is the longest Config.Name; encoded, it takes at most three
+// times as many bytes.
+const maxName = 64
+
+// unnamedPrefix is the prefix of an unnamed limiter's keys.
+const unnamedPrefix = "rl:"
+
+// unknownTenant is the tenant part of requests that have no tenant.
+const unknownTenant = "unknown"
+
+// unknownKey is the unnamed limiter's bucket of requests without a tenant.
+const unknownKey = unnamedPrefix + unknownTenant
+
+// maxKeyLen bounds every key appendKey builds, so that a caller can build
+// it in a stack buffer.
+const maxKeyLen = len("rl:") + 3*maxName + len("#") + maxTenantKey
 
 // safeKeyByte reports whether a byte goes into a key unescaped.
 var safeKeyByte = func() (t [256]bool) {
@@ -40,14 +61,40 @@ var safeKeyByte = func() (t [256]bool) {
 	return t
 }()
 
-// maxKeyLen bounds every key appendTenantKey builds.
-const maxKeyLen = len("rl:") + maxTenantKey
+const hexDigits = "0123456789ABCDEF"
 
-// appendTenantKey appends id's key to dst: at most maxKeyLen bytes, so a
-// caller can build it in a stack buffer.
-func appendTenantKey(dst []byte, id string) []byte {
+// keyPrefix returns the prefix of the keys of a limiter named name. It
+// panics, naming Config.Name, when name cannot be one: a name is at most
+// maxName bytes of visible ASCII without '"' or '\', so that it goes into
+// the RateLimit header fields as it is.
+func keyPrefix(name string) string {
+	if name == "" {
+		return unnamedPrefix
+	}
+	if len(name) > maxName {
+		panic(fmt.Sprintf("ratelimit: Config.Name must be at most %d bytes, got %d", maxName, len(name)))
+	}
+	b := []byte("rl:")
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c < 0x21 || c > 0x7e || c == '"' || c == '\\':
+			panic(fmt.Sprintf("ratelimit: Config.Name must be visible ASCII without '\"' or '\\', got %q", name))
+		case safeKeyByte[c]:
+			b = append(b, c)
+		default:
+			b = append(b, '%', hexDigits[c>>4], hexDigits[c&0xf])
+		}
+	}
+	return string(append(b, '#'))
+}
+
+// appendKey appends to dst the key of tenant id under a limiter's prefix
+// (from keyPrefix); id "" is a request without a tenant.
+func appendKey(dst []byte, prefix, id string) []byte {
+	dst = append(dst, prefix...)
 	if id == "" {
-		return append(dst, unknownKey...)
+		return append(dst, unknownTenant...)
 	}
 	n := len(id)
 	for i := 0; i < len(id); i++ {
@@ -55,19 +102,17 @@ func appendTenantKey(dst []byte, id string) []byte {
 			n += 2
 		}
 	}
-	dst = append(dst, "rl:"...)
 	switch {
 	case n > maxTenantKey:
 		sum := sha256.Sum256([]byte(id))
 		dst = append(dst, '#')
 		return hex.AppendEncode(dst, sum[:])
-	case n == len(id) && id != "unknown":
+	case n == len(id) && id != unknownTenant:
 		return append(dst, id...)
 	}
-	const hexDigits = "0123456789ABCDEF"
 	for i := 0; i < len(id); i++ {
 		c := id[i]
-		if safeKeyByte[c] && !(i == 0 && id == "unknown") {
+		if safeKeyByte[c] && !(i == 0 && id == unknownTenant) {
 			dst = append(dst, c)
 			continue
 		}

@@ -8,10 +8,10 @@ import (
 	"testing"
 )
 
-// tenantKey is appendTenantKey as a string.
+// tenantKey is the unnamed limiter's key of id.
 func tenantKey(id string) string {
 	var buf [maxKeyLen]byte
-	return string(appendTenantKey(buf[:0], id))
+	return string(appendKey(buf[:0], unnamedPrefix, id))
 }
 
 func TestTenantKey(t *testing.T) {

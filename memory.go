@@ -52,6 +52,8 @@ type MemoryCounter struct {
 	// Tests inject a fake clock; nil is the real one.
 	now   func() time.Time
 	epoch time.Time // now's reading at construction
+
+	owners keyOwners // the limiters counting in it
 }
 
 // memSeed spreads keys over shards and slots. One per process is enough to
@@ -88,9 +90,12 @@ type memWindow struct {
 }
 
 var (
-	_ Counter    = (*MemoryCounter)(nil)
-	_ TTLCounter = (*MemoryCounter)(nil)
+	_ Counter      = (*MemoryCounter)(nil)
+	_ TTLCounter   = (*MemoryCounter)(nil)
+	_ ownedCounter = (*MemoryCounter)(nil)
 )
+
+func (m *MemoryCounter) keyOwners() *keyOwners { return &m.owners }
 
 // NewMemoryCounter returns an empty in-memory counter. It starts no
 // goroutine; Close releases its memory.

@@ -27,6 +27,19 @@ type Config struct {
 	// Optional. Default: a new MemoryCounter for this handler alone
 	Counter Counter
 
+	// Name names the limiter, for its keys and its headers. Several
+	// limiters can share one Counter, a global limit and a stricter one on
+	// some routes, when each has a name of its own: a named limiter counts
+	// under keys of its own ("rl:<name>#<tenant>"), and reports its policy
+	// under its name in RateLimit-Policy and RateLimit. Unnamed limiters
+	// count under "rl:<tenant>" and report the policy "default". Two
+	// handlers with the same name (or none) on the same MemoryCounter or
+	// RedisCounter share one budget, so setup panics when their Limit or
+	// Window differ. At most 64 bytes of visible ASCII without '"' or '\'.
+	//
+	// Optional. Default: "" (keys "rl:<tenant>", as before names existed)
+	Name string
+
 	// Limit is how many requests a tenant may make per window. Request
 	// number Limit+1 of a window is refused.
 	//
@@ -121,7 +134,8 @@ type Config struct {
 
 	// FallbackLimit is the budget per window that Fallback enforces on each
 	// replica. Set it to Limit divided by the number of replicas to keep the
-	// total near Limit during an outage. Requires Fallback.
+	// total near Limit during an outage. Requires Fallback. When Fallback
+	// decides, the headers report this budget.
 	//
 	// Optional. Default: Limit
 	FallbackLimit int
@@ -167,19 +181,17 @@ func RateLimitShared(cfg Config) fiber.Handler {
 }
 
 type limiter struct {
-	cfg           Config
-	mem           *MemoryCounter // cfg.Counter, when it is one
-	directCalls   int64          // calls at once that cfg.Counter bounds by a deadline alone
-	inFlight      atomic.Int64   // calls to cfg.Counter under way
-	limit         int64
-	fallbackLimit int64
-	breaker       *breaker
-	failLog       failureLog
-	store         storeClock
+	cfg         Config
+	mem         *MemoryCounter // cfg.Counter, when it is one
+	directCalls int64          // calls at once that cfg.Counter bounds by a deadline alone
+	inFlight    atomic.Int64   // calls to cfg.Counter under way
+	breaker     *breaker
+	failLog     failureLog
+	store       storeClock
+	keyPrefix   string // from keyPrefix(cfg.Name)
 
-	// Values that never change, formatted once.
-	limitValue  []byte
-	policyValue []byte
+	// The policies a decision is made against, formatted once.
+	policy, fallbackPolicy policyHeaders
 }
 
 // errBreakerOpen: the request was decided without asking the counter.
@@ -188,14 +200,13 @@ var errBreakerOpen = errors.New("ratelimit: circuit breaker open")
 func newLimiter(cfg Config, now func() time.Time) *limiter {
 	cfg = configDefault(cfg)
 	l := &limiter{
-		cfg:           cfg,
-		limit:         int64(cfg.Limit),
-		fallbackLimit: int64(cfg.FallbackLimit),
-		store:         storeClock{timeout: cfg.StoreTimeout, epoch: time.Now()},
-		failLog:       failureLog{logger: cfg.Logger, now: now, epoch: now()},
-		limitValue:    strconv.AppendInt(nil, int64(cfg.Limit), 10),
-		policyValue:   appendPolicy(nil, int64(cfg.Limit), cfg.Window),
+		cfg:       cfg,
+		store:     storeClock{timeout: cfg.StoreTimeout, epoch: time.Now()},
+		failLog:   failureLog{logger: cfg.Logger, now: now, epoch: now()},
+		keyPrefix: keyPrefix(cfg.Name),
 	}
+	l.policy = newPolicyHeaders(cfg.Name, cfg.Limit, cfg.Window)
+	l.fallbackPolicy = newPolicyHeaders(cfg.Name, cfg.FallbackLimit, cfg.Window)
 	l.mem, _ = cfg.Counter.(*MemoryCounter)
 	if d, ok := cfg.Counter.(deadlineCounter); ok {
 		l.directCalls = int64(d.directCalls())
@@ -225,6 +236,14 @@ func configDefault(cfg Config) Config {
 	}
 	if cfg.FallbackLimit != 0 && cfg.Fallback == nil {
 		panic("ratelimit: Config.FallbackLimit is set but Config.Fallback is nil")
+	}
+	prefix := keyPrefix(cfg.Name) // panics on a bad name
+	if o, ok := cfg.Counter.(ownedCounter); ok {
+		if prev, ok := o.keyOwners().claim(prefix, budget{cfg.Limit, cfg.Window}); !ok {
+			panic(fmt.Sprintf("ratelimit: Config.Name %q: another handler counts in the same keys of this Counter "+
+				"with Limit %d and Window %v, not %d and %v; give the limiters different names",
+				cfg.Name, prev.limit, prev.window, cfg.Limit, cfg.Window))
+		}
 	}
 	if cfg.Metrics != nil && !cfg.Metrics.attached.CompareAndSwap(false, true) {
 		panic("ratelimit: Config.Metrics is already used by another handler")
@@ -274,7 +293,7 @@ func (l *limiter) handle(c *fiber.Ctx) error {
 	// The key is built on the stack: a MemoryCounter looks it up without
 	// allocating, and any other counter gets a copy of its own.
 	var buf [maxKeyLen]byte
-	kb := appendTenantKey(buf[:0], id)
+	kb := appendKey(buf[:0], l.keyPrefix, id)
 	var (
 		key   string
 		count int64
@@ -290,21 +309,18 @@ func (l *limiter) handle(c *fiber.Ctx) error {
 		count, ttl, err = l.ask(c.UserContext(), key)
 	}
 	if err == nil {
-		reset := l.resetSeconds(ttl)
-		l.setHeaders(c, max(l.limit-count, 0), reset)
-		if count > l.limit {
-			l.cfg.Metrics.count(limited)
-			return l.refuse(c, reset)
+		if l.decide(c, &l.policy, count, ttl) {
+			l.cfg.Metrics.count(allowed)
+			return c.Next()
 		}
-		l.cfg.Metrics.count(allowed)
-		return c.Next()
+		l.cfg.Metrics.count(limited)
+		return l.cfg.LimitReached(c)
 	}
 
-	// The counter could not decide. Only the limit and the policy are known.
+	// The counter could not decide.
 	if key == "" {
 		key = string(kb)
 	}
-	l.setHeaders(c, -1, 0)
 	lastResort := "fail open"
 	if l.cfg.FailClosed {
 		lastResort = "fail closed"
@@ -322,15 +338,17 @@ func (l *limiter) handle(c *fiber.Ctx) error {
 			ferr = fmt.Errorf("fallback counter returned %d for key %s", n, key)
 		}
 		if ferr == nil {
-			if n > l.fallbackLimit {
-				l.cfg.Metrics.count(fallbackLimited)
-				return l.refuse(c, l.resetSeconds(ttl))
+			if l.decide(c, &l.fallbackPolicy, n, ttl) {
+				l.cfg.Metrics.count(fallbackAllowed)
+				return c.Next()
 			}
-			l.cfg.Metrics.count(fallbackAllowed)
-			return c.Next()
+			l.cfg.Metrics.count(fallbackLimited)
+			return l.cfg.LimitReached(c)
 		}
 		l.failLog.record(ferr, id, key, lastResort)
 	}
+	// Nobody counted: only the limit and the policy are known.
+	l.setHeaders(c, &l.policy, -1, 0)
 	if l.cfg.FailClosed {
 		l.cfg.Metrics.count(failedClosed)
 		return errUnavailable
@@ -339,21 +357,22 @@ func (l *limiter) handle(c *fiber.Ctx) error {
 	return c.Next()
 }
 
-// resetSeconds is the seconds left in a window that a counter reported
-// ttl for. A counter may report nonsense; the window is then an upper bound.
-func (l *limiter) resetSeconds(ttl time.Duration) int64 {
+// decide sets the headers of a request that a counter counted against p,
+// count being its count and ttl the time its window has left, and reports
+// whether it is within budget. Over budget, it also sets Retry-After.
+func (l *limiter) decide(c *fiber.Ctx, p *policyHeaders, count int64, ttl time.Duration) bool {
+	// A counter may report a nonsensical ttl; the window is then an upper
+	// bound.
 	if ttl < 0 {
 		ttl = l.cfg.Window
 	}
-	return ceilDiv(ttl, time.Second)
-}
-
-// refuse answers a request over budget; reset is the seconds until the
-// window ends.
-func (l *limiter) refuse(c *fiber.Ctx, reset int64) error {
-	var buf [20]byte
-	c.Response().Header.SetCanonical(hRetryAfter, strconv.AppendInt(buf[:0], reset, 10))
-	return l.cfg.LimitReached(c)
+	reset := ceilDiv(ttl, time.Second)
+	l.setHeaders(c, p, max(p.limit-count, 0), reset)
+	if count <= p.limit {
+		return true
+	}
+	l.setRetryAfter(c, reset)
+	return false
 }
 
 // ask counts the request in cfg.Counter, through the breaker.
@@ -381,56 +400,6 @@ func incrTTL(ctx context.Context, c Counter, key string, window time.Duration) (
 	}
 	n, err := c.Incr(ctx, key, window)
 	return n, window, err
-}
-
-// Header names in fasthttp's normalized form, so that SetCanonical stores
-// them exactly as c.Set would and a later c.Set replaces rather than
-// duplicates them.
-var (
-	hLimit      = []byte("X-Ratelimit-Limit")
-	hRemaining  = []byte("X-Ratelimit-Remaining")
-	hReset      = []byte("X-Ratelimit-Reset")
-	hPolicy     = []byte("Ratelimit-Policy")
-	hRateLimit  = []byte("Ratelimit")
-	hRetryAfter = []byte("Retry-After")
-)
-
-// setHeaders sets the enabled header families; reset is the seconds left in
-// the window. A negative remaining means the counter failed: the limit and
-// policy are known, the rest is not.
-func (l *limiter) setHeaders(c *fiber.Ctx, remaining, reset int64) {
-	h := &c.Response().Header
-	var buf [64]byte
-	if !l.cfg.DisableLegacyHeaders {
-		h.SetCanonical(hLimit, l.limitValue)
-		if remaining >= 0 {
-			h.SetCanonical(hRemaining, strconv.AppendInt(buf[:0], remaining, 10))
-			h.SetCanonical(hReset, strconv.AppendInt(buf[:0], reset, 10))
-		}
-	}
-	if !l.cfg.DisableDraftHeaders {
-		h.SetCanonical(hPolicy, l.policyValue)
-		if remaining >= 0 {
-			h.SetCanonical(hRateLimit, appendRateLimit(buf[:0], remaining, reset))
-		}
-	}
-}
-
-// appendPolicy appends the RateLimit-Policy value of a limit per window.
-func appendPolicy(b []byte, limit int64, window time.Duration) []byte {
-	b = append(b, `"default";q=`...)
-	b = strconv.AppendInt(b, limit, 10)
-	b = append(b, ";w="...)
-	return strconv.AppendInt(b, ceilDiv(window, time.Second), 10)
-}
-
-// appendRateLimit appends the RateLimit value: the requests left and the
-// seconds until the window ends.
-func appendRateLimit(b []byte, remaining, reset int64) []byte {
-	b = append(b, `"default";r=`...)
-	b = strconv.AppendInt(b, remaining, 10)
-	b = append(b, ";t="...)
-	return strconv.AppendInt(b, reset, 10)
 }
 
 // ceilDiv is d in whole units, rounded up: a client that waits that many

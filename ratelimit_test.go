@@ -614,9 +614,9 @@ func TestConfigBoundsAreAccepted(t *testing.T) {
 	}
 	l := newLimiter(Config{Limit: 7, Window: time.Second, Fallback: NewMemoryCounter()}, time.Now)
 	if l.cfg.StoreTimeout != 100*time.Millisecond || l.cfg.BreakerFailures != 5 ||
-		l.cfg.BreakerCooldown != time.Second || l.fallbackLimit != 7 {
+		l.cfg.BreakerCooldown != time.Second || l.fallbackPolicy.limit != 7 {
 		t.Errorf("defaults: StoreTimeout %v, BreakerFailures %d, BreakerCooldown %v, FallbackLimit %d; want 100ms, 5, 1s, 7",
-			l.cfg.StoreTimeout, l.cfg.BreakerFailures, l.cfg.BreakerCooldown, l.fallbackLimit)
+			l.cfg.StoreTimeout, l.cfg.BreakerFailures, l.cfg.BreakerCooldown, l.fallbackPolicy.limit)
 	}
 }
 

@@ -64,6 +64,7 @@ type RedisCounter struct {
 	// ctxDeadlines: the client applies a context's deadline to its socket.
 	ctxDeadlines bool
 	poolSize     int // the client's connections to one server
+	owners       keyOwners
 }
 
 // RedisOption configures a RedisCounter.
@@ -80,7 +81,10 @@ var (
 	_ Counter         = (*RedisCounter)(nil)
 	_ TTLCounter      = (*RedisCounter)(nil)
 	_ deadlineCounter = (*RedisCounter)(nil)
+	_ ownedCounter    = (*RedisCounter)(nil)
 )
+
+func (r *RedisCounter) keyOwners() *keyOwners { return &r.owners }
 
 // NewRedisCounter returns a counter that keeps its windows in rdb. The client
 // stays the caller's to configure and close.

@@ -35,10 +35,14 @@ import (
 	"github.com/gatewaykit/ratelimit"
 )
 
-// Small enough to hit by hand with curl.
+// Small enough to hit by hand with curl: a global budget for every route,
+// and a stricter one for /expensive, spent from the same counter.
 const (
 	limit  = 5
 	window = 10 * time.Second
+
+	expensiveLimit  = 2
+	expensiveWindow = time.Minute
 )
 
 // apiKeys maps API keys to tenant IDs. It is for this demo only: a real
@@ -73,6 +77,7 @@ func run() error {
 	registry.MustRegister(newLimiterCollector(metrics))
 
 	cfg := ratelimit.Config{
+		Name:    "global",
 		Counter: counter,
 		Limit:   limit,
 		Window:  window,
@@ -86,6 +91,15 @@ func run() error {
 		// not at all.
 		cfg.Fallback = ratelimit.NewMemoryCounter()
 	}
+	// A second limiter on the same counter: its name gives it keys of its
+	// own, so a request to /expensive spends one from each budget.
+	expensive := ratelimit.Config{
+		Name:     "expensive",
+		Counter:  counter,
+		Limit:    expensiveLimit,
+		Window:   expensiveWindow,
+		Fallback: cfg.Fallback,
+	}
 
 	app := fiber.New(fiber.Config{DisableStartupMessage: true})
 	app.Use(resolveTenant)
@@ -96,6 +110,9 @@ func run() error {
 			tenant = "unknown (no or unrecognised X-API-Key)"
 		}
 		return c.SendString("served tenant " + tenant + "\n")
+	})
+	app.Get("/expensive", ratelimit.RateLimitShared(expensive), func(c *fiber.Ctx) error {
+		return c.SendString("served an expensive request\n")
 	})
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendString("ok\n") })
 	app.Get("/metrics", adaptor.HTTPHandler(promhttp.HandlerFor(registry, promhttp.HandlerOpts{})))
@@ -179,10 +196,13 @@ Try it: the first %d answers are 200, then 429 until the window ends.
   for i in $(seq 7); do curl -s -o /dev/null -w '%%{http_code}\n' -H 'X-API-Key: key-acme' %s/; done
 See the rate limit headers:
   curl -i -H 'X-API-Key: key-acme' %s/
+/expensive also has a budget of its own, %d per %v; the headers list both:
+  curl -i -H 'X-API-Key: key-globex' %s/expensive
 Health check and the limiter's metrics (neither limited):
   curl %s/healthz
   curl %s/metrics
 
 Ctrl-C stops the gateway.
-`, listening, limit, window, backend, strings.Join(keys, ", "), limit, url, url, url, url)
+`, listening, limit, window, backend, strings.Join(keys, ", "), limit, url, url,
+		expensiveLimit, expensiveWindow, url, url, url)
 }

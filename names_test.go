@@ -1,0 +1,238 @@
+package ratelimit
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestNamedKeys(t *testing.T) {
+	long := strings.Repeat("a", maxTenantKey+1)
+	tests := []struct{ name, id, want string }{
+		{"", "acme", "rl:acme"},
+		{"", "", "rl:unknown"},
+		{"global", "acme", "rl:global#acme"},
+		{"global", "", "rl:global#unknown"},
+		{"global", "unknown", "rl:global#%75nknown"},
+		{"global", "a{b}#c", "rl:global#a%7Bb%7D%23c"},
+		{"global", long, "rl:global##" + sha256Hex(long)},
+		{"a#b{c}%", "acme", "rl:a%23b%7Bc%7D%25#acme"},
+		{strings.Repeat("n", maxName), "x", "rl:" + strings.Repeat("n", maxName) + "#x"},
+	}
+	for _, tt := range tests {
+		var buf [maxKeyLen]byte
+		if got := string(appendKey(buf[:0], keyPrefix(tt.name), tt.id)); got != tt.want {
+			t.Errorf("key of name %q, tenant %.20q = %q, want %q", tt.name, tt.id, got, tt.want)
+		}
+	}
+	// The longest name, all escaped, and the longest tenant part stay
+	// within the stack buffer's bound.
+	var buf [maxKeyLen]byte
+	k := appendKey(buf[:0], keyPrefix(strings.Repeat("#", maxName)), strings.Repeat("b", maxTenantKey))
+	if len(k) != maxKeyLen {
+		t.Errorf("longest key is %d bytes, want maxKeyLen %d", len(k), maxKeyLen)
+	}
+}
+
+// A named limiter's keys never meet an unnamed one's, nor another name's,
+// whatever tenants they see.
+func TestNamedKeysDoNotCollide(t *testing.T) {
+	pairs := [][2]string{ // name, tenant
+		{"", "global#acme"}, {"global", "acme"},
+		{"", "global%23acme"}, {"", "global"},
+		{"glo", "bal#acme"}, {"glo#bal", "acme"},
+		{"a", "b#c"}, {"a#b", "c"},
+		{"", "#" + sha256Hex("x")}, {"x", ""}, {"x", "unknown"}, {"", "x#unknown"},
+	}
+	seen := map[string][2]string{}
+	for _, p := range pairs {
+		var buf [maxKeyLen]byte
+		k := string(appendKey(buf[:0], keyPrefix(p[0]), p[1]))
+		if prev, ok := seen[k]; ok {
+			t.Errorf("name %q tenant %q and name %q tenant %q share key %q", prev[0], prev[1], p[0], p[1], k)
+		}
+		seen[k] = p
+	}
+}
+
+func TestConfigNamePanics(t *testing.T) {
+	for _, name := range []string{
+		strings.Repeat("n", maxName+1), "two words", `say "hi"`, `back\slash`, "café", "tab\t", "nul\x00",
+	} {
+		msg := setupPanic(func() { RateLimitShared(Config{Name: name, Limit: 1, Window: time.Second}) })
+		if !strings.Contains(msg, "Config.Name") {
+			t.Errorf("Name %q: panic %q, want one naming Config.Name", name, msg)
+		}
+	}
+}
+
+// Limiters that would count into the same keys of one counter must agree
+// on the budget; differently named ones need not.
+func TestLimitersSharingACounter(t *testing.T) {
+	counters := map[string]func() Counter{
+		"memory": func() Counter { return NewMemoryCounter() },
+		"redis": func() Counter {
+			// Setup makes no call, so the client needs no server.
+			rdb := redis.NewClient(&redis.Options{Addr: closedPort(t)})
+			t.Cleanup(func() { rdb.Close() })
+			return NewRedisCounter(rdb)
+		},
+	}
+	for name, newCounter := range counters {
+		t.Run(name, func(t *testing.T) {
+			c := newCounter()
+			RateLimitShared(Config{Counter: c, Limit: 10, Window: time.Second})
+			RateLimitShared(Config{Counter: c, Limit: 10, Window: time.Second}) // the same budget: shared on purpose
+			RateLimitShared(Config{Counter: c, Name: "route", Limit: 2, Window: time.Minute})
+			RateLimitShared(Config{Counter: NewMemoryCounter(), Limit: 3, Window: time.Second}) // another counter
+			for _, cfg := range []Config{
+				{Counter: c, Limit: 11, Window: time.Second},
+				{Counter: c, Limit: 10, Window: 2 * time.Second},
+				{Counter: c, Name: "route", Limit: 3, Window: time.Minute},
+			} {
+				msg := setupPanic(func() { RateLimitShared(cfg) })
+				if !strings.Contains(msg, "Config.Name") {
+					t.Errorf("Name %q, Limit %d, Window %v: panic %q, want one naming Config.Name",
+						cfg.Name, cfg.Limit, cfg.Window, msg)
+				}
+			}
+		})
+	}
+}
+
+// setupPanic runs f and returns what it panicked with, or "".
+func setupPanic(f func()) (msg string) {
+	defer func() {
+		if r := recover(); r != nil {
+			msg, _ = r.(string)
+			if msg == "" {
+				msg = "non-string panic"
+			}
+		}
+	}()
+	f()
+	return ""
+}
+
+// twoLimiterApp is a gateway with a global limiter on every route and a
+// stricter one on /expensive, both on counter.
+func twoLimiterApp(counter Counter, global, route Config) *fiber.App {
+	global.Counter, route.Counter = counter, counter
+	app := fiber.New()
+	app.Use(func(c *fiber.Ctx) error {
+		c.Locals("tenant", strings.Clone(c.Get("X-Tenant")))
+		return c.Next()
+	})
+	app.Use(RateLimitShared(global))
+	ok := func(c *fiber.Ctx) error { return c.SendStatus(http.StatusOK) }
+	app.Get("/expensive", RateLimitShared(route), ok)
+	app.Get("/", ok)
+	return app
+}
+
+func sendTo(t *testing.T, app *fiber.App, path, tenant string) *http.Response {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodGet, path, nil)
+	req.Header.Set("X-Tenant", tenant)
+	resp, err := app.Test(req, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+type wantHeaders struct {
+	status                                     int
+	policy, rateLimit, limit, remaining, reset string
+	retryAfter                                 string
+}
+
+func checkHeaders(t *testing.T, what string, resp *http.Response, want wantHeaders) {
+	t.Helper()
+	if resp.StatusCode != want.status {
+		t.Errorf("%s: status %d, want %d", what, resp.StatusCode, want.status)
+	}
+	for _, f := range []struct{ field, want string }{
+		{"RateLimit-Policy", want.policy},
+		{"RateLimit", want.rateLimit},
+		{"X-RateLimit-Limit", want.limit},
+		{"X-RateLimit-Remaining", want.remaining},
+		{"X-RateLimit-Reset", want.reset},
+		{"Retry-After", want.retryAfter},
+	} {
+		if got := strings.Join(resp.Header.Values(f.field), " | "); got != f.want {
+			t.Errorf("%s: %s = %q, want %q", what, f.field, got, f.want)
+		}
+	}
+}
+
+// testTwoLimiters spends a global budget of 10 per 10 s and a route's of
+// 2 per minute on one counter: each route request counts once in each.
+func testTwoLimiters(t *testing.T, counter Counter, tenant string, count func(key string) int64) {
+	app := twoLimiterApp(counter,
+		Config{Name: "global", Limit: 10, Window: 10 * time.Second},
+		Config{Name: "expensive", Limit: 2, Window: time.Minute})
+	const policy = `"global";q=10;w=10, "expensive";q=2;w=60`
+	checkHeaders(t, "route request 1", sendTo(t, app, "/expensive", tenant), wantHeaders{
+		200, policy, `"global";r=9;t=10, "expensive";r=1;t=60`, "2", "1", "60", ""})
+	checkHeaders(t, "route request 2", sendTo(t, app, "/expensive", tenant), wantHeaders{
+		200, policy, `"global";r=8;t=10, "expensive";r=0;t=60`, "2", "0", "60", ""})
+	checkHeaders(t, "route request 3", sendTo(t, app, "/expensive", tenant), wantHeaders{
+		429, policy, `"global";r=7;t=10, "expensive";r=0;t=60`, "2", "0", "60", "60"})
+	for i := 4; i <= 10; i++ {
+		checkHeaders(t, "plain request", sendTo(t, app, "/", tenant), wantHeaders{
+			200, `"global";q=10;w=10`, `"global";r=` + string(rune('0'+10-i)) + `;t=10`, "10", string(rune('0' + 10 - i)), "10", ""})
+	}
+	checkHeaders(t, "plain request 11", sendTo(t, app, "/", tenant), wantHeaders{
+		429, `"global";q=10;w=10`, `"global";r=0;t=10`, "10", "0", "10", "10"})
+	if g, e := count("rl:global#"+tenant), count("rl:expensive#"+tenant); g != 11 || e != 3 {
+		t.Errorf("counts: global %d, expensive %d; want 11 and 3: one count per limiter per request", g, e)
+	}
+	if n := count("rl:" + tenant); n != 0 {
+		t.Errorf("the unnamed key rl:%s counted %d, want 0", tenant, n)
+	}
+
+	// The route refuses while the global budget, exhausted too, ends
+	// later: Retry-After and X-RateLimit-* report the later end.
+	app = twoLimiterApp(counter,
+		Config{Name: "global-2", Limit: 2, Window: time.Minute},
+		Config{Name: "route-2", Limit: 1, Window: 10 * time.Second})
+	const policy2 = `"global-2";q=2;w=60, "route-2";q=1;w=10`
+	checkHeaders(t, "second app, request 1", sendTo(t, app, "/expensive", tenant), wantHeaders{
+		200, policy2, `"global-2";r=1;t=60, "route-2";r=0;t=10`, "1", "0", "10", ""})
+	checkHeaders(t, "second app, request 2", sendTo(t, app, "/expensive", tenant), wantHeaders{
+		429, policy2, `"global-2";r=0;t=60, "route-2";r=0;t=10`, "2", "0", "60", "60"})
+}
+
+func TestTwoLimitersOnOneMemoryCounter(t *testing.T) {
+	counter := NewMemoryCounter()
+	testTwoLimiters(t, counter, "acme", func(key string) int64 {
+		// One more increment reads the count; the key is not used after.
+		n, err := counter.Incr(context.Background(), key, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n - 1
+	})
+}
+
+func TestTwoLimitersOnOneRedisCounter(t *testing.T) {
+	rdb := newRedisClient(t)
+	testTwoLimiters(t, NewRedisCounter(rdb), uniqueTenant(t), func(key string) int64 {
+		n, err := rdb.Get(context.Background(), key).Int64()
+		if err == redis.Nil {
+			return 0
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	})
+	requireEveryKeyExpires(t, rdb)
+}
