@@ -63,20 +63,44 @@ func ExampleMemoryCounter() {
 // Every replica builds its counter over the same Redis; the limiter is
 // configured as with the in-memory counter. A *redis.ClusterClient or a
 // *redis.Ring works the same way.
+//
+// No Redis answers here, so the example runs anywhere and shows what a
+// replica does while its Redis is down: it lets the request through
+// (FailClosed would refuse it), with the limit but no count in the headers,
+// and Metrics counts it as failed open.
 func ExampleNewRedisCounter() {
 	rdb := redis.NewClient(&redis.Options{
-		Addr: "localhost:6379",
+		// In production the Redis that every replica shares, e.g.
+		// Addr: "redis:6379"; here a socket where none listens.
+		Network: "unix",
+		Addr:    "/nonexistent/redis.sock",
 		// The limiter's time budget then reaches the socket.
 		ContextTimeoutEnabled: true,
 	})
 	defer rdb.Close()
 
+	metrics := &ratelimit.Metrics{}
 	app := fiber.New()
 	app.Use(ratelimit.RateLimitShared(ratelimit.Config{
 		Counter: ratelimit.NewRedisCounter(rdb),
 		Limit:   100,
 		Window:  time.Minute,
+		// How long a request waits on Redis; the first requests, before
+		// Redis has answered once, wait up to ten times as long.
+		StoreTimeout: 20 * time.Millisecond,
+		Metrics:      metrics,
+		Logger:       slog.New(slog.DiscardHandler), // in production, the failure is logged
 	}))
+	app.Get("/", func(c *fiber.Ctx) error { return c.SendString("hello") })
+
+	resp, _ := app.Test(httptest.NewRequest("GET", "/", nil), -1)
+	fmt.Printf("%d limit %q remaining %q\n", resp.StatusCode,
+		resp.Header.Get("X-RateLimit-Limit"), resp.Header.Get("X-RateLimit-Remaining"))
+	s := metrics.Snapshot()
+	fmt.Printf("failed open %d, allowed %d; breaker %v\n", s.FailedOpen, s.Allowed, s.Breaker)
+	// Output:
+	// 200 limit "100" remaining ""
+	// failed open 1, allowed 0; breaker closed
 }
 
 // failingStore stands for a Redis that is down.

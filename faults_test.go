@@ -194,6 +194,100 @@ func (b *blockingStore) callsNow() int {
 	return b.calls
 }
 
+// A request the breaker decides, while it is open, without the counter
+// ends as the failures that opened it did: let through, or refused with 503
+// under FailClosed. So does a failed probe.
+func TestOpenBreakerFailsOpenOrClosed(t *testing.T) {
+	for _, failClosed := range []bool{false, true} {
+		want := http.StatusOK
+		if failClosed {
+			want = http.StatusServiceUnavailable
+		}
+		clock := newFakeClock()
+		store := &switchable{err: errors.New("connection refused")}
+		m := &Metrics{}
+		send := limiterApp(newLimiter(Config{
+			Counter: store, Limit: 100, Window: time.Minute, FailClosed: failClosed,
+			BreakerFailures: 3, BreakerCooldown: time.Second, Metrics: m,
+			Logger: slog.New(slog.DiscardHandler),
+		}, clock.Now))
+		check := func(stage string, calls int, breaker BreakerState) {
+			t.Helper()
+			if got := send(); got != want {
+				t.Errorf("FailClosed=%v, %s: status %d, want %d", failClosed, stage, got, want)
+			}
+			if store.count() != calls || m.Snapshot().Breaker != breaker {
+				t.Fatalf("FailClosed=%v, %s: %d counter calls, breaker %v; want %d, %v",
+					failClosed, stage, store.count(), m.Snapshot().Breaker, calls, breaker)
+			}
+		}
+
+		check("first failure", 1, BreakerClosed)
+		check("second failure", 2, BreakerClosed)
+		check("third failure, which opens the breaker", 3, BreakerOpen)
+		for range 5 {
+			check("breaker open", 3, BreakerOpen)
+		}
+		clock.Advance(time.Second)
+		check("failed probe", 4, BreakerOpen)
+		check("breaker open again", 4, BreakerOpen)
+
+		wantMetrics := MetricsSnapshot{FailedOpen: 10, Breaker: BreakerOpen}
+		if failClosed {
+			wantMetrics = MetricsSnapshot{FailedClosed: 10, Breaker: BreakerOpen}
+		}
+		if s := m.Snapshot(); s != wantMetrics {
+			t.Errorf("FailClosed=%v: metrics %+v, want %+v", failClosed, s, wantMetrics)
+		}
+	}
+}
+
+// Only failures in a row open the breaker: a success in between starts the
+// count again.
+func TestBreakerOpensOnlyOnFailuresInARow(t *testing.T) {
+	const threshold = 3
+	store := &switchable{}
+	m := &Metrics{}
+	send := limiterApp(newLimiter(Config{
+		Counter: store, Limit: 100, Window: time.Minute,
+		BreakerFailures: threshold, Metrics: m, Logger: slog.New(slog.DiscardHandler),
+	}, newFakeClock().Now))
+	fail := func(n int) {
+		store.set(errors.New("connection refused"))
+		for range n {
+			send()
+		}
+	}
+
+	fail(threshold - 1)
+	store.set(nil)
+	if got := send(); got != http.StatusOK {
+		t.Fatalf("healthy counter: status %d, want 200", got)
+	}
+	fail(threshold - 1)
+	if got := m.Snapshot().Breaker; got != BreakerClosed {
+		t.Fatalf("%d failures, a success, %d failures: breaker %v, want closed", threshold-1, threshold-1, got)
+	}
+	if got := store.count(); got != 2*threshold-1 {
+		t.Fatalf("counter called %d times, want %d: a closed breaker asks it every time", got, 2*threshold-1)
+	}
+
+	fail(1)
+	if got := store.count(); got != 2*threshold {
+		t.Fatalf("counter called %d times, want %d: the failure that opens the breaker still asks it", got, 2*threshold)
+	}
+	if got := m.Snapshot().Breaker; got != BreakerOpen {
+		t.Fatalf("%d failures in a row: breaker %v, want open", threshold, got)
+	}
+	fail(1)
+	if got := store.count(); got != 2*threshold {
+		t.Fatalf("counter called %d times while the breaker is open, want still %d", got, 2*threshold)
+	}
+	if s := m.Snapshot(); s.Allowed != 1 || s.FailedOpen != 2*threshold {
+		t.Errorf("metrics %+v, want 1 allowed and %d failed open", s, 2*threshold)
+	}
+}
+
 func TestFallbackDecidesWhileTheStoreFails(t *testing.T) {
 	m := &Metrics{}
 	var logs syncBuffer

@@ -106,8 +106,31 @@ func decodeTenantKey(key string) (id string, digest bool, err error) {
 	return b.String(), false, nil
 }
 
+// escapedLen is the length of id once escaped, worked out apart from
+// appendKey: printable ASCII but '%', '{', '}' and '#' takes one byte,
+// any other byte three, and "unknown" gets its 'u' escaped.
+func escapedLen(id string) int {
+	n := 0
+	for _, c := range []byte(id) {
+		if c > ' ' && c < 0x7f && !strings.ContainsRune("%{}#", rune(c)) {
+			n++
+		} else {
+			n += 3
+		}
+	}
+	if id == "unknown" {
+		n += 2
+	}
+	return n
+}
+
 func FuzzTenantKey(f *testing.F) {
-	for _, s := range []string{"acme", "", "unknown", "{a}b", "a%b", "#x", "a\nb", "é", strings.Repeat("a", 129)} {
+	a := func(n int) string { return strings.Repeat("a", n) }
+	for _, s := range []string{
+		"acme", "", "unknown", "{a}b", "a%b", "#x", "a\nb", "é", a(129),
+		// Each side of the bound, with escapes of one and of two bytes.
+		a(128), a(125) + "{", a(126) + "{", a(122) + "é", a(123) + "é",
+	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, id string) {
@@ -121,15 +144,17 @@ func FuzzTenantKey(f *testing.F) {
 			}
 		}
 		got, digest, err := decodeTenantKey(key)
-		switch {
-		case err != nil:
+		if err != nil {
 			t.Fatalf("tenantKey(%q) = %q does not decode: %v", id, key, err)
+		}
+		if n := escapedLen(id); digest != (n > maxTenantKey) {
+			t.Fatalf("tenantKey(%.40q, %d bytes) = %.50q: the ID escapes to %d bytes, so want a digest exactly when that is over %d",
+				id, len(id), key, n, maxTenantKey)
+		}
+		switch {
 		case digest:
 			if key != "rl:#"+sha256Hex(id) {
 				t.Fatalf("tenantKey(%q) = %q, not the ID's digest", id, key)
-			}
-			if len(id) <= maxTenantKey/3 {
-				t.Fatalf("tenantKey(%q) digested an ID short enough to encode", id)
 			}
 		case got != id:
 			t.Fatalf("tenantKey(%q) = %q decodes to %q", id, key, got)

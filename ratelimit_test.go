@@ -315,13 +315,40 @@ func TestFailureLogIsThrottledUnderConcurrency(t *testing.T) {
 	}
 	clock.Advance(time.Millisecond)
 	burst(1)
-	lines := logs.lines()
-	if len(lines) != 2 {
-		t.Fatalf("a failure a second later left %d lines, want 2", len(lines))
+	if got := len(logs.lines()); got != 2 {
+		t.Fatalf("a failure a second later left %d lines, want 2", got)
 	}
-	// The second line accounts for the failures the throttle swallowed.
-	if !strings.Contains(lines[1], `"suppressed":1009`) {
-		t.Errorf("second line %s does not report suppressed=1009", lines[1])
+	clock.Advance(500 * time.Millisecond)
+	burst(5)
+	clock.Advance(500 * time.Millisecond)
+	burst(1)
+	lines := logs.lines()
+	if len(lines) != 3 {
+		t.Fatalf("a failure another second later left %d lines, want 3", len(lines))
+	}
+
+	// Every failure is accounted for: it wrote a line, or the next line
+	// counts it as suppressed. Which of the first two lines counts a
+	// failure of the first burst that ran alongside the first line is not
+	// fixed; the ten of the second burst came after the first line was
+	// written, so the second line counts them. The third line counts the
+	// five since the second, and no more.
+	suppressed := make([]int64, len(lines))
+	for i, line := range lines {
+		var entry struct{ Suppressed *int64 }
+		if err := json.Unmarshal([]byte(line), &entry); err != nil || entry.Suppressed == nil {
+			t.Fatalf("line %d has no suppressed count (%v): %s", i+1, err, line)
+		}
+		suppressed[i] = *entry.Suppressed
+	}
+	if got := suppressed[0] + suppressed[1]; got != 1009 {
+		t.Errorf("the first two lines report %v suppressed, %d in all; want the 1009 failures that wrote no line", suppressed[:2], got)
+	}
+	if suppressed[1] < 10 {
+		t.Errorf("second line reports %d suppressed, want at least the 10 failures after the first line", suppressed[1])
+	}
+	if suppressed[2] != 5 {
+		t.Errorf("third line reports %d suppressed, want the 5 failures since the second line", suppressed[2])
 	}
 }
 
