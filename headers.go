@@ -88,13 +88,13 @@ func (l *limiter) setHeaders(c *fiber.Ctx, p *policyHeaders, remaining, reset in
 // already there, are more restrictive.
 func setLegacy(h *fasthttp.ResponseHeader, p *policyHeaders, remaining, reset int64) {
 	if remaining < 0 {
-		if len(h.PeekBytes(hLimit)) == 0 {
+		if len(h.PeekCanonical(hLimit)) == 0 {
 			h.SetCanonical(hLimit, p.limitValue)
 		}
 		return
 	}
-	if prevRemaining, ok := parseCount(h.PeekBytes(hRemaining)); ok {
-		prevReset, _ := parseCount(h.PeekBytes(hReset))
+	if prevRemaining, ok := parseCount(h.PeekCanonical(hRemaining)); ok {
+		prevReset, _ := parseCount(h.PeekCanonical(hReset))
 		if prevRemaining < remaining || (prevRemaining == remaining && prevReset >= reset) {
 			return
 		}
@@ -111,7 +111,7 @@ func setLegacy(h *fasthttp.ResponseHeader, p *policyHeaders, remaining, reset in
 func (l *limiter) setRetryAfter(c *fiber.Ctx, reset int64) {
 	h := &c.Response().Header
 	if !l.cfg.DisableLegacyHeaders {
-		if r, ok := parseCount(h.PeekBytes(hReset)); ok && r > reset {
+		if r, ok := parseCount(h.PeekCanonical(hReset)); ok && r > reset {
 			reset = r
 		}
 	}
@@ -121,7 +121,7 @@ func (l *limiter) setRetryAfter(c *fiber.Ctx, reset int64) {
 
 // appendItem adds item to the list in field, or sets it when there is none.
 func appendItem(h *fasthttp.ResponseHeader, field, item []byte) {
-	prev := h.PeekBytes(field)
+	prev := h.PeekCanonical(field)
 	if len(prev) == 0 {
 		h.SetCanonical(field, item)
 		return
