@@ -97,7 +97,13 @@ func newApp(h fiber.Handler, reached *int) *fiber.App {
 
 func get(t *testing.T, app *fiber.App, tenant string) *http.Response {
 	t.Helper()
-	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	return getPath(t, app, "/", tenant)
+}
+
+// getPath is get for another path.
+func getPath(t *testing.T, app *fiber.App, path, tenant string) *http.Response {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodGet, path, nil)
 	if tenant != "" {
 		req.Header.Set("X-Tenant", tenant)
 	}
@@ -605,6 +611,18 @@ func TestConfigPanics(t *testing.T) {
 		{"negative fallback limit", Config{Limit: 1, Window: time.Second, Fallback: NewMemoryCounter(), FallbackLimit: -1}, "Config.FallbackLimit"},
 		{"fallback limit without fallback", Config{Limit: 1, Window: time.Second, FallbackLimit: 5}, "Config.Fallback"},
 		{"metrics used twice", Config{Limit: 1, Window: time.Second, Metrics: usedMetrics()}, "Config.Metrics"},
+		{"name too long", Config{Name: strings.Repeat("n", maxName+1), Limit: 1, Window: time.Second}, "Config.Name"},
+		{"name with a space", Config{Name: "two words", Limit: 1, Window: time.Second}, "Config.Name"},
+		{"name with a quote", Config{Name: `say"hi"`, Limit: 1, Window: time.Second}, "Config.Name"},
+		{"name with a backslash", Config{Name: `back\slash`, Limit: 1, Window: time.Second}, "Config.Name"},
+		{"name not ASCII", Config{Name: "café", Limit: 1, Window: time.Second}, "Config.Name"},
+		{"name with a control byte", Config{Name: "nul\x00", Limit: 1, Window: time.Second}, "Config.Name"},
+		// The counters' keys are already counted in by a handler with
+		// Limit 10 per second, unnamed and named "route".
+		{"another limit in the same keys", Config{Counter: claimedCounter(""), Limit: 11, Window: time.Second}, "Config.Name"},
+		{"another window in the same keys", Config{Counter: claimedCounter(""), Limit: 10, Window: time.Minute}, "Config.Name"},
+		{"another limit under the same name", Config{Counter: claimedCounter("route"), Name: "route", Limit: 3, Window: time.Second}, "Config.Name"},
+		{"another limit in the same Redis keys", Config{Counter: claimedRedisCounter(), Limit: 11, Window: time.Second}, "Config.Name"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -623,6 +641,22 @@ func usedMetrics() *Metrics {
 	m := &Metrics{}
 	RateLimitShared(Config{Limit: 1, Window: time.Second, Metrics: m})
 	return m
+}
+
+// claimedCounter returns a MemoryCounter that a handler named name
+// already counts in, with 10 per second.
+func claimedCounter(name string) Counter {
+	c := NewMemoryCounter()
+	RateLimitShared(Config{Counter: c, Name: name, Limit: 10, Window: time.Second})
+	return c
+}
+
+// claimedRedisCounter is claimedCounter's RedisCounter: setup makes no
+// call, so its client needs no server.
+func claimedRedisCounter() Counter {
+	c := NewRedisCounter(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}))
+	RateLimitShared(Config{Counter: c, Limit: 10, Window: time.Second})
+	return c
 }
 
 // The bounds themselves are valid, and so are the zero values of the
