@@ -66,10 +66,14 @@ func newPolicyHeaders(name string, limit int, window time.Duration) policyHeader
 // setHeaders sets the enabled header families for a request counted
 // against p; reset is the seconds left in the window. A negative remaining
 // means no counter counted: the limit and policy are known, the rest is not.
-func (l *limiter) setHeaders(c *fiber.Ctx, p *policyHeaders, remaining, reset int64) {
+// It returns the seconds until a retry can pass: reset, or the later reset
+// of a more restrictive limiter before it, which X-RateLimit-Reset then
+// reports.
+func (l *limiter) setHeaders(c *fiber.Ctx, p *policyHeaders, remaining, reset int64) (retry int64) {
 	h := &c.Response().Header
+	retry = reset
 	if !l.cfg.DisableLegacyHeaders {
-		setLegacy(h, p, remaining, reset)
+		retry = setLegacy(h, p, remaining, reset)
 	}
 	if !l.cfg.DisableDraftHeaders {
 		appendItem(h, hPolicy, p.policyItem)
@@ -82,41 +86,30 @@ func (l *limiter) setHeaders(c *fiber.Ctx, p *policyHeaders, remaining, reset in
 			appendItem(h, hRateLimit, strconv.AppendInt(item, reset, 10))
 		}
 	}
+	return retry
 }
 
 // setLegacy sets X-RateLimit-* to p's figures unless an earlier limiter's,
-// already there, are more restrictive.
-func setLegacy(h *fasthttp.ResponseHeader, p *policyHeaders, remaining, reset int64) {
+// already there, are more restrictive, and returns the reset the fields
+// then report.
+func setLegacy(h *fasthttp.ResponseHeader, p *policyHeaders, remaining, reset int64) int64 {
 	if remaining < 0 {
 		if len(h.PeekCanonical(hLimit)) == 0 {
 			h.SetCanonical(hLimit, p.limitValue)
 		}
-		return
+		return reset
 	}
 	if prevRemaining, ok := parseCount(h.PeekCanonical(hRemaining)); ok {
 		prevReset, _ := parseCount(h.PeekCanonical(hReset))
 		if prevRemaining < remaining || (prevRemaining == remaining && prevReset >= reset) {
-			return
+			return prevReset
 		}
 	}
 	var buf [20]byte
 	h.SetCanonical(hLimit, p.limitValue)
 	h.SetCanonical(hRemaining, strconv.AppendInt(buf[:0], remaining, 10))
 	h.SetCanonical(hReset, strconv.AppendInt(buf[:0], reset, 10))
-}
-
-// setRetryAfter sets Retry-After on a refusal: reset, the seconds left in
-// the refusing limiter's window, or the later reset of an exhausted limiter
-// before it, which X-RateLimit-Reset then reports.
-func (l *limiter) setRetryAfter(c *fiber.Ctx, reset int64) {
-	h := &c.Response().Header
-	if !l.cfg.DisableLegacyHeaders {
-		if r, ok := parseCount(h.PeekCanonical(hReset)); ok && r > reset {
-			reset = r
-		}
-	}
-	var buf [20]byte
-	h.SetCanonical(hRetryAfter, strconv.AppendInt(buf[:0], reset, 10))
+	return reset
 }
 
 // appendItem adds item to the list in field, or sets it when there is none.

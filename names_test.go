@@ -11,55 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-func TestNamedKeys(t *testing.T) {
-	long := strings.Repeat("a", maxTenantKey+1)
-	tests := []struct{ name, id, want string }{
-		{"", "acme", "rl:acme"},
-		{"", "", "rl:unknown"},
-		{"global", "acme", "rl:global#acme"},
-		{"global", "", "rl:global#unknown"},
-		{"global", "unknown", "rl:global#%75nknown"},
-		{"global", "a{b}#c", "rl:global#a%7Bb%7D%23c"},
-		{"global", long, "rl:global##" + sha256Hex(long)},
-		{"a#b{c}%", "acme", "rl:a%23b%7Bc%7D%25#acme"},
-		{strings.Repeat("n", maxName), "x", "rl:" + strings.Repeat("n", maxName) + "#x"},
-	}
-	for _, tt := range tests {
-		var buf [maxKeyLen]byte
-		if got := string(appendKey(buf[:0], keyPrefix(tt.name), tt.id)); got != tt.want {
-			t.Errorf("key of name %q, tenant %.20q = %q, want %q", tt.name, tt.id, got, tt.want)
-		}
-	}
-	// The longest name, all escaped, and the longest tenant part stay
-	// within the stack buffer's bound.
-	var buf [maxKeyLen]byte
-	k := appendKey(buf[:0], keyPrefix(strings.Repeat("#", maxName)), strings.Repeat("b", maxTenantKey))
-	if len(k) != maxKeyLen {
-		t.Errorf("longest key is %d bytes, want maxKeyLen %d", len(k), maxKeyLen)
-	}
-}
-
-// A named limiter's keys never meet an unnamed one's, nor another name's,
-// whatever tenants they see.
-func TestNamedKeysDoNotCollide(t *testing.T) {
-	pairs := [][2]string{ // name, tenant
-		{"", "global#acme"}, {"global", "acme"},
-		{"", "global%23acme"}, {"", "global"},
-		{"glo", "bal#acme"}, {"glo#bal", "acme"},
-		{"a", "b#c"}, {"a#b", "c"},
-		{"", "#" + sha256Hex("x")}, {"x", ""}, {"x", "unknown"}, {"", "x#unknown"},
-	}
-	seen := map[string][2]string{}
-	for _, p := range pairs {
-		var buf [maxKeyLen]byte
-		k := string(appendKey(buf[:0], keyPrefix(p[0]), p[1]))
-		if prev, ok := seen[k]; ok {
-			t.Errorf("name %q tenant %q and name %q tenant %q share key %q", prev[0], prev[1], p[0], p[1], k)
-		}
-		seen[k] = p
-	}
-}
-
 // Limiters that agree on the budget may share keys, and differently named
 // ones share a counter freely; TestConfigPanics has the cases that panic.
 func TestLimitersSharingACounter(t *testing.T) {

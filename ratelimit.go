@@ -366,12 +366,12 @@ func (l *limiter) decide(c *fiber.Ctx, p *policyHeaders, count int64, ttl time.D
 	if ttl < 0 {
 		ttl = l.cfg.Window
 	}
-	reset := ceilDiv(ttl, time.Second)
-	l.setHeaders(c, p, max(p.limit-count, 0), reset)
+	retry := l.setHeaders(c, p, max(p.limit-count, 0), ceilDiv(ttl, time.Second))
 	if count <= p.limit {
 		return true
 	}
-	l.setRetryAfter(c, reset)
+	var buf [20]byte
+	c.Response().Header.SetCanonical(hRetryAfter, strconv.AppendInt(buf[:0], retry, 10))
 	return false
 }
 
