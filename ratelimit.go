@@ -95,15 +95,13 @@ type Config struct {
 	// Optional. Default: false
 	DisableDraftHeaders bool
 
-	// StoreTimeout is the most a request waits on a counter that has
-	// stopped answering; past it the counter has failed for this request.
-	// A busy counter is not a failed one: while it keeps answering this
-	// handler's other requests, a request waits its turn, up to
-	// 10 × StoreTimeout, as do the first requests, before the counter has
-	// answered once. With a RedisCounter over a client built with
-	// ContextTimeoutEnabled, requests already under way when Redis falls
-	// silent wait up to 2 × StoreTimeout (see the README). A MemoryCounter
-	// never waits and gets no timer. Must be between 1ms and 1m.
+	// StoreTimeout is the most a request waits for the counter; past it
+	// the counter has failed for this request. It holds whatever the Redis
+	// client's options and whatever deadline the request carries (an
+	// earlier one ends the wait sooner). Until the counter has answered or
+	// failed once, requests may wait up to 10 × StoreTimeout, since
+	// connecting happens inside them. A MemoryCounter never waits and gets
+	// no timer. Must be between 1ms and 1m.
 	//
 	// Optional. Default: 100ms
 	StoreTimeout time.Duration
@@ -145,6 +143,17 @@ type Config struct {
 	//
 	// Optional. Default: nil
 	Metrics *Metrics
+
+	// DisableOverLimitCache makes every request ask the counter. By
+	// default, once the counter has counted a tenant past Limit, this
+	// handler refuses that tenant's further requests in the same window
+	// itself, until the window ends, without asking the counter: the
+	// answer could only be another refusal. The headers stay exact
+	// (remaining 0, the reset the counter reported). A MemoryCounter is
+	// always asked; it answers faster than the cache.
+	//
+	// Optional. Default: false (the cache is on)
+	DisableOverLimitCache bool
 }
 
 // ConfigDefault is the default config. Limit and Window have no default.
@@ -181,14 +190,18 @@ func RateLimitShared(cfg Config) fiber.Handler {
 }
 
 type limiter struct {
-	cfg         Config
-	mem         *MemoryCounter // cfg.Counter, when it is one
-	directCalls int64          // calls at once that cfg.Counter bounds by a deadline alone
-	inFlight    atomic.Int64   // calls to cfg.Counter under way
-	breaker     *breaker
-	failLog     failureLog
-	store       storeClock
-	keyPrefix   string // from keyPrefix(cfg.Name)
+	cfg       Config
+	mem       *MemoryCounter // cfg.Counter, when it is one
+	breaker   *breaker
+	failLog   failureLog
+	rule      timeRule
+	refusals  *refusals // nil when off, or for a MemoryCounter
+	keyPrefix string    // from keyPrefix(cfg.Name)
+
+	// The limiter's clock, read once per request that asks a counter
+	// other than a MemoryCounter.
+	now   func() time.Time
+	epoch time.Time
 
 	// The policies a decision is made against, formatted once.
 	policy, fallbackPolicy policyHeaders
@@ -201,15 +214,17 @@ func newLimiter(cfg Config, now func() time.Time) *limiter {
 	cfg = configDefault(cfg)
 	l := &limiter{
 		cfg:       cfg,
-		store:     storeClock{timeout: cfg.StoreTimeout, epoch: time.Now()},
+		rule:      timeRule{timeout: cfg.StoreTimeout},
 		failLog:   failureLog{logger: cfg.Logger, now: now, epoch: now()},
 		keyPrefix: keyPrefix(cfg.Name),
+		now:       now,
+		epoch:     now(),
 	}
 	l.policy = newPolicyHeaders(cfg.Name, cfg.Limit, cfg.Window)
 	l.fallbackPolicy = newPolicyHeaders(cfg.Name, cfg.FallbackLimit, cfg.Window)
 	l.mem, _ = cfg.Counter.(*MemoryCounter)
-	if d, ok := cfg.Counter.(deadlineCounter); ok {
-		l.directCalls = int64(d.directCalls())
+	if l.mem == nil && !cfg.DisableOverLimitCache {
+		l.refusals = newRefusals()
 	}
 	l.breaker = newBreaker(cfg.BreakerFailures, cfg.BreakerCooldown, now, l.failLog.write, cfg.Metrics)
 	l.failLog.last.Store(-int64(time.Second)) // the first failure is logged
@@ -305,8 +320,20 @@ func (l *limiter) handle(c *fiber.Ctx) error {
 		// closed.
 		count, ttl, err = l.mem.incr(kb, int64(l.cfg.Window))
 	} else {
+		now := l.now()
+		since := now.Sub(l.epoch)
+		if l.refusals != nil {
+			if left, ok := l.refusals.left(kb, since); ok {
+				l.decide(c, &l.policy, int64(l.cfg.Limit)+1, left)
+				l.cfg.Metrics.count(limited)
+				return l.cfg.LimitReached(c)
+			}
+		}
 		key = string(kb)
-		count, ttl, err = l.ask(c.UserContext(), key)
+		count, ttl, err = l.ask(c.UserContext(), key, now)
+		if err == nil && count > int64(l.cfg.Limit) && l.refusals != nil && ttl > 0 {
+			l.refusals.add(kb, since+ttl, since)
+		}
 	}
 	if err == nil {
 		if l.decide(c, &l.policy, count, ttl) {
@@ -376,12 +403,12 @@ func (l *limiter) decide(c *fiber.Ctx, p *policyHeaders, count int64, ttl time.D
 }
 
 // ask counts the request in cfg.Counter, through the breaker.
-func (l *limiter) ask(ctx context.Context, key string) (int64, time.Duration, error) {
+func (l *limiter) ask(ctx context.Context, key string, now time.Time) (int64, time.Duration, error) {
 	ok, probe := l.breaker.allow()
 	if !ok {
 		return 0, 0, errBreakerOpen
 	}
-	n, ttl, err := l.call(ctx, key)
+	n, ttl, err := l.call(ctx, key, now)
 	if err == nil && n <= 0 {
 		err = fmt.Errorf("increment rate limit key %s: counter returned %d", key, n)
 	}

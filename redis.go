@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
-	"strings"
+	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,93 +16,103 @@ import (
 // RedisCounter is a fixed-window Counter kept in Redis, so that every replica
 // of a gateway spends from one budget per key.
 //
-// Each call is one round trip: a MULTI/EXEC transaction of
+// Calls share round trips. A call that finds no round trip in flight goes
+// out at once; calls that arrive while round trips are in flight wait for
+// the next one and go out together in one write (see batcher). Calls to one
+// key in one round trip are one INCRBY, and each caller still gets a count
+// of its own.
 //
-//	INCR key
-//	PEXPIRE key <window ms> NX
-//	PTTL key
+// Each round trip runs a Lua script over its keys (windowScript): for each
+// key it runs INCRBY, reads PTTL, and gives the key its expiry when it has
+// none, so the first request of a window starts the window's clock and no
+// key is ever left without an expiry. The script runs atomically on the
+// server, and it is sent so that go-redis never sends it twice, whatever
+// the client's MaxRetries: go-redis re-sends commands after a lost reply,
+// which would count those requests twice.
 //
-// INCR creates the key at 1 or bumps it; PEXPIRE NX starts the window's clock
-// only when the key has none, so the first request of a window sets the
-// expiry and the rest leave it alone; PTTL reports the time left. Redis runs
-// the three as one unit, so no key is ever left without an expiry. A
-// transaction rather than a plain pipeline, because a plain pipeline can
-// apply INCR without the expiry when a connection drops, and go-redis
-// re-sends a plain pipeline after a read error, counting a request twice;
-// it never re-sends a transaction whose reply was lost.
+// RedisCounter works with a *redis.Client, a *redis.ClusterClient and a
+// *redis.Ring. On a single server one script call carries the whole round
+// trip; on a Ring one per shard; on a cluster one per key, pipelined per
+// node by the client. It needs a server that runs Lua scripts (EVAL), which
+// every Redis since 2.6, Valkey and KeyDB do. It is safe for concurrent use
+// by multiple goroutines.
 //
-// Redis older than 7 (and KeyDB) has no NX on PEXPIRE and refuses the
-// transaction, which it then discards whole. On that answer the counter
-// switches, for good, to a Lua script that does the same atomically
-// (EVALSHA, falling back to EVAL when the server does not have the script
-// yet, inside MULTI/EXEC for the same retry reason), and counts the refused
-// call by the script at once. The switch is made on the server's answer,
-// never on the version it reports: Valkey 8 calls itself Redis 7.2, and
-// other compatible servers report versions that say little about what
-// they support. WithScript selects the script from the start.
-//
-// RedisCounter works unchanged with a *redis.Client, a *redis.ClusterClient
-// and a *redis.Ring: every command touches one key. It is safe for
-// concurrent use by multiple goroutines.
-//
-// A call returns when its context is done, whatever the client's options.
-// go-redis applies a context to the socket only with ContextTimeoutEnabled,
-// and then only its deadline, so a server that stops answering would hold
-// the caller for the client's ReadTimeout (3 s by default). So unless the
-// client has ContextTimeoutEnabled and the context has a deadline, a call
-// with a context that can end runs on a goroutine of its own, and returns
-// when the context ends while the call goes on in the background until the
-// client gives up on it; whether its INCR counted is then unknown, and it
-// may have. With ContextTimeoutEnabled and a deadline, the call runs on the
-// caller's goroutine and returns at the deadline, not at an earlier
-// cancellation. Build the client with ContextTimeoutEnabled: calls then run
-// on the caller's goroutine whenever they can, which at saturation is about
-// a third more throughput.
+// A call returns when its context is done, whatever the client's options;
+// a call that gives up before its round trip left is not counted, one that
+// gives up while its round trip is in flight may be. So that a store that
+// cannot be reached (connection refused, an unknown host) fails calls at
+// once, with that cause, rather than after go-redis's dial retries,
+// NewRedisCounter adds a dial hook to the client: a failed dial ends the
+// counter's round trips in flight with the dial's error.
 type RedisCounter struct {
-	rdb       redis.UniversalClient
-	useScript atomic.Bool
-	// ctxDeadlines: the client applies a context's deadline to its socket.
-	ctxDeadlines bool
-	poolSize     int // the client's connections to one server
-	owners       keyOwners
+	rdb    redis.UniversalClient
+	route  route
+	ring   *redis.Ring // when route is byShard
+	batch  batcher
+	dials  dialWatch
+	owners keyOwners
 }
+
+// route is how a round trip's keys map onto script calls.
+type route int8
+
+const (
+	allKeys route = iota // one server: one call for every key
+	byShard              // a Ring: one call per shard
+	byKey                // a cluster, or a client of unknown shape: one per key
+)
+
+// rounds is how many round trips a RedisCounter has in flight at most.
+// More of them make each smaller; fewer make calls wait longer for the
+// next.
+const rounds = 4
 
 // RedisOption configures a RedisCounter.
 type RedisOption func(*RedisCounter)
 
-// WithScript makes the counter use its Lua script from the first call
-// instead of waiting for a Redis older than 7 to reject PEXPIRE NX. It costs
-// the script's execution on the server and nothing on the wire.
+// WithScript is kept so that code written for earlier versions compiles.
+//
+// Deprecated: the counter always runs its Lua script now.
 func WithScript() RedisOption {
-	return func(r *RedisCounter) { r.useScript.Store(true) }
+	return func(*RedisCounter) {}
 }
 
 var (
-	_ Counter         = (*RedisCounter)(nil)
-	_ TTLCounter      = (*RedisCounter)(nil)
-	_ deadlineCounter = (*RedisCounter)(nil)
-	_ ownedCounter    = (*RedisCounter)(nil)
+	_ Counter      = (*RedisCounter)(nil)
+	_ TTLCounter   = (*RedisCounter)(nil)
+	_ ownedCounter = (*RedisCounter)(nil)
 )
 
 func (r *RedisCounter) keyOwners() *keyOwners { return &r.owners }
 
 // NewRedisCounter returns a counter that keeps its windows in rdb. The client
-// stays the caller's to configure and close.
+// stays the caller's to configure and close; NewRedisCounter adds a dial
+// hook to it (see RedisCounter).
 func NewRedisCounter(rdb redis.UniversalClient, opts ...RedisOption) *RedisCounter {
 	if rdb == nil {
 		panic("ratelimit: NewRedisCounter: rdb is nil")
 	}
-	r := &RedisCounter{rdb: rdb}
+	r := &RedisCounter{rdb: rdb, route: byKey}
+	r.batch = batcher{send: r.send, rounds: rounds}
+	hook := &r.dials
 	switch c := rdb.(type) {
 	case *redis.Client:
-		r.ctxDeadlines, r.poolSize = c.Options().ContextTimeoutEnabled, c.Options().PoolSize
-	case *redis.ClusterClient:
-		r.ctxDeadlines, r.poolSize = c.Options().ContextTimeoutEnabled, c.Options().PoolSize
+		r.route = allKeys
+		r.batch.inline = c.Options().ContextTimeoutEnabled
+		c.AddHook(hook)
 	case *redis.Ring:
-		r.ctxDeadlines, r.poolSize = c.Options().ContextTimeoutEnabled, c.Options().PoolSize
-	}
-	if r.poolSize == 0 {
-		r.poolSize = 10 * runtime.GOMAXPROCS(0) // go-redis's default
+		r.route, r.ring = byShard, c
+		r.batch.inline = c.Options().ContextTimeoutEnabled
+		c.OnNewNode(func(shard *redis.Client) { shard.AddHook(hook) })
+		_ = c.ForEachShard(context.Background(), func(_ context.Context, shard *redis.Client) error {
+			shard.AddHook(hook)
+			return nil
+		})
+	case *redis.ClusterClient:
+		r.batch.inline = c.Options().ContextTimeoutEnabled
+		// Nodes are made as the client meets them; those it made before
+		// this counter keep go-redis's dial retries.
+		c.OnNewNode(func(node *redis.Client) { node.AddHook(hook) })
 	}
 	for i, opt := range opts {
 		if opt == nil {
@@ -111,16 +121,6 @@ func NewRedisCounter(rdb redis.UniversalClient, opts ...RedisOption) *RedisCount
 		opt(r)
 	}
 	return r
-}
-
-// directCalls is how many calls at once may rely on a deadline alone: as
-// many as the client has connections, when it enforces deadlines, so that
-// none of them waits in the client's queue for a connection.
-func (r *RedisCounter) directCalls() int {
-	if !r.ctxDeadlines {
-		return 0
-	}
-	return r.poolSize
 }
 
 // Incr bumps the counter for key and returns the count after the increment.
@@ -133,144 +133,245 @@ func (r *RedisCounter) Incr(ctx context.Context, key string, window time.Duratio
 // the same round trip. Redis keeps expiries in milliseconds, so a window that
 // is not a whole number of milliseconds is rounded up to the next one.
 func (r *RedisCounter) IncrTTL(ctx context.Context, key string, window time.Duration) (int64, time.Duration, error) {
+	deadline, _ := ctx.Deadline()
+	return r.incrWithin(ctx, key, window, deadline, 0)
+}
+
+// incrWithin is IncrTTL that also gives up with errTimedOut after wait,
+// when it is positive, which ends at deadline.
+func (r *RedisCounter) incrWithin(ctx context.Context, key string, window time.Duration, deadline time.Time, wait time.Duration) (int64, time.Duration, error) {
 	if window <= 0 {
 		return 0, 0, fmt.Errorf("increment rate limit key %s: window %v is not positive", key, window)
 	}
-	if _, deadline := ctx.Deadline(); ctx.Done() == nil || (r.ctxDeadlines && deadline) {
-		return r.incrTTL(ctx, key, window)
-	}
-	type result struct {
-		n   int64
-		ttl time.Duration
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		n, ttl, err := r.incrTTL(ctx, key, window)
-		done <- result{n, ttl, err}
-	}()
-	select {
-	case res := <-done:
-		return res.n, res.ttl, res.err
-	case <-ctx.Done():
-		return 0, 0, fmt.Errorf("increment rate limit key %s: %w", key, ctx.Err())
-	}
-}
-
-func (r *RedisCounter) incrTTL(ctx context.Context, key string, window time.Duration) (int64, time.Duration, error) {
 	ms := ceilDiv(window, time.Millisecond)
-
-	if !r.useScript.Load() {
-		n, ttl, err := r.incrTx(ctx, key, ms)
-		if !errors.Is(err, errNoExpireNX) {
-			if err != nil {
-				return 0, 0, fmt.Errorf("increment rate limit key %s: %w", key, err)
-			}
-			return n, ttl, nil
-		}
-		// The transaction was discarded whole, so nothing was counted:
-		// running the script now counts this request exactly once.
-	}
-	n, ttl, err := r.incrScript(ctx, key, ms)
+	n, left, err := r.batch.incr(ctx, key, ms, deadline, wait)
 	if err != nil {
 		return 0, 0, fmt.Errorf("increment rate limit key %s: %w", key, err)
 	}
-	return n, ttl, nil
+	return n, ttlOr(left, ms), nil
 }
 
-// errNoExpireNX reports a server that refused PEXPIRE ... NX and discarded
-// the transaction whole, so that nothing of it ran.
-var errNoExpireNX = errors.New("server has no PEXPIRE NX")
-
-func (r *RedisCounter) incrTx(ctx context.Context, key string, ms int64) (int64, time.Duration, error) {
-	pipe := r.rdb.TxPipeline()
-	incr := pipe.Incr(ctx, key)
-	expire := pipe.Do(ctx, "pexpire", key, ms, "nx")
-	// PTTL read as a plain integer: go-redis's PTTL converts to a Duration
-	// and overflows on windows near the longest a Duration holds.
-	pttl := pipe.Do(ctx, "pttl", key)
-	if _, err := pipe.Exec(ctx); err != nil {
-		if !refusesExpireNX(expire.Err()) {
-			return 0, 0, err
-		}
-		// The server does not know the NX option (Redis before 7, KeyDB):
-		// the script, from now on, does the same. Whether this call
-		// counted is read from INCR's own answer, not from Exec's error,
-		// which differs between clients (a cluster client returns the
-		// refused command's error rather than EXECABORT).
-		r.useScript.Store(true)
-		if redis.HasErrorPrefix(incr.Err(), "EXECABORT") {
-			// Refused while queueing: EXEC discarded the transaction
-			// and the INCR never ran.
-			return 0, 0, errNoExpireNX
-		}
-		// Refused only when EXEC ran it, or the answer is unknown: the
-		// INCR may have counted. Report the failure rather than count
-		// twice; the script gives the key its missing expiry later.
-		return 0, 0, err
-	}
-	left, err := pttl.Int64()
-	if err != nil {
-		return 0, 0, err
-	}
-	return incr.Val(), ttlOr(left, ms), nil
-}
-
-// refusesExpireNX reports whether err is a server's refusal of PEXPIRE's NX
-// argument. Servers word it differently, and none says "unsupported
-// version", so the answer is matched rather than a version string.
-func refusesExpireNX(err error) bool {
-	if _, ok := errors.AsType[redis.Error](err); !ok { // a server's answer, not a network error
-		return false
-	}
-	msg := strings.ToLower(err.Error())
-	return strings.Contains(msg, "wrong number of arguments") ||
-		strings.Contains(msg, "syntax error") ||
-		strings.Contains(msg, "unsupported option")
-}
-
-// windowScript is the transaction above for servers without PEXPIRE NX.
-// PTTL answers -1 for a key without an expiry.
+// windowScript counts a round trip's keys. KEYS are the keys; ARGV holds,
+// for each key, its increment and its window in milliseconds. It returns,
+// for each key, its count and the milliseconds its window has left. A key
+// that INCRBY refuses (it holds something other than a counter) answers
+// 0 and -2, which no counted key can, and the other keys still count.
 const windowScript = `
-local n = redis.call('INCR', KEYS[1])
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl < 0 then
-  ttl = tonumber(ARGV[1])
-  redis.call('PEXPIRE', KEYS[1], ttl)
+local out = {}
+for i, key in ipairs(KEYS) do
+  local n = redis.pcall('INCRBY', key, ARGV[2*i-1])
+  if type(n) == 'table' then
+    out[2*i-1], out[2*i] = 0, -2
+  else
+    local ttl = redis.call('PTTL', key)
+    if ttl < 0 then
+      ttl = tonumber(ARGV[2*i])
+      redis.call('PEXPIRE', key, ttl)
+    end
+    out[2*i-1], out[2*i] = n, ttl
+  end
 end
-return {n, ttl}
+return out
 `
+
+// scriptCmd is a call of windowScript that go-redis must never send twice:
+// a command whose reply is lost may have run, and sending it again would
+// count its requests twice.
+type scriptCmd struct{ *redis.IntSliceCmd }
+
+func (scriptCmd) NoRetry() bool { return true }
 
 var windowScriptSHA = redis.NewScript(windowScript).Hash()
 
-func (r *RedisCounter) incrScript(ctx context.Context, key string, ms int64) (int64, time.Duration, error) {
-	keys := []string{key}
-	pipe := r.rdb.TxPipeline()
-	res := pipe.EvalSha(ctx, windowScriptSHA, keys, ms)
-	_, err := pipe.Exec(ctx)
-	if err != nil && redis.HasErrorPrefix(res.Err(), "NOSCRIPT") {
-		// The script did not run; send its body, which also caches it.
-		pipe = r.rdb.TxPipeline()
-		res = pipe.Eval(ctx, windowScript, keys, ms)
-		_, err = pipe.Exec(ctx)
+// call builds the script call for ops: by its digest (EVALSHA), or with its
+// body (EVAL) when the server does not have it yet.
+func call(ctx context.Context, ops []*incrOp, body bool) scriptCmd {
+	args := make([]any, 3, 3+3*len(ops))
+	args[0], args[1], args[2] = "evalsha", windowScriptSHA, len(ops)
+	if body {
+		args[0], args[1] = "eval", windowScript
+	}
+	for i := range ops {
+		args = append(args, ops[i].key)
+	}
+	for i := range ops {
+		args = append(args, ops[i].inc(), ops[i].ms)
+	}
+	cmd := redis.NewIntSliceCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3)
+	return scriptCmd{cmd}
+}
+
+// send is the batcher's: it carries one round trip's ops.
+func (r *RedisCounter) send(ctx context.Context, cancel context.CancelFunc, ops []*incrOp) {
+	cut := &roundTrip{cancel: cancel}
+	r.dials.add(cut)
+	defer r.dials.remove(cut)
+
+	groups := r.groups(ops)
+	cmds := r.run(ctx, groups, false)
+	// A server that lacks the script (it restarted, or SCRIPT FLUSH) ran
+	// none of those calls: send them again with the body, which also
+	// loads it.
+	var again [][]*incrOp
+	for i, g := range groups {
+		if redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
+			again = append(again, g)
+		}
+	}
+	if again != nil {
+		for i, cmd := range r.run(ctx, again, true) {
+			answer(again[i], cmd, cut.cause())
+		}
+	}
+	for i, g := range groups {
+		if !redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
+			answer(g, cmds[i], cut.cause())
+		}
+	}
+}
+
+// run sends one script call per group, in one round trip.
+func (r *RedisCounter) run(ctx context.Context, groups [][]*incrOp, body bool) []scriptCmd {
+	cmds := make([]scriptCmd, len(groups))
+	for i, g := range groups {
+		cmds[i] = call(ctx, g, body)
+	}
+	if len(cmds) == 1 {
+		_ = r.rdb.Process(ctx, cmds[0])
+		return cmds
+	}
+	pipe := r.rdb.Pipeline()
+	for _, cmd := range cmds {
+		_ = pipe.Process(ctx, cmd)
+	}
+	_, _ = pipe.Exec(ctx)
+	return cmds
+}
+
+// groups splits ops into the script calls of one round trip.
+func (r *RedisCounter) groups(ops []*incrOp) [][]*incrOp {
+	switch r.route {
+	case allKeys:
+		return [][]*incrOp{ops}
+	case byShard:
+		var groups [][]*incrOp
+		shards := map[*redis.Client]int{}
+		for _, op := range ops {
+			shard, _ := r.ring.GetShardClientForKey(op.key) // nil: the call fails alone
+			i, ok := shards[shard]
+			if !ok {
+				i = len(groups)
+				shards[shard] = i
+				groups = append(groups, nil)
+			}
+			groups[i] = append(groups[i], op)
+		}
+		return groups
+	}
+	groups := make([][]*incrOp, len(ops))
+	for i := range ops {
+		groups[i] = ops[i : i+1]
+	}
+	return groups
+}
+
+// answer fills in ops' answers from their script call. cause is why the
+// round trip was cut short, when it was.
+func answer(ops []*incrOp, cmd scriptCmd, cause error) {
+	vals, err := cmd.Result()
+	if err == nil && len(vals) != 2*len(ops) {
+		err = fmt.Errorf("window script returned %d values for %d keys", len(vals), len(ops))
 	}
 	if err != nil {
-		return 0, 0, err
+		if cause != nil && !errors.Is(err, cause) {
+			err = cause
+		}
+		for i := range ops {
+			ops[i].err = err
+		}
+		return
 	}
-	vals, err := res.Int64Slice()
-	if err != nil {
-		return 0, 0, err
+	for i := range ops {
+		ops[i].count, ops[i].ttl = vals[2*i], vals[2*i+1]
+		if ops[i].count == 0 && ops[i].ttl == -2 {
+			ops[i].err = errNotCounter
+		}
 	}
-	if len(vals) != 2 {
-		return 0, 0, fmt.Errorf("window script returned %d values, want 2", len(vals))
+}
+
+var errNotCounter = errors.New("Redis refused INCRBY: the key holds something other than a counter")
+
+// roundTrip is one round trip in flight, which a failed dial cuts short.
+type roundTrip struct {
+	cancel context.CancelFunc
+	err    atomic.Pointer[error]
+}
+
+func (t *roundTrip) cut(err error) {
+	t.err.CompareAndSwap(nil, &err)
+	t.cancel()
+}
+
+// cause is the error of the failed dial that cut the round trip short, or
+// nil.
+func (t *roundTrip) cause() error {
+	if p := t.err.Load(); p != nil {
+		return *p
 	}
-	return vals[0], ttlOr(vals[1], ms), nil
+	return nil
+}
+
+// dialWatch is the counter's dial hook. go-redis dials on goroutines of its
+// own, with none of the caller's context, and retries a failed dial
+// (DialerRetries, 5 by default, 100 ms apart), so a round trip waiting for
+// a connection would learn nothing until the retries are over. A dial
+// that fails ends every round trip in flight at once, with the dial's
+// error: the server they wait for cannot be reached.
+type dialWatch struct {
+	mu    sync.Mutex
+	trips map[*roundTrip]struct{}
+}
+
+func (w *dialWatch) add(t *roundTrip) {
+	w.mu.Lock()
+	if w.trips == nil {
+		w.trips = map[*roundTrip]struct{}{}
+	}
+	w.trips[t] = struct{}{}
+	w.mu.Unlock()
+}
+
+func (w *dialWatch) remove(t *roundTrip) {
+	w.mu.Lock()
+	delete(w.trips, t)
+	w.mu.Unlock()
+}
+
+func (w *dialWatch) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := next(ctx, network, addr)
+		if err != nil {
+			w.mu.Lock()
+			for t := range w.trips {
+				t.cut(err)
+			}
+			w.mu.Unlock()
+		}
+		return conn, err
+	}
+}
+
+func (*dialWatch) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (*dialWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // ttlOr returns the time left of a PTTL answer, left milliseconds, or the
-// whole window of ms when Redis reported no expiry (which the transaction
-// and the script rule out, but a reply is not a promise). Milliseconds past
-// what a Duration holds are its longest.
+// whole window of ms when Redis reported no expiry (which the script rules
+// out, but a reply is not a promise). Milliseconds past what a Duration
+// holds are its longest.
 func ttlOr(left, ms int64) time.Duration {
 	if left < 0 {
 		left = ms

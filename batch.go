@@ -1,0 +1,351 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+)
+
+// batcher makes concurrent increments share round trips to the store.
+//
+// A call joins the batch that is filling. When fewer than rounds round trips
+// are in flight, the batch leaves at once, so a lone call is never held
+// back: on the caller's own goroutine (inline) when the store bounds a
+// round trip by its context's deadline and nothing else can end the
+// caller's wait, else on a goroutine of its own, which the caller stops
+// waiting for when its time is up. Whoever made a round
+// trip then starts a goroutine that carries on with the batch that filled
+// meanwhile, and so on until none is left. Under load each round trip
+// therefore carries everything that arrived during the one before, and the
+// goroutines are per round trip, never per call.
+//
+// Calls to one key in one batch become one increment of n (an op): the i-th
+// of them gets total - n + i, what n increments one after another would
+// have returned, so every caller of a window still gets a count of its own.
+type batcher struct {
+	// send carries one batch to the store and fills in each op's answer;
+	// it must never send an op twice. ctx ends at the latest of the
+	// callers' deadlines, if they all have one, or when send calls cancel.
+	send   func(ctx context.Context, cancel context.CancelFunc, ops []*incrOp)
+	rounds int  // round trips in flight at most
+	inline bool // send bounds a round trip by its context's deadline
+
+	mu       sync.Mutex
+	inFlight int
+	filling  *batch // nil when nothing waits for a round trip
+}
+
+// batch is the ops of one round trip.
+type batch struct {
+	ctx      context.Context // its first caller's, whose values (a trace) it carries
+	ops      []incrOp
+	index    map[opKey]int // ops by key, once there are several
+	waiting  int           // callers that still wait for the answer
+	deadline time.Time     // the latest of its callers' deadlines
+	endless  bool          // some caller has no deadline
+	sent     bool
+	done     chan struct{} // closed when the answers are in
+
+	// The first caller's wait, when it has one, is the batch's timer: late
+	// is closed at lateAt, when it ends. The callers that joined later wait
+	// on until their own deadlines on timers of their own, which a healthy
+	// store never makes them start.
+	timer  *time.Timer
+	late   chan struct{}
+	lateAt time.Time
+}
+
+type opKey struct {
+	key string
+	ms  int64
+}
+
+// incrOp is one key's increment in a batch.
+type incrOp struct {
+	key  string
+	ms   int64   // the window, in milliseconds
+	n    int64   // callers that joined
+	gone []int64 // ordinals of callers that left before the batch was sent
+
+	// The answer: the key's count after the increment, the milliseconds its
+	// window has left, or the error.
+	count, ttl int64
+	err        error
+}
+
+// inc is what the op adds to the key: one per caller still waiting.
+func (op *incrOp) inc() int64 { return op.n - int64(len(op.gone)) }
+
+// countFor is the count of the caller with ordinal i, among those that
+// stayed.
+func (op *incrOp) countFor(i int64) int64 {
+	rank := i
+	for _, g := range op.gone {
+		if g < i {
+			rank--
+		}
+	}
+	return op.count - op.inc() + rank
+}
+
+// incr counts one call to key, whose window is ms milliseconds, and waits
+// for the answer until ctx is done or, when wait is positive, for wait,
+// which ends at deadline. A zero deadline is none. The round trip gets the
+// latest of its callers' deadlines, which a client that applies deadlines
+// to its sockets enforces.
+func (b *batcher) incr(ctx context.Context, key string, ms int64, deadline time.Time, wait time.Duration) (count, ttl int64, err error) {
+	// Inline only when nothing but the wait can end the call: the store
+	// bounds a round trip by its deadline, not by a cancellation.
+	inline := b.inline && wait > 0 && ctx.Done() == nil
+	bt, pos, ord, start := b.join(ctx, key, ms, deadline, wait, inline)
+	if start && inline {
+		b.flush(bt)
+		if next := b.next(); next != nil {
+			go b.run(next)
+		}
+	} else {
+		if start {
+			go b.run(bt)
+		}
+		if err := b.await(ctx, bt, pos, ord, deadline, wait); err != nil {
+			return 0, 0, err
+		}
+	}
+	count, ttl, err = bt.answer(pos, ord)
+	if wait > 0 && isTimeout(err) {
+		// The round trip's deadline, the latest of its callers', passed
+		// on the socket before this caller's timer fired.
+		err = fmt.Errorf("%w (%w)", errTimedOut, err)
+	}
+	return count, ttl, err
+}
+
+// await waits for bt's answer. When the wait or ctx ends first, it
+// withdraws the call and returns errTimedOut or ctx's error.
+func (b *batcher) await(ctx context.Context, bt *batch, pos int, ord int64, deadline time.Time, wait time.Duration) error {
+	var late <-chan struct{} // nil: no wait but ctx's
+	own := false             // late is this caller's own timer
+	switch {
+	case wait <= 0:
+	case bt.late != nil && !bt.lateAt.After(deadline) && !closed(bt.late):
+		late = bt.late // it fires first: no timer of its own yet
+	default:
+		late, own = after(wait), true
+	}
+	for {
+		select {
+		case <-bt.done:
+			return nil
+		case <-late:
+			if !own {
+				// The batch's first caller is out of time; this one
+				// may have some left.
+				own = true
+				if left := deadline.Sub(bt.lateAt); left > 0 {
+					late = after(left)
+					continue
+				}
+			}
+			if b.leave(bt, pos, ord) {
+				return nil
+			}
+			return errTimedOut
+		case <-ctx.Done():
+			if b.leave(bt, pos, ord) {
+				return nil
+			}
+			return ctx.Err()
+		}
+	}
+}
+
+// answer is the answer of the caller with ordinal ord in the op at pos.
+func (bt *batch) answer(pos int, ord int64) (count, ttl int64, err error) {
+	op := &bt.ops[pos]
+	if op.err != nil {
+		return 0, 0, op.err
+	}
+	return op.countFor(ord), op.ttl, nil
+}
+
+// closed reports whether c is closed.
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// after returns a channel closed after d.
+func after(d time.Duration) <-chan struct{} {
+	c := make(chan struct{})
+	time.AfterFunc(d, func() { close(c) })
+	return c
+}
+
+// errTimedOut: the caller's wait ended before the answer came.
+var errTimedOut = errors.New("no answer in time")
+
+// isTimeout reports whether err is a deadline that passed.
+func isTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	ne, ok := errors.AsType[net.Error](err)
+	return ok && ne.Timeout()
+}
+
+// join adds a call to the filling batch and reports its op's position, the
+// call's ordinal in the op, and whether the caller must start a round trip.
+// The batch gets a timer when it may have to wait for the first caller's
+// wait: unless the caller starts it and makes the round trip inline.
+func (b *batcher) join(ctx context.Context, key string, ms int64, deadline time.Time, wait time.Duration, inline bool) (bt *batch, pos int, ord int64, start bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	bt = b.filling
+	fresh := bt == nil
+	if fresh {
+		bt = &batch{ctx: ctx, done: make(chan struct{})}
+		b.filling = bt
+	}
+	pos = bt.find(key, ms)
+	if pos < 0 {
+		pos = len(bt.ops)
+		bt.ops = append(bt.ops, incrOp{key: key, ms: ms})
+		if bt.index != nil {
+			bt.index[opKey{key, ms}] = pos
+		}
+	}
+	bt.ops[pos].n++
+	ord = bt.ops[pos].n
+	bt.waiting++
+	if deadline.IsZero() {
+		bt.endless = true
+	} else if deadline.After(bt.deadline) {
+		bt.deadline = deadline
+	}
+	if b.inFlight < b.rounds {
+		b.inFlight++
+		b.filling = nil
+		bt.sent = true
+		start = true
+	}
+	if fresh && wait > 0 && !(start && inline) {
+		late := make(chan struct{})
+		bt.late, bt.lateAt = late, deadline
+		bt.timer = time.AfterFunc(wait, func() { close(late) })
+	}
+	return bt, pos, ord, start
+}
+
+// find returns the position of key's op in the batch, or -1. A batch looks
+// through its first few ops and indexes them when there are more.
+func (bt *batch) find(key string, ms int64) int {
+	const scan = 8
+	if bt.index != nil {
+		if pos, ok := bt.index[opKey{key, ms}]; ok {
+			return pos
+		}
+		return -1
+	}
+	for i := range bt.ops {
+		if bt.ops[i].key == key && bt.ops[i].ms == ms {
+			return i
+		}
+	}
+	if len(bt.ops) == scan {
+		bt.index = make(map[opKey]int, 2*scan)
+		for i := range bt.ops {
+			bt.index[opKey{bt.ops[i].key, bt.ops[i].ms}] = i
+		}
+	}
+	return -1
+}
+
+// leave withdraws a caller that stops waiting. It reports whether the
+// answer is in after all; if the batch has not been sent, the call is taken
+// out of it and will not be counted.
+func (b *batcher) leave(bt *batch, pos int, ord int64) (answered bool) {
+	b.mu.Lock()
+	if !bt.sent {
+		op := &bt.ops[pos]
+		op.gone = append(op.gone, ord)
+		bt.waiting--
+		b.mu.Unlock()
+		return false
+	}
+	b.mu.Unlock()
+	select {
+	case <-bt.done:
+		return true
+	default:
+		return false // in flight: the increment may count
+	}
+}
+
+// run makes round trips, starting with bt, until no batch waits.
+func (b *batcher) run(bt *batch) {
+	for bt != nil {
+		b.flush(bt)
+		bt = b.next()
+	}
+}
+
+// next is called at the end of a round trip. It returns the batch that
+// filled meanwhile, marked sent, to be sent in the same slot of rounds; or
+// nil, freeing the slot.
+func (b *batcher) next() *batch {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	bt := b.filling
+	b.filling = nil
+	if bt != nil && bt.waiting == 0 {
+		// Every caller left: nothing to send.
+		bt.finish()
+		bt = nil
+	}
+	if bt == nil {
+		b.inFlight--
+	} else {
+		bt.sent = true
+	}
+	return bt
+}
+
+// flush sends bt's ops that still count anything, and closes done.
+func (b *batcher) flush(bt *batch) {
+	defer bt.finish()
+	ops := make([]*incrOp, 0, len(bt.ops))
+	for i := range bt.ops {
+		if bt.ops[i].inc() > 0 { // else each of its callers left
+			ops = append(ops, &bt.ops[i])
+		}
+	}
+	if len(ops) == 0 {
+		return
+	}
+	var (
+		ctx    = context.WithoutCancel(bt.ctx)
+		cancel context.CancelFunc
+	)
+	if bt.endless {
+		ctx, cancel = context.WithCancel(ctx)
+	} else {
+		ctx, cancel = context.WithDeadline(ctx, bt.deadline)
+	}
+	defer cancel()
+	b.send(ctx, cancel, ops)
+}
+
+// finish closes done and stops the batch's timer.
+func (bt *batch) finish() {
+	close(bt.done)
+	if bt.timer != nil {
+		bt.timer.Stop()
+	}
+}

@@ -1,0 +1,339 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeStore is a batcher's send that keeps counts in a map and records
+// every round trip. While hold is set, each round trip waits for a value
+// on it before answering.
+type fakeStore struct {
+	mu     sync.Mutex
+	counts map[string]int64
+	trips  [][]incrOp // copies of the ops of each round trip, as sent
+	hold   chan struct{}
+	sent   chan struct{} // when set, told of each round trip as it starts
+	inside int           // round trips under way
+	most   int           // the most round trips at once
+}
+
+func (f *fakeStore) send(_ context.Context, _ context.CancelFunc, ops []*incrOp) {
+	f.mu.Lock()
+	trip := make([]incrOp, len(ops))
+	for i, op := range ops {
+		trip[i] = *op
+	}
+	f.trips = append(f.trips, trip)
+	f.inside++
+	f.most = max(f.most, f.inside)
+	hold, sent := f.hold, f.sent
+	f.mu.Unlock()
+	if sent != nil {
+		sent <- struct{}{}
+	}
+	if hold != nil {
+		<-hold
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.inside--
+	if f.counts == nil {
+		f.counts = map[string]int64{}
+	}
+	for _, op := range ops {
+		f.counts[op.key] += op.inc()
+		op.count, op.ttl = f.counts[op.key], op.ms
+	}
+}
+
+func (f *fakeStore) tripsNow() [][]incrOp {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.trips)
+}
+
+// waitFor polls until cond holds, for at most a few seconds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for range 500 {
+		if cond() {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+// pendingCallers reports how many callers wait in the filling batch.
+func (b *batcher) pendingCallers() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.filling == nil {
+		return 0
+	}
+	return b.filling.waiting
+}
+
+// heldBatcher returns a batcher with one round trip in flight, held until
+// store.hold is closed, so that the calls that follow fill the next batch.
+// wg waits for the held call.
+func heldBatcher() (store *fakeStore, b *batcher, wg *sync.WaitGroup) {
+	store = &fakeStore{hold: make(chan struct{}), sent: make(chan struct{}, 10)}
+	b = &batcher{send: store.send, rounds: 1}
+	wg = &sync.WaitGroup{}
+	wg.Go(func() { b.incr(context.Background(), "rl:first", 1000, time.Time{}, 0) })
+	<-store.sent
+	return store, b, wg
+}
+
+func TestBatcherSendsALoneCallAtOnce(t *testing.T) {
+	store := &fakeStore{}
+	b := &batcher{send: store.send, rounds: 4}
+	for i := range int64(3) {
+		n, ttl, err := b.incr(context.Background(), "rl:a", 1000, time.Time{}, 0)
+		if err != nil || n != i+1 || ttl != 1000 {
+			t.Fatalf("call %d = %d, %d, %v; want %d, 1000, nil", i, n, ttl, err, i+1)
+		}
+	}
+	if trips := store.tripsNow(); len(trips) != 3 {
+		t.Fatalf("%d round trips for 3 calls one after another, want 3: %v", len(trips), trips)
+	}
+}
+
+// Calls that arrive while every round trip is in flight share the next:
+// one op per key, whose callers each get a count of their own.
+func TestBatcherCoalescesCallsToOneKey(t *testing.T) {
+	before := goroutines()
+	store := &fakeStore{hold: make(chan struct{}), sent: make(chan struct{}, 10)}
+	b := &batcher{send: store.send, rounds: 1}
+
+	var wg sync.WaitGroup
+	got := map[string][]int64{}
+	var mu sync.Mutex
+	call := func(key string) {
+		wg.Go(func() {
+			n, _, err := b.incr(context.Background(), key, 1000, time.Time{}, 0)
+			if err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			got[key] = append(got[key], n)
+			mu.Unlock()
+		})
+	}
+	call("rl:a") // the first round trip, held
+	<-store.sent
+	for range 5 {
+		call("rl:a")
+	}
+	for range 3 {
+		call("rl:b")
+	}
+	waitFor(t, "8 callers in the filling batch", func() bool { return b.pendingCallers() == 8 })
+	close(store.hold)
+	wg.Wait()
+
+	trips := store.tripsNow()
+	incs := map[string]int64{}
+	if len(trips) == 2 {
+		for _, op := range trips[1] {
+			incs[op.key] += op.inc()
+		}
+	}
+	if len(trips) != 2 || len(trips[1]) != 2 || incs["rl:a"] != 5 || incs["rl:b"] != 3 {
+		t.Fatalf("round trips %+v; want the lone first call, then one op adding 5 to rl:a and one adding 3 to rl:b", trips)
+	}
+	for key, want := range map[string][]int64{"rl:a": {1, 2, 3, 4, 5, 6}, "rl:b": {1, 2, 3}} {
+		slices.Sort(got[key])
+		if !slices.Equal(got[key], want) {
+			t.Errorf("counts for %s = %v, want %v: each caller its own", key, got[key], want)
+		}
+	}
+	checkNoGoroutineLeft(t, before)
+}
+
+// A caller whose wait ends before its batch leaves is taken out of it: it
+// is not counted, and the callers that stay still get counts of their own.
+func TestBatcherWithdrawsACallerThatLeavesBeforeTheSend(t *testing.T) {
+	store := &fakeStore{hold: make(chan struct{}), sent: make(chan struct{}, 10)}
+	b := &batcher{send: store.send, rounds: 1}
+
+	var wg sync.WaitGroup
+	wg.Go(func() { b.incr(context.Background(), "rl:first", 1000, time.Time{}, 0) })
+	<-store.sent
+
+	// Three callers of rl:a; the second leaves early.
+	results := make([]int64, 3)
+	errs := make([]error, 3)
+	ctxs := make([]context.Context, 3)
+	cancels := make([]context.CancelFunc, 3)
+	for i := range 3 {
+		ctxs[i], cancels[i] = context.WithCancel(context.Background())
+		defer cancels[i]()
+		wg.Go(func() { results[i], _, errs[i] = b.incr(ctxs[i], "rl:a", 1000, time.Time{}, 0) })
+		waitFor(t, "the caller to join", func() bool { return b.pendingCallers() == i+1 })
+	}
+	cancels[1]()
+	waitFor(t, "the caller to leave", func() bool { return b.pendingCallers() == 2 })
+	close(store.hold)
+	wg.Wait()
+
+	if !errors.Is(errs[1], context.Canceled) {
+		t.Errorf("the caller that left got %v, want context.Canceled", errs[1])
+	}
+	if errs[0] != nil || errs[2] != nil || results[0] != 1 || results[2] != 2 {
+		t.Errorf("the callers that stayed got %v, %v and %v, %v; want 1 and 2", results[0], errs[0], results[2], errs[2])
+	}
+	if trips := store.tripsNow(); len(trips) != 2 || len(trips[1]) != 1 || trips[1][0].inc() != 2 {
+		t.Fatalf("round trips %+v; want the second to add 2 to rl:a", trips)
+	}
+}
+
+// A batch whose callers all left is never sent; the batcher's goroutine
+// ends once nothing waits.
+func TestBatcherDropsABatchEveryoneLeft(t *testing.T) {
+	before := goroutines()
+	store, b, wg := heldBatcher()
+
+	start := time.Now()
+	_, _, err := b.incr(context.Background(), "rl:a", 1000, start.Add(20*time.Millisecond), 20*time.Millisecond)
+	if !errors.Is(err, errTimedOut) {
+		t.Fatalf("a caller whose wait ended got %v, want errTimedOut", err)
+	}
+	close(store.hold)
+	wg.Wait()
+	if trips := store.tripsNow(); len(trips) != 1 {
+		t.Fatalf("%d round trips, want 1: the abandoned batch must not be sent", len(trips))
+	}
+	checkNoGoroutineLeft(t, before)
+}
+
+// A caller that joined a batch after its first caller waits on to its own
+// deadline, past the batch's timer.
+func TestBatcherLateJoinerWaitsItsOwnTime(t *testing.T) {
+	store, b, wg := heldBatcher()
+
+	const wait = 50 * time.Millisecond
+	now := time.Now()
+	var firstErr error
+	wg.Go(func() { _, _, firstErr = b.incr(context.Background(), "rl:a", 1000, now.Add(wait), wait) })
+	waitFor(t, "the first caller to join", func() bool { return b.pendingCallers() == 1 })
+	// The second caller's deadline is 200ms past the first's.
+	n, _, err := func() (int64, int64, error) {
+		time.AfterFunc(wait+100*time.Millisecond, func() { close(store.hold) })
+		return b.incr(context.Background(), "rl:b", 1000, now.Add(wait+200*time.Millisecond), wait+200*time.Millisecond)
+	}()
+	wg.Wait()
+	if !errors.Is(firstErr, errTimedOut) {
+		t.Errorf("first caller: %v, want errTimedOut", firstErr)
+	}
+	if err != nil || n != 1 {
+		t.Errorf("late joiner = %d, %v; want 1: its deadline had not come when the store answered", n, err)
+	}
+}
+
+func TestBatcherKeepsToItsRounds(t *testing.T) {
+	store := &fakeStore{hold: make(chan struct{})}
+	b := &batcher{send: store.send, rounds: 3}
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Go(func() { b.incr(context.Background(), "rl:"+string(rune('a'+i%26)), 1000, time.Time{}, 0) })
+	}
+	waitFor(t, "3 round trips in flight", func() bool {
+		store.mu.Lock()
+		defer store.mu.Unlock()
+		return store.inside == 3
+	})
+	close(store.hold)
+	wg.Wait()
+	if store.most != 3 {
+		t.Errorf("at most %d round trips at once, want 3", store.most)
+	}
+	var calls int64
+	for _, trip := range store.tripsNow() {
+		for _, op := range trip {
+			calls += op.inc()
+		}
+	}
+	if calls != 50 {
+		t.Errorf("the round trips counted %d calls, want 50: each exactly once", calls)
+	}
+}
+
+// A caller with no wait of its own (RedisCounter.Incr with a context that
+// has no deadline) waits for its answer even in a batch whose first caller
+// ran out of time.
+func TestBatcherCallerWithoutWaitIgnoresTheBatchTimer(t *testing.T) {
+	store, b, wg := heldBatcher()
+
+	const wait = 20 * time.Millisecond
+	wg.Go(func() { b.incr(context.Background(), "rl:a", 1000, time.Now().Add(wait), wait) })
+	waitFor(t, "the timed caller to join", func() bool { return b.pendingCallers() == 1 })
+	time.AfterFunc(5*wait, func() { close(store.hold) })
+	n, _, err := b.incr(context.Background(), "rl:b", 1000, time.Time{}, 0)
+	wg.Wait()
+	if err != nil || n != 1 {
+		t.Fatalf("a caller without a wait = %d, %v; want 1, nil", n, err)
+	}
+}
+
+// goid is the calling goroutine's ID.
+func goid() string {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	id, _, _ := strings.Cut(strings.TrimPrefix(string(buf), "goroutine "), " ")
+	return id
+}
+
+// With a store that bounds a round trip by its deadline, a lone caller
+// makes the round trip on its own goroutine: no hop to another one, which
+// costs a lone request's latency. A caller without a deadline does not.
+func TestBatcherInlineRoundTrip(t *testing.T) {
+	var sender string
+	b := &batcher{rounds: 4, inline: true, send: func(_ context.Context, _ context.CancelFunc, ops []*incrOp) {
+		sender = goid()
+		for _, op := range ops {
+			op.count, op.ttl = op.inc(), op.ms
+		}
+	}}
+	const wait = time.Second
+	if n, _, err := b.incr(context.Background(), "rl:a", 1000, time.Now().Add(wait), wait); err != nil || n != 1 {
+		t.Fatalf("incr = %d, %v; want 1, nil", n, err)
+	}
+	if me := goid(); sender != me {
+		t.Errorf("the round trip ran on goroutine %s, the caller is %s", sender, me)
+	}
+	if _, _, err := b.incr(context.Background(), "rl:a", 1000, time.Time{}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if sender == goid() {
+		t.Error("a call without a deadline made its round trip on its own goroutine, which nothing would bound")
+	}
+}
+
+// A caller that joins a batch after the batch's timer fired waits its own
+// time, not that time counted from the timer.
+func TestBatcherJoinerAfterTheTimerWaitsItsOwnTime(t *testing.T) {
+	store, b, wg := heldBatcher()
+	defer func() { close(store.hold); wg.Wait() }()
+
+	const first = 20 * time.Millisecond
+	if _, _, err := b.incr(context.Background(), "rl:a", 1000, time.Now().Add(first), first); !errors.Is(err, errTimedOut) {
+		t.Fatalf("first caller: %v, want errTimedOut", err)
+	}
+	time.Sleep(200 * time.Millisecond) // the batch's timer is long over
+
+	const wait = 50 * time.Millisecond
+	start := time.Now()
+	_, _, err := b.incr(context.Background(), "rl:b", 1000, start.Add(wait), wait)
+	if d := time.Since(start); !errors.Is(err, errTimedOut) || d < wait || d > 4*wait {
+		t.Errorf("a caller joining late: %v after %v; want errTimedOut after about %v", err, d, wait)
+	}
+}

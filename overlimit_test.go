@@ -1,0 +1,165 @@
+package ratelimit
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// windowFake is a fixed-window TTLCounter on a fake clock that counts the
+// calls it gets.
+type windowFake struct {
+	clock  *fakeClock
+	mu     sync.Mutex
+	counts map[string]int64
+	starts map[string]time.Time
+	calls  int
+}
+
+func newWindowFake(clock *fakeClock) *windowFake {
+	return &windowFake{clock: clock, counts: map[string]int64{}, starts: map[string]time.Time{}}
+}
+
+func (w *windowFake) Incr(ctx context.Context, key string, window time.Duration) (int64, error) {
+	n, _, err := w.IncrTTL(ctx, key, window)
+	return n, err
+}
+
+func (w *windowFake) IncrTTL(_ context.Context, key string, window time.Duration) (int64, time.Duration, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.calls++
+	now := w.clock.Now()
+	if start, ok := w.starts[key]; !ok || now.Sub(start) >= window {
+		w.starts[key], w.counts[key] = now, 0
+	}
+	w.counts[key]++
+	return w.counts[key], w.starts[key].Add(window).Sub(now), nil
+}
+
+func (w *windowFake) callsNow() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.calls
+}
+
+// cacheResponse is what a client sees of one request.
+type cacheResponse struct {
+	status                  int
+	remaining, reset, retry string
+}
+
+// cacheApp is an app limited by cfg on clock, with the tenant in X-Tenant.
+func cacheApp(clock *fakeClock, cfg Config) func(tenant string) cacheResponse {
+	app := newApp(newLimiter(cfg, clock.Now).handle, nil)
+	return func(tenant string) cacheResponse {
+		r := send(app.Handler(), "/", tenant)
+		return cacheResponse{r.StatusCode, r.Header.Get("X-RateLimit-Remaining"),
+			r.Header.Get("X-RateLimit-Reset"), r.Header.Get("Retry-After")}
+	}
+}
+
+// Once the counter has counted a tenant past its limit, the rest of the
+// window is refused without it, with the headers the counter would have
+// given; the window's end asks the counter again.
+func TestOverLimitCacheRefusesLocallyUntilTheWindowEnds(t *testing.T) {
+	clock := newFakeClock()
+	store := newWindowFake(clock)
+	send := cacheApp(clock, Config{Counter: store, Limit: 2, Window: 10 * time.Second})
+
+	for i, want := range []int{200, 200, 429} {
+		if r := send("acme"); r.status != want {
+			t.Fatalf("request %d: %d, want %d", i+1, r.status, want)
+		}
+	}
+	if store.callsNow() != 3 {
+		t.Fatalf("%d counter calls, want 3", store.callsNow())
+	}
+	for _, step := range []time.Duration{0, 2500 * time.Millisecond, 5 * time.Second} {
+		clock.Advance(step)
+		left := 10*time.Second - clock.Now().Sub(store.starts["rl:acme"])
+		reset := strconv.FormatInt(ceilDiv(left, time.Second), 10)
+		r := send("acme")
+		if want := (cacheResponse{429, "0", reset, reset}); r != want {
+			t.Errorf("%v later: %+v, want %+v", step, r, want)
+		}
+	}
+	if store.callsNow() != 3 {
+		t.Errorf("%d counter calls, want still 3: the refusals in the window were the cache's", store.callsNow())
+	}
+	// Another tenant is not refused.
+	if r := send("other"); r.status != 200 {
+		t.Errorf("another tenant: %d, want 200", r.status)
+	}
+
+	clock.Advance(2500 * time.Millisecond) // the window is over
+	if r := send("acme"); r.status != 200 || store.callsNow() != 5 {
+		t.Errorf("after the window: %d with %d counter calls, want 200 from the counter (5 calls)", r.status, store.callsNow())
+	}
+}
+
+func TestOverLimitCacheCanBeTurnedOff(t *testing.T) {
+	clock := newFakeClock()
+	store := newWindowFake(clock)
+	send := cacheApp(clock, Config{Counter: store, Limit: 1, Window: time.Minute, DisableOverLimitCache: true})
+	for range 5 {
+		send("acme")
+	}
+	if store.callsNow() != 5 {
+		t.Errorf("%d counter calls for 5 requests with the cache off, want 5", store.callsNow())
+	}
+}
+
+// The cache belongs to one limiter: a limiter with a higher limit on the
+// same counter (the same gateway, redeployed with a new limit) is not held
+// to the old limiter's refusals.
+func TestOverLimitCacheIsTheLimitersOwn(t *testing.T) {
+	clock := newFakeClock()
+	store := newWindowFake(clock)
+	strict := cacheApp(clock, Config{Counter: store, Limit: 1, Window: time.Minute})
+	strict("acme")
+	if r := strict("acme"); r.status != 429 {
+		t.Fatalf("strict limiter: %d, want 429", r.status)
+	}
+	generous := cacheApp(clock, Config{Counter: store, Limit: 5, Window: time.Minute})
+	if r := generous("acme"); r.status != 200 || r.remaining != "2" {
+		t.Errorf("a limiter with limit 5 after 2 counted: %+v, want 200 with 2 remaining", r)
+	}
+}
+
+func TestOverLimitCacheIsOffForAMemoryCounter(t *testing.T) {
+	l := newLimiter(Config{Limit: 1, Window: time.Minute}, time.Now)
+	if l.refusals != nil {
+		t.Error("a limiter on a MemoryCounter has an over-limit cache; the counter is faster")
+	}
+	if l := newLimiter(Config{Counter: newWindowFake(newFakeClock()), Limit: 1, Window: time.Minute}, time.Now); l.refusals == nil {
+		t.Error("a limiter on another counter has no over-limit cache; it is on by default")
+	}
+}
+
+// However many tenants are over their limits, the cache keeps a bounded
+// number of them, and the ones it keeps still refuse.
+func TestOverLimitCacheIsBounded(t *testing.T) {
+	r := newRefusals()
+	const keys = 20 * refusalShards * refusalsPerShard
+	for i := range keys {
+		r.add([]byte("rl:t"+strconv.Itoa(i)), time.Hour, 0)
+	}
+	total := 0
+	for i := range r.shards {
+		total += len(r.shards[i].ends)
+	}
+	if total > refusalShards*refusalsPerShard || total < refusalShards*refusalsPerShard/2 {
+		t.Errorf("%d keys kept after %d refusals, want between %d and %d",
+			total, keys, refusalShards*refusalsPerShard/2, refusalShards*refusalsPerShard)
+	}
+	last := []byte("rl:t" + strconv.Itoa(keys-1))
+	if left, ok := r.left(last, time.Minute); !ok || left != time.Hour-time.Minute {
+		t.Errorf("the last key added: left %v, %v; want %v, true", left, ok, time.Hour-time.Minute)
+	}
+	if _, ok := r.left(last, time.Hour); ok {
+		t.Error("a refusal outlived its window")
+	}
+}

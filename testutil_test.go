@@ -1,0 +1,351 @@
+package ratelimit
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/valyala/fasthttp"
+)
+
+// Helpers that the handler, fault and chaos tests share: one way to send a
+// request, one store that never answers, one log that records, and the
+// figures of a set of latencies.
+
+// send hands GET path to h as fasthttp's server would, without a network,
+// with tenant in X-Tenant unless it is empty, and returns the response as
+// net/http has it. Every request the tests make goes through it.
+func send(h fasthttp.RequestHandler, path, tenant string) *http.Response {
+	var ctx fasthttp.RequestCtx
+	ctx.Request.SetRequestURI(path)
+	ctx.Request.Header.SetMethod(fiber.MethodGet)
+	if tenant != "" {
+		ctx.Request.Header.Set("X-Tenant", tenant)
+	}
+	h(&ctx)
+	resp := &http.Response{
+		StatusCode: ctx.Response.StatusCode(),
+		Header:     http.Header{},
+		Body:       io.NopCloser(bytes.NewReader(bytes.Clone(ctx.Response.Body()))),
+	}
+	for k, v := range ctx.Response.Header.All() {
+		resp.Header.Add(string(k), string(v))
+	}
+	return resp
+}
+
+// get sends GET / to app for tenant ("" for none).
+func get(t *testing.T, app *fiber.App, tenant string) *http.Response {
+	t.Helper()
+	return getPath(t, app, "/", tenant)
+}
+
+// getPath is get for another path.
+func getPath(t *testing.T, app *fiber.App, path, tenant string) *http.Response {
+	t.Helper()
+	return send(app.Handler(), path, tenant)
+}
+
+// newApp returns an app that sets the tenant from the X-Tenant header (a
+// test shortcut; real gateways resolve it), runs h and answers 200, counting
+// the requests that reached it in reached when that is not nil.
+func newApp(h fiber.Handler, reached *int) *fiber.App {
+	app := fiber.New()
+	app.Use(func(c *fiber.Ctx) error {
+		if id := c.Get("X-Tenant"); id != "" {
+			c.Locals("tenant", strings.Clone(id))
+		}
+		return c.Next()
+	})
+	app.Use(h)
+	app.Get("/*", func(c *fiber.Ctx) error {
+		if reached != nil {
+			*reached++
+		}
+		return c.SendString("ok")
+	})
+	return app
+}
+
+// withDeadline runs h with a request context that ends after d, as a
+// gateway's timeout middleware (Fiber's among them) hands the handlers
+// after it.
+func withDeadline(d time.Duration, h fiber.Handler) fiber.Handler {
+	return withContext(func(ctx context.Context) (context.Context, context.CancelFunc) {
+		return context.WithTimeout(ctx, d)
+	}, h)
+}
+
+// withCancelAfter runs h with a request context that is canceled after d,
+// as when the client goes away.
+func withCancelAfter(d time.Duration, h fiber.Handler) fiber.Handler {
+	return withContext(func(ctx context.Context) (context.Context, context.CancelFunc) {
+		ctx, cancel := context.WithCancel(ctx)
+		stop := time.AfterFunc(d, cancel)
+		return ctx, func() { stop.Stop(); cancel() }
+	}, h)
+}
+
+func withContext(derive func(context.Context) (context.Context, context.CancelFunc), h fiber.Handler) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		ctx, cancel := derive(c.UserContext())
+		defer cancel()
+		c.SetUserContext(ctx)
+		return h(c)
+	}
+}
+
+// logRecorder is a slog.Handler that keeps every record, so that tests
+// assert on a record's level, message and attributes, not on text that a
+// handler formatted.
+type logRecorder struct {
+	store *logStore
+	attrs []slog.Attr // from WithAttrs, before the record's own
+	group string      // from WithGroup: the prefix of the record's keys
+}
+
+type logStore struct {
+	mu    sync.Mutex
+	lines []logLine
+}
+
+// logLine is one record: its level, its message and its attributes by key.
+// A group's attributes are under "group.key".
+type logLine struct {
+	level slog.Level
+	msg   string
+	attrs map[string]slog.Value
+}
+
+func newLogRecorder() *logRecorder { return &logRecorder{store: &logStore{}} }
+
+func (r *logRecorder) logger() *slog.Logger { return slog.New(r) }
+
+func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+
+func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
+	line := logLine{level: rec.Level, msg: rec.Message, attrs: map[string]slog.Value{}}
+	for _, a := range r.attrs {
+		line.add("", a)
+	}
+	rec.Attrs(func(a slog.Attr) bool {
+		line.add(r.group, a)
+		return true
+	})
+	r.store.mu.Lock()
+	defer r.store.mu.Unlock()
+	r.store.lines = append(r.store.lines, line)
+	return nil
+}
+
+func (l logLine) add(prefix string, a slog.Attr) {
+	v := a.Value.Resolve()
+	if v.Kind() == slog.KindGroup {
+		for _, g := range v.Group() {
+			l.add(prefix+a.Key+".", g)
+		}
+		return
+	}
+	l.attrs[prefix+a.Key] = v
+}
+
+func (r *logRecorder) WithAttrs(attrs []slog.Attr) slog.Handler {
+	c := *r
+	for _, a := range attrs {
+		c.attrs = append(slices.Clip(c.attrs), slog.Attr{Key: r.group + a.Key, Value: a.Value})
+	}
+	return &c
+}
+
+func (r *logRecorder) WithGroup(name string) slog.Handler {
+	c := *r
+	c.group += name + "."
+	return &c
+}
+
+// lines returns the records so far.
+func (r *logRecorder) lines() []logLine {
+	r.store.mu.Lock()
+	defer r.store.mu.Unlock()
+	return slices.Clone(r.store.lines)
+}
+
+// withMsg returns the records whose message starts with prefix.
+func (r *logRecorder) withMsg(prefix string) []logLine {
+	var out []logLine
+	for _, l := range r.lines() {
+		if strings.HasPrefix(l.msg, prefix) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// str is the attribute key as text; "" when there is none.
+func (l logLine) str(key string) string {
+	v, ok := l.attrs[key]
+	if !ok {
+		return ""
+	}
+	return v.String()
+}
+
+// int is the integer attribute key, and whether there is one.
+func (l logLine) int(key string) (int64, bool) {
+	v, ok := l.attrs[key]
+	if !ok || v.Kind() != slog.KindInt64 {
+		return 0, false
+	}
+	return v.Int64(), true
+}
+
+// err is the error the record carries under "err", or nil.
+func (l logLine) err() error {
+	err, _ := l.attrs["err"].Any().(error)
+	return err
+}
+
+func (l logLine) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%v %q", l.level, l.msg)
+	for _, k := range slices.Sorted(maps.Keys(l.attrs)) {
+		fmt.Fprintf(&b, " %s=%q", k, l.attrs[k].String())
+	}
+	return b.String()
+}
+
+// blackHole accepts connections and reads whatever they send, answering
+// nothing: a store behind a network that drops every reply, or a server
+// that hangs.
+type blackHole struct {
+	ln     net.Listener
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	conns  []net.Conn
+	closed bool
+}
+
+// startBlackHole starts a black hole on a loopback port, closed when the
+// test ends.
+func startBlackHole(t testing.TB) *blackHole {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &blackHole{ln: ln}
+	b.wg.Go(func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b.mu.Lock()
+			if b.closed {
+				b.mu.Unlock()
+				conn.Close()
+				return
+			}
+			b.conns = append(b.conns, conn)
+			b.mu.Unlock()
+			b.wg.Go(func() { _, _ = io.Copy(io.Discard, conn) })
+		}
+	})
+	t.Cleanup(b.close)
+	return b
+}
+
+func (b *blackHole) addr() string { return b.ln.Addr().String() }
+
+func (b *blackHole) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.ln.Close()
+	for _, c := range b.conns {
+		c.Close()
+	}
+	b.mu.Unlock()
+	b.wg.Wait()
+}
+
+// tailSlack is added to every bound on the slowest requests: a small CI
+// machine, loaded, under -race, wakes a goroutine late now and then. The
+// median gets none.
+const tailSlack = 150 * time.Millisecond
+
+// checkLatencies fails t unless every latency of d is at least lo and at
+// most hi, and their median at most median. An empty d passes: the callers
+// that must have latencies check that they have.
+func checkLatencies(t *testing.T, what string, d latencies, lo, median, hi time.Duration) {
+	t.Helper()
+	if len(d) == 0 {
+		return
+	}
+	if d.min() < lo || d.median() > median || d.max() > hi {
+		t.Errorf("%s: %s; want each at least %v, the median at most %v and each at most %v", what, d, lo, median, hi)
+	}
+}
+
+// latencies are the durations of requests or of counter calls. The timing
+// tests bound their median tightly, which a store that costs a little more
+// per request moves, and their tail loosely, which a loaded CI machine
+// moves now and then.
+type latencies []time.Duration
+
+// percentile returns the p-th percentile, by the nearest rank; 0 when there
+// are none.
+func (d latencies) percentile(p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	rank := (p*len(s) + 99) / 100 // ceil(p/100 × n)
+	return s[max(rank, 1)-1]
+}
+
+func (d latencies) median() time.Duration { return d.percentile(50) }
+
+func (d latencies) max() time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	return slices.Max(d)
+}
+
+func (d latencies) min() time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	return slices.Min(d)
+}
+
+func (d latencies) String() string {
+	if len(d) == 0 {
+		return "none"
+	}
+	r := func(x time.Duration) time.Duration { return x.Round(100 * time.Microsecond) }
+	if len(d) == 1 {
+		return r(d[0]).String()
+	}
+	return fmt.Sprintf("%d: min %v, p50 %v, p99 %v, max %v",
+		len(d), r(d.min()), r(d.median()), r(d.percentile(99)), r(d.max()))
+}
+
+// timed returns how long f took.
+func timed(f func()) time.Duration {
+	start := time.Now()
+	f()
+	return time.Since(start)
+}

@@ -1,0 +1,96 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// The time rule. A request waits at most StoreTimeout for its counter,
+// whatever the Redis client's options and whatever deadline the request
+// already carries: a later deadline does not lengthen the wait, an earlier
+// one (or a cancellation) ends it sooner. Until the counter has answered or
+// failed once, a request may wait up to connectFactor × StoreTimeout, since
+// connecting (dial, handshake, a cluster's slot map) happens inside the
+// first calls. Calls wait on a timer, not on a goroutine of their own, and
+// a RedisCounter learns of a refused connection from its dial, so an
+// unreachable store fails at once with its real cause.
+
+const connectFactor = 10
+
+// timeRule is one limiter's time rule.
+type timeRule struct {
+	timeout time.Duration
+	settled atomic.Bool // the counter has answered or failed once
+}
+
+// budget returns how long a call that starts at now may wait for the
+// counter, and when that ends: StoreTimeout, or the connecting allowance,
+// cut short by ctx's deadline when that comes sooner.
+func (r *timeRule) budget(ctx context.Context, now time.Time) (wait time.Duration, deadline time.Time) {
+	wait = r.timeout
+	if !r.settled.Load() {
+		wait = connectFactor * r.timeout
+	}
+	deadline = now.Add(wait)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		return d.Sub(now), d
+	}
+	return wait, deadline
+}
+
+// ended records a call's outcome. A call that timed out gets an error that
+// says what it waited for.
+func (r *timeRule) ended(wait time.Duration, err error) error {
+	if !r.settled.Load() {
+		r.settled.Store(true)
+	}
+	switch {
+	case !errors.Is(err, errTimedOut):
+		return err
+	case wait > r.timeout:
+		return fmt.Errorf("ratelimit: counter did not answer within %v, the %d × StoreTimeout allowed before its first answer (%w)",
+			wait, connectFactor, err)
+	case wait < r.timeout:
+		return fmt.Errorf("ratelimit: counter did not answer within %v, before the request's own deadline (%w)", wait, err)
+	}
+	return fmt.Errorf("ratelimit: counter did not answer within StoreTimeout (%v) (%w)", wait, err)
+}
+
+// boundedCounter is a counter that bounds its own wait: a call returns
+// errTimedOut once wait has passed (deadline being when that is), or
+// ctx's error once ctx is done. wait must be positive.
+type boundedCounter interface {
+	incrWithin(ctx context.Context, key string, window time.Duration, deadline time.Time, wait time.Duration) (int64, time.Duration, error)
+}
+
+var _ boundedCounter = (*RedisCounter)(nil)
+
+// call counts key in the limiter's counter under the time rule; now is
+// when the request arrived.
+func (l *limiter) call(ctx context.Context, key string, now time.Time) (int64, time.Duration, error) {
+	wait, deadline := l.rule.budget(ctx, now)
+	if wait <= 0 {
+		// The request's own deadline has passed.
+		return 0, 0, fmt.Errorf("increment rate limit key %s: %w", key, context.DeadlineExceeded)
+	}
+	var (
+		n   int64
+		ttl time.Duration
+		err error
+	)
+	if b, ok := l.cfg.Counter.(boundedCounter); ok {
+		n, ttl, err = b.incrWithin(ctx, key, l.cfg.Window, deadline, wait)
+	} else {
+		// A Counter of the user's own returns when its context is done.
+		cctx, cancel := context.WithTimeoutCause(ctx, wait, errTimedOut)
+		n, ttl, err = incrTTL(cctx, l.cfg.Counter, key, l.cfg.Window)
+		if err != nil && context.Cause(cctx) == errTimedOut {
+			err = fmt.Errorf("increment rate limit key %s: %w (%w)", key, errTimedOut, err)
+		}
+		cancel()
+	}
+	return n, ttl, l.rule.ended(wait, err)
+}
