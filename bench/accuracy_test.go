@@ -19,7 +19,7 @@ func TestAccuracy(t *testing.T) {
 		requests = 600
 		limit    = 100
 	)
-	admin := redisClient(t)
+	admin := redisClient(t, optsCtxTimeout)
 	contenders := []handlerContender{ours, fiberLimiter, ululeRedis, redisRate}
 
 	t.Logf("%d requests at once for one tenant over %d replicas, limit %d per minute:", requests, replicas, limit)
@@ -31,7 +31,7 @@ func TestAccuracy(t *testing.T) {
 		}
 		handlers := make([]fasthttp.RequestHandler, replicas)
 		for i := range handlers {
-			handlers[i] = newApp(c.new(t, redisClient(t), limit)).Handler()
+			handlers[i] = newApp(c.new(t, redisClient(t, optsCtxTimeout), limit)).Handler()
 		}
 
 		var ok, refused, other atomic.Int64

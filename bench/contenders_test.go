@@ -35,9 +35,26 @@ const (
 
 var errDenied = errors.New("request denied: the budget should never run out in a benchmark")
 
-// redisClient connects to BENCH_REDIS_URL with a pool of redisCallers, or
-// skips tb when it is unset.
-func redisClient(tb testing.TB) *redis.Client {
+// A redisOpts is a variant of the go-redis options the Redis contenders run
+// on. Both have a pool of redisCallers connections, dialled before the
+// timer; they differ only in ContextTimeoutEnabled.
+type redisOpts struct {
+	name string
+	// ctxTimeout sets ContextTimeoutEnabled, which lets go-redis apply a
+	// context's deadline to its socket, as the ratelimit README advises.
+	// Only ours passes contexts with deadlines (its StoreTimeout); the
+	// peers' calls and the raw loop's are the same either way.
+	ctxTimeout bool
+}
+
+var (
+	optsDefault    = redisOpts{"default", false}
+	optsCtxTimeout = redisOpts{"ctxtimeout", true}
+)
+
+// redisClient connects to BENCH_REDIS_URL with a pool of redisCallers and
+// the options o, or skips tb when it is unset.
+func redisClient(tb testing.TB, o redisOpts) *redis.Client {
 	url := os.Getenv("BENCH_REDIS_URL")
 	if url == "" {
 		tb.Skip("BENCH_REDIS_URL is unset: run bench/run.sh, or point it at a Redis you may FLUSHDB")
@@ -47,9 +64,7 @@ func redisClient(tb testing.TB) *redis.Client {
 		tb.Fatalf("BENCH_REDIS_URL: %v", err)
 	}
 	opt.PoolSize = redisCallers
-	// Lets go-redis apply a context's deadline to its socket, as the
-	// ratelimit README advises; the peers' calls are the same either way.
-	opt.ContextTimeoutEnabled = true
+	opt.ContextTimeoutEnabled = o.ctxTimeout
 	rdb := redis.NewClient(opt)
 	tb.Cleanup(func() { rdb.Close() })
 	// Dial the whole pool now, so that no timed op pays for a connection.
@@ -65,13 +80,14 @@ func redisClient(tb testing.TB) *redis.Client {
 	return rdb
 }
 
-// benchRedis returns, for a redis benchmark, a client on an empty database
-// with b set to run redisCallers goroutines; for a memory one, nil.
-func benchRedis(b *testing.B, backend string) *redis.Client {
+// benchRedis returns, for a redis benchmark, a client with the options o on
+// an empty database, with b set to run redisCallers goroutines; for a
+// memory one, nil.
+func benchRedis(b *testing.B, backend string, o redisOpts) *redis.Client {
 	if backend != "redis" {
 		return nil
 	}
-	rdb := redisClient(b)
+	rdb := redisClient(b, o)
 	if err := rdb.FlushDB(b.Context()).Err(); err != nil {
 		b.Fatal(err)
 	}
@@ -132,13 +148,21 @@ var (
 	}}
 
 	ours = handlerContender{"ratelimit", func(tb testing.TB, rdb *redis.Client, limit int) fiber.Handler {
-		return ratelimit.RateLimitShared(ratelimit.Config{Counter: counterFor(tb, rdb), Limit: limit, Window: window, Tenant: tenantHeader})
+		return oursHandler(tb, ratelimit.Config{Counter: counterFor(tb, rdb), Limit: limit, Window: window, Tenant: tenantHeader})
 	}}
 
 	oursNoHeaders = handlerContender{"ratelimit-noheaders", func(tb testing.TB, rdb *redis.Client, limit int) fiber.Handler {
-		return ratelimit.RateLimitShared(ratelimit.Config{
+		return oursHandler(tb, ratelimit.Config{
 			Counter: counterFor(tb, rdb), Limit: limit, Window: window, Tenant: tenantHeader,
 			DisableLegacyHeaders: true, DisableDraftHeaders: true,
+		})
+	}}
+
+	// Ours without its over-limit cache: every request asks the counter.
+	oursNoCache = handlerContender{"ratelimit-nocache", func(tb testing.TB, rdb *redis.Client, limit int) fiber.Handler {
+		return oursHandler(tb, ratelimit.Config{
+			Counter: counterFor(tb, rdb), Limit: limit, Window: window, Tenant: tenantHeader,
+			DisableOverLimitCache: true,
 		})
 	}}
 
@@ -217,6 +241,38 @@ var (
 		}
 	}}
 )
+
+// oursMetrics holds the Metrics of ours' handlers by the test or benchmark
+// that built them. A request that ours let through because the counter did
+// not answer within StoreTimeout (failing open) answers 200 like a counted
+// one, and skips the round trip: reportFailOpen tells them apart.
+var oursMetrics sync.Map // testing.TB → *ratelimit.Metrics
+
+// oursHandler is RateLimitShared(cfg) with a Metrics of its own, kept in
+// oursMetrics for tb.
+func oursHandler(tb testing.TB, cfg ratelimit.Config) fiber.Handler {
+	m := new(ratelimit.Metrics)
+	cfg.Metrics = m
+	oursMetrics.Store(tb, m)
+	tb.Cleanup(func() { oursMetrics.CompareAndDelete(tb, m) })
+	return ratelimit.RateLimitShared(cfg)
+}
+
+// reportFailOpen reports, when b built one of ours' handlers, how many
+// requests that handler let through uncounted (the "failopen" metric, 0
+// when all is well), and logs them when there were any.
+func reportFailOpen(b *testing.B) {
+	m, ok := oursMetrics.Load(b)
+	if !ok {
+		return
+	}
+	s := m.(*ratelimit.Metrics).Snapshot()
+	b.ReportMetric(float64(s.FailedOpen), "failopen")
+	if s.FailedOpen > 0 {
+		b.Logf("ratelimit failed open on %d of %d requests (the counter did not answer in time, or failed)",
+			s.FailedOpen, s.Allowed+s.Limited+s.FailedOpen)
+	}
+}
 
 func counterFor(tb testing.TB, rdb *redis.Client) ratelimit.Counter {
 	if rdb != nil {

@@ -5,14 +5,32 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
 )
 
+var memoryHandlers = []handlerContender{bare, noop, headersFloor, ours, oursNoHeaders, fiberLimiter, ululeMemory, sethvargo, xTimeRate}
+
+// A redisRun is the contenders that run on one variant of the client's
+// options. Ours and the raw loop run on both, so that their ratio shows
+// for each; the peers, whose calls carry no deadline and so are the same on
+// both, run on go-redis's defaults only.
+type redisRun struct {
+	opts       redisOpts
+	contenders []handlerContender
+}
+
 var (
-	memoryHandlers = []handlerContender{bare, noop, headersFloor, ours, oursNoHeaders, fiberLimiter, ululeMemory, sethvargo, xTimeRate}
-	redisHandlers  = []handlerContender{bare, ours, oursNoHeaders, fiberLimiter, ululeRedis, redisRate, rawMultiExec}
+	redisHandlers = []redisRun{
+		{optsDefault, []handlerContender{bare, ours, oursNoHeaders, fiberLimiter, ululeRedis, redisRate, rawMultiExec}},
+		{optsCtxTimeout, []handlerContender{bare, ours, rawMultiExec}},
+	}
+	loneHandlers = []redisRun{
+		{optsDefault, []handlerContender{bare, ours, fiberLimiter, ululeRedis, redisRate, rawMultiExec}},
+		{optsCtxTimeout, []handlerContender{bare, ours, rawMultiExec}},
+	}
 )
 
 // newApp is one GET / route answering 200, behind mw unless it is nil.
@@ -25,23 +43,33 @@ func newApp(mw fiber.Handler) *fiber.App {
 	return app
 }
 
+func tenantIDs(n int) [][]byte {
+	ids := make([][]byte, n)
+	for i := range ids {
+		ids[i] = []byte("tenant" + strconv.Itoa(i))
+	}
+	return ids
+}
+
 // BenchmarkHandler is one allowed request per op through app.Handler(), as
 // fasthttp serves a keep-alive connection: one reused RequestCtx per
-// goroutine, the tenant in X-Tenant.
+// goroutine, the tenant in X-Tenant. On Redis, redisCallers goroutines
+// call at once, on each variant of the client's options.
 func BenchmarkHandler(b *testing.B) {
-	for _, backend := range []string{"memory", "redis"} {
-		contenders := memoryHandlers
-		if backend == "redis" {
-			contenders = redisHandlers
+	for _, tenants := range []int{1, 10000} {
+		ids := tenantIDs(tenants)
+		for _, c := range memoryHandlers {
+			b.Run(fmt.Sprintf("memory/tenants=%d/%s", tenants, c.name), func(b *testing.B) {
+				driveHandler(b, newApp(c.new(b, nil, bigLimit)).Handler(), ids)
+			})
 		}
+	}
+	for _, run := range redisHandlers {
 		for _, tenants := range []int{1, 10000} {
-			ids := make([][]byte, tenants)
-			for i := range ids {
-				ids[i] = []byte("tenant" + strconv.Itoa(i))
-			}
-			for _, c := range contenders {
-				b.Run(fmt.Sprintf("%s/tenants=%d/%s", backend, tenants, c.name), func(b *testing.B) {
-					rdb := benchRedis(b, backend)
+			ids := tenantIDs(tenants)
+			for _, c := range run.contenders {
+				b.Run(fmt.Sprintf("redis/opts=%s/tenants=%d/%s", run.opts.name, tenants, c.name), func(b *testing.B) {
+					rdb := benchRedis(b, "redis", run.opts)
 					driveHandler(b, newApp(c.new(b, rdb, bigLimit)).Handler(), ids)
 				})
 			}
@@ -79,4 +107,85 @@ func driveHandler(b *testing.B, h fasthttp.RequestHandler, tenants [][]byte) {
 			i++
 		}
 	})
+	b.StopTimer()
+	reportFailOpen(b)
+}
+
+// BenchmarkHandlerLone is BenchmarkHandler's Redis case with a lone caller:
+// one goroutine sends one request after another (no RunParallel), so ns/op
+// is the latency of one request when nothing else is in flight. One
+// tenant, whose window the warm-up opens.
+//
+// Its "paired" contender alternates a request through ours and one through
+// raw-multi-exec, on one client, and times each: on a machine whose speed
+// drifts, their ratio (the ratelimit/raw metric) is steadier than that of
+// two sub-benchmarks run seconds apart.
+func BenchmarkHandlerLone(b *testing.B) {
+	tenant := []byte("tenant0")
+	for _, run := range loneHandlers {
+		for _, c := range run.contenders {
+			b.Run(fmt.Sprintf("redis/opts=%s/%s", run.opts.name, c.name), func(b *testing.B) {
+				rdb := benchRedis(b, "redis", run.opts)
+				serve := loneServer(b, newApp(c.new(b, rdb, bigLimit)).Handler(), tenant)
+				for range 100 { // the window, the connection, the script
+					serve()
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for range b.N {
+					serve()
+				}
+				b.StopTimer()
+				reportFailOpen(b)
+			})
+		}
+		b.Run(fmt.Sprintf("redis/opts=%s/paired", run.opts.name), func(b *testing.B) {
+			rdb := benchRedis(b, "redis", run.opts)
+			serve := [2]func(){
+				loneServer(b, newApp(ours.new(b, rdb, bigLimit)).Handler(), tenant),
+				loneServer(b, newApp(rawMultiExec.new(b, rdb, bigLimit)).Handler(), []byte("tenant1")),
+			}
+			for range 100 {
+				serve[0]()
+				serve[1]()
+			}
+			var (
+				spent [2]time.Duration
+				n     [2]int
+			)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				k := i & 1
+				start := time.Now()
+				serve[k]()
+				spent[k] += time.Since(start)
+				n[k]++
+			}
+			b.StopTimer()
+			if n[1] == 0 {
+				return // b.N is 1: nothing to compare
+			}
+			oursNs, rawNs := float64(spent[0])/float64(n[0]), float64(spent[1])/float64(n[1])
+			b.ReportMetric(oursNs, "ratelimit-ns/req")
+			b.ReportMetric(rawNs, "raw-ns/req")
+			b.ReportMetric(oursNs/rawNs, "ratelimit/raw")
+			reportFailOpen(b)
+		})
+	}
+}
+
+// loneServer returns a function that sends one request for tenant through
+// h and fails b unless it is answered 200.
+func loneServer(b *testing.B, h fasthttp.RequestHandler, tenant []byte) func() {
+	var ctx fasthttp.RequestCtx
+	return func() {
+		ctx.Response.Reset()
+		ctx.Request.SetRequestURI("/")
+		ctx.Request.Header.SetBytesV("X-Tenant", tenant)
+		h(&ctx)
+		if code := ctx.Response.StatusCode(); code != fiber.StatusOK {
+			b.Fatalf("status %d, want 200: %s", code, ctx.Response.Body())
+		}
+	}
 }

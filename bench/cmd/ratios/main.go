@@ -1,7 +1,11 @@
 // Command ratios reads `go test -bench` output on stdin and prints one
 // markdown table per benchmark group: each contender's ns/op, B/op and
 // allocs/op (the median over -count runs), its ratio to the group's bare app
-// when there is one, and its ratio to ratelimit.
+// when there is one, and its ratio to ratelimit; then the medians of any
+// other metric the benchmarks report (cmds/req, allowed/flood, ...), a
+// column each, left out when it is zero throughout the group. Last comes a
+// table of the issue's targets, each figure a ratio (or, for the flood,
+// Redis commands per request) taken from the groups of this output.
 //
 // A benchmark's group is its name up to the last slash, its contender the
 // last element: BenchmarkHandler/memory/tenants=1/ratelimit.
@@ -11,6 +15,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"regexp"
 	"slices"
@@ -21,15 +26,20 @@ import (
 const (
 	reference = "bare"
 	ours      = "ratelimit"
+	raw       = "raw-multi-exec"
 )
 
 var procSuffix = regexp.MustCompile(`-\d+$`)
 
-type samples struct{ ns, bytes, allocs []float64 }
+type samples struct {
+	ns, bytes, allocs []float64
+	extra             map[string][]float64 // by unit
+}
 
 type group struct {
 	name       string
 	contenders []string // in order of first appearance
+	units      []string // extra metrics, in order of first appearance
 	results    map[string]*samples
 }
 
@@ -46,6 +56,7 @@ func main() {
 	for _, g := range groups {
 		print(os.Stdout, g)
 	}
+	printTargets(os.Stdout, groups)
 }
 
 func parse(r io.Reader) ([]*group, error) {
@@ -71,7 +82,7 @@ func parse(r io.Reader) ([]*group, error) {
 		}
 		s := g.results[contender]
 		if s == nil {
-			s = &samples{}
+			s = &samples{extra: map[string][]float64{}}
 			g.results[contender] = s
 			g.contenders = append(g.contenders, contender)
 		}
@@ -81,13 +92,18 @@ func parse(r io.Reader) ([]*group, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s: %q is not a number", f[0], f[i])
 			}
-			switch f[i+1] {
+			switch unit := f[i+1]; unit {
 			case "ns/op":
 				s.ns = append(s.ns, v)
 			case "B/op":
 				s.bytes = append(s.bytes, v)
 			case "allocs/op":
 				s.allocs = append(s.allocs, v)
+			default:
+				if !slices.Contains(g.units, unit) {
+					g.units = append(g.units, unit)
+				}
+				s.extra[unit] = append(s.extra[unit], v)
 			}
 		}
 	}
@@ -105,14 +121,55 @@ func median(xs []float64) float64 {
 	return xs[len(xs)/2]
 }
 
-func print(w io.Writer, g *group) {
-	ns := func(c string) float64 {
-		if s := g.results[c]; s != nil {
-			return median(s.ns)
-		}
-		return 0
+// ns is c's median ns/op in g, 0 when g has none.
+func (g *group) ns(c string) float64 {
+	if s := g.results[c]; s != nil {
+		return median(s.ns)
 	}
-	ref, our := ns(reference), ns(ours)
+	return 0
+}
+
+// metric is c's median of an extra metric in g, and whether it has one.
+func (g *group) metric(c, unit string) (float64, bool) {
+	if s := g.results[c]; s != nil && len(s.extra[unit]) > 0 {
+		return median(s.extra[unit]), true
+	}
+	return 0, false
+}
+
+// shownUnits are g's extra metrics that some sample gives a value other
+// than zero: a column of zeros (no request failed open) says nothing.
+func (g *group) shownUnits() []string {
+	var shown []string
+	for _, u := range g.units {
+		for _, s := range g.results {
+			if slices.ContainsFunc(s.extra[u], func(v float64) bool { return v != 0 }) {
+				shown = append(shown, u)
+				break
+			}
+		}
+	}
+	return shown
+}
+
+// num formats a metric: whole numbers and those from 100 up to the unit,
+// those from 1 to three decimals, smaller ones to three significant
+// digits; trailing zeros are dropped.
+func num(v float64) string {
+	switch a := math.Abs(v); {
+	case v == math.Trunc(v) || a >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case a >= 1:
+		s := strings.TrimRight(strconv.FormatFloat(v, 'f', 3, 64), "0")
+		return strings.TrimSuffix(s, ".")
+	default:
+		return strconv.FormatFloat(v, 'g', 3, 64)
+	}
+}
+
+func print(w io.Writer, g *group) {
+	ref, our := g.ns(reference), g.ns(ours)
+	units := g.shownUnits()
 
 	fmt.Fprintf(w, "\n### %s\n\n", g.name)
 	head := "| contender | ns/op | B/op | allocs/op |"
@@ -123,6 +180,10 @@ func print(w io.Writer, g *group) {
 	}
 	if our > 0 {
 		head += " ns/op ÷ ratelimit |"
+		rule += "--:|"
+	}
+	for _, u := range units {
+		head += " " + u + " |"
 		rule += "--:|"
 	}
 	fmt.Fprintln(w, head)
@@ -137,6 +198,112 @@ func print(w io.Writer, g *group) {
 		if our > 0 {
 			row += fmt.Sprintf(" %.2f |", v/our)
 		}
+		for _, u := range units {
+			if m, ok := g.metric(c, u); ok {
+				row += " " + num(m) + " |"
+			} else {
+				row += " – |"
+			}
+		}
 		fmt.Fprintln(w, row)
+	}
+}
+
+// A target is one of the issue's, read off the groups whose names match.
+type target struct {
+	what   string
+	group  *regexp.Regexp
+	goal   string
+	format string // the figure's
+	// figure computes the target's figure from a matching group, with a
+	// note; ok is false when the group lacks what it needs.
+	figure func(g *group) (v float64, note string, ok bool)
+	met    func(v float64) bool
+}
+
+var targets = []target{
+	{
+		what:   "throughput ÷ raw-multi-exec's, 64 callers",
+		group:  regexp.MustCompile(`^BenchmarkHandler/redis/opts=[^/]+/tenants=10000$`),
+		goal:   "≥ 3",
+		format: "%.2f ×",
+		figure: func(g *group) (float64, string, bool) {
+			o, r := g.ns(ours), g.ns(raw)
+			return r / o, fmt.Sprintf("%.0f vs %.0f ns/op", o, r), o > 0 && r > 0
+		},
+		met: func(v float64) bool { return v >= 3 },
+	},
+	{
+		what:   "latency ÷ raw-multi-exec's, lone caller",
+		group:  regexp.MustCompile(`^BenchmarkHandlerLone/redis/opts=[^/]+$`),
+		goal:   "≤ 1.1",
+		format: "%.2f ×",
+		figure: func(g *group) (float64, string, bool) {
+			o, r := g.ns(ours), g.ns(raw)
+			return o / r, fmt.Sprintf("%.0f vs %.0f ns/op", o, r), o > 0 && r > 0
+		},
+		met: func(v float64) bool { return v <= 1.1 },
+	},
+	{
+		what:   "latency ÷ raw-multi-exec's, lone caller, paired",
+		group:  regexp.MustCompile(`^BenchmarkHandlerLone/redis/opts=[^/]+$`),
+		goal:   "≤ 1.1",
+		format: "%.2f ×",
+		figure: func(g *group) (float64, string, bool) {
+			v, ok := g.metric("paired", "ratelimit/raw")
+			o, _ := g.metric("paired", "ratelimit-ns/req")
+			r, _ := g.metric("paired", "raw-ns/req")
+			return v, fmt.Sprintf("%.0f vs %.0f ns/req, alternating", o, r), ok
+		},
+		met: func(v float64) bool { return v <= 1.1 },
+	},
+	{
+		what:   "Redis commands per request, flood of 200 × limit",
+		group:  regexp.MustCompile(`^BenchmarkFlood/redis/`),
+		goal:   "≤ 0.15",
+		format: "%.3g",
+		figure: func(g *group) (float64, string, bool) {
+			v, ok := g.metric(ours, "cmds/req")
+			var notes []string
+			for _, c := range g.contenders {
+				if m, ok := g.metric(c, "cmds/req"); ok && c != ours {
+					notes = append(notes, c+" "+num(m))
+				}
+			}
+			return v, strings.Join(notes, ", "), ok
+		},
+		met: func(v float64) bool { return v <= 0.15 },
+	},
+}
+
+// printTargets prints the issue's targets that the groups have figures
+// for: ratelimit's figure in each matching group, the goal, and whether
+// this run meets it.
+func printTargets(w io.Writer, groups []*group) {
+	var rows []string
+	for _, t := range targets {
+		for _, g := range groups {
+			if !t.group.MatchString(g.name) {
+				continue
+			}
+			v, note, ok := t.figure(g)
+			if !ok {
+				continue
+			}
+			met := "no"
+			if t.met(v) {
+				met = "yes"
+			}
+			rows = append(rows, fmt.Sprintf("| %s | %s | %s | %s | %s | %s |", t.what, g.name, fmt.Sprintf(t.format, v), t.goal, met, note))
+		}
+	}
+	if rows == nil {
+		return
+	}
+	fmt.Fprintf(w, "\n### Targets: ratelimit's figures in this run\n\n")
+	fmt.Fprintln(w, "| target | group | ratelimit | goal | met | detail |")
+	fmt.Fprintln(w, "|---|---|--:|--:|---|---|")
+	for _, r := range rows {
+		fmt.Fprintln(w, r)
 	}
 }
