@@ -36,7 +36,15 @@ type batcher struct {
 	mu       sync.Mutex
 	inFlight int
 	filling  *batch // nil when nothing waits for a round trip
+
+	// idle hands a batch to a goroutine that has made a round trip and
+	// waits, for runnerIdle, for another: a new goroutine's stack grows
+	// on its first round trip through go-redis, which costs more than
+	// the hand-over.
+	idle chan *batch
 }
+
+const runnerIdle = 250 * time.Millisecond
 
 // batch is the ops of one round trip.
 type batch struct {
@@ -104,11 +112,11 @@ func (b *batcher) incr(ctx context.Context, key string, ms int64, deadline time.
 	if start && inline {
 		b.flush(bt)
 		if next := b.next(); next != nil {
-			go b.run(next)
+			b.start(next)
 		}
 	} else {
 		if start {
-			go b.run(bt)
+			b.start(bt)
 		}
 		if err := b.await(ctx, bt, pos, ord, deadline, wait); err != nil {
 			return 0, 0, err
@@ -288,11 +296,28 @@ func (b *batcher) leave(bt *batch, pos int, ord int64) (answered bool) {
 	}
 }
 
-// run makes round trips, starting with bt, until no batch waits.
+// start has bt sent by an idle goroutine, or by a new one.
+func (b *batcher) start(bt *batch) {
+	select {
+	case b.idle <- bt:
+	default:
+		go b.run(bt)
+	}
+}
+
+// run makes round trips, starting with bt, until no batch waits, then
+// waits runnerIdle for start to hand it another.
 func (b *batcher) run(bt *batch) {
-	for bt != nil {
-		b.flush(bt)
-		bt = b.next()
+	for {
+		for bt != nil {
+			b.flush(bt)
+			bt = b.next()
+		}
+		select {
+		case bt = <-b.idle:
+		case <-time.After(runnerIdle):
+			return
+		}
 	}
 }
 

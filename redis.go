@@ -93,7 +93,7 @@ func NewRedisCounter(rdb redis.UniversalClient, opts ...RedisOption) *RedisCount
 		panic("ratelimit: NewRedisCounter: rdb is nil")
 	}
 	r := &RedisCounter{rdb: rdb, route: byKey}
-	r.batch = batcher{send: r.send, rounds: rounds}
+	r.batch = batcher{send: r.send, rounds: rounds, idle: make(chan *batch)}
 	hook := &r.dials
 	switch c := rdb.(type) {
 	case *redis.Client:
