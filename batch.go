@@ -365,7 +365,23 @@ func (b *batcher) flush(bt *batch) {
 	}
 	defer cancel()
 	b.send(ctx, cancel, ops)
+	for _, op := range ops {
+		if op.err != nil {
+			op.err = &tripError{trip: bt, err: op.err}
+		}
+	}
 }
+
+// tripError is the failure of one round trip, which all its callers get:
+// the breaker counts it once (see limiter.ask), or a single dropped
+// connection would fail a whole batch of requests "in a row" and open it.
+type tripError struct {
+	trip *batch
+	err  error
+}
+
+func (e *tripError) Error() string { return e.err.Error() }
+func (e *tripError) Unwrap() error { return e.err }
 
 // finish closes done and stops the batch's timer.
 func (bt *batch) finish() {

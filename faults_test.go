@@ -243,6 +243,31 @@ func TestOpenBreakerFailsOpenOrClosed(t *testing.T) {
 	}
 }
 
+// The requests that shared one failed round trip are one failure: a single
+// dropped connection under load must not open the breaker.
+func TestBreakerCountsARoundTripOnce(t *testing.T) {
+	const threshold = 3
+	store := &switchable{}
+	m := &Metrics{}
+	app := newApp(newLimiter(Config{
+		Counter: store, Limit: 100, Window: time.Minute,
+		BreakerFailures: threshold, Metrics: m, Logger: slog.New(slog.DiscardHandler),
+	}, newFakeClock().Now).handle, nil)
+	for trip := range threshold {
+		store.set(&tripError{trip: &batch{}, err: errors.New("EOF")})
+		for range 10 { // ten requests of one round trip
+			get(t, app, "")
+		}
+		want := BreakerClosed
+		if trip == threshold-1 {
+			want = BreakerOpen
+		}
+		if got := m.Snapshot().Breaker; got != want {
+			t.Fatalf("after %d failed round trips of 10 requests each: breaker %v, want %v", trip+1, got, want)
+		}
+	}
+}
+
 // Only failures in a row open the breaker: a success in between starts the
 // count again.
 func TestBreakerOpensOnlyOnFailuresInARow(t *testing.T) {

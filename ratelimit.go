@@ -107,7 +107,8 @@ type Config struct {
 	StoreTimeout time.Duration
 
 	// BreakerFailures is how many counter failures in a row open the circuit
-	// breaker. While it is open, requests are decided at once without the
+	// breaker; the requests that shared one failed round trip to Redis are
+	// one failure. While it is open, requests are decided at once without the
 	// counter (by Fallback, or failing open or closed). A MemoryCounter,
 	// which never waits and fails only once closed, is called directly,
 	// without breaker or timer.
@@ -202,6 +203,8 @@ type limiter struct {
 	// other than a MemoryCounter.
 	now   func() time.Time
 	epoch time.Time
+
+	lastTrip atomic.Pointer[batch] // see sameTrip
 
 	// The policies a decision is made against, formatted once.
 	policy, fallbackPolicy policyHeaders
@@ -412,12 +415,22 @@ func (l *limiter) ask(ctx context.Context, key string, now time.Time) (int64, ti
 	if err == nil && n <= 0 {
 		err = fmt.Errorf("increment rate limit key %s: counter returned %d", key, n)
 	}
-	if err != nil {
-		l.breaker.failure(probe, err)
-	} else {
+	switch {
+	case err == nil:
 		l.breaker.success(probe)
+	case !probe && l.sameTrip(err):
+		// Another request of the same round trip counted its failure.
+	default:
+		l.breaker.failure(probe, err)
 	}
 	return n, ttl, err
+}
+
+// sameTrip reports whether err is the failure of the round trip whose
+// failure the breaker counted last.
+func (l *limiter) sameTrip(err error) bool {
+	t, ok := errors.AsType[*tripError](err)
+	return ok && l.lastTrip.Swap(t.trip) == t.trip
 }
 
 // incrTTL is Incr with the time left when c reports it, else the window.
