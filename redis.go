@@ -300,7 +300,7 @@ func answer(ops []*incrOp, cmd scriptCmd, cause error) {
 	}
 }
 
-var errNotCounter = errors.New("Redis refused INCRBY: the key holds something other than a counter")
+var errNotCounter = errors.New("INCRBY refused: the key holds something other than a counter")
 
 // roundTrip is one round trip in flight, which a failed dial cuts short.
 type roundTrip struct {

@@ -239,6 +239,47 @@ func TestRedisCounterErrorNamesTheKey(t *testing.T) {
 	}
 }
 
+// A key that holds something other than a counter fails its own calls,
+// not the others of the same round trip, and is left as it was.
+func TestRedisCounterKeyThatIsNotACounter(t *testing.T) {
+	for _, c := range redisClients {
+		t.Run(c.name, func(t *testing.T) {
+			rdb := c.client(t)
+			ctx := context.Background()
+			bad, good := uniqueKey(t)+":bad", uniqueKey(t)+":good"
+			if err := rdb.Set(ctx, bad, "not a number", time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			counter := NewRedisCounter(c.client(t))
+			// Concurrent, so that they may share round trips.
+			var wg sync.WaitGroup
+			errs := make([]error, 20)
+			for i := range errs {
+				key := good
+				if i%2 == 0 {
+					key = bad
+				}
+				wg.Go(func() { _, errs[i] = counter.Incr(ctx, key, time.Minute) })
+			}
+			wg.Wait()
+			for i, err := range errs {
+				switch {
+				case i%2 == 0 && (err == nil || !errors.Is(err, errNotCounter) || !strings.Contains(err.Error(), bad)):
+					t.Errorf("call %d on %s: %v; want the key named and errNotCounter", i, bad, err)
+				case i%2 == 1 && err != nil:
+					t.Errorf("call %d on %s: %v", i, good, err)
+				}
+			}
+			if v, err := rdb.Get(ctx, bad).Result(); err != nil || v != "not a number" {
+				t.Errorf("GET %s = %q, %v; want it untouched", bad, v, err)
+			}
+			if n, err := rdb.Get(ctx, good).Int64(); err != nil || n != 10 {
+				t.Errorf("GET %s = %d, %v; want 10", good, n, err)
+			}
+		})
+	}
+}
+
 // flushScripts empties the script cache of every server behind rdb.
 func flushScripts(t *testing.T, rdb redis.UniversalClient) {
 	t.Helper()

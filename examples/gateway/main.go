@@ -163,8 +163,9 @@ func newCounter(redisURL string) (ratelimit.Counter, io.Closer, string, error) {
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("REDIS_URL: %w", err)
 	}
-	// The limiter's time budget then reaches the socket, and calls run on
-	// the request's goroutine while Redis answers.
+	// A round trip to a Redis that stops answering then ends at its
+	// requests' deadline, and a lone request's round trip runs on its own
+	// goroutine.
 	opt.ContextTimeoutEnabled = true
 	client := redis.NewClient(opt)
 	// Fail now rather than let every request fail open later.
