@@ -15,10 +15,10 @@ import (
 // are in flight, the batch leaves at once, so a lone call is never held
 // back: on the caller's own goroutine (inline) when the store bounds a
 // round trip by its context's deadline and nothing else can end the
-// caller's wait, else on a goroutine of its own, which the caller stops
-// waiting for when its time is up. Whoever made a round
-// trip then starts a goroutine that carries on with the batch that filled
-// meanwhile, and so on until none is left. Under load each round trip
+// caller's wait, else on another goroutine, which the caller stops waiting
+// for when its time is up. After a round trip, the batch that filled
+// meanwhile goes next, on the same goroutine or (after an inline one) on
+// another, and so on until none is left. Under load each round trip
 // therefore carries everything that arrived during the one before, and the
 // goroutines are per round trip, never per call.
 //
