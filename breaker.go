@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"errors"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -46,6 +47,7 @@ type breaker struct {
 	state    atomic.Int32
 	failures atomic.Int64 // consecutive failures while closed
 	openedAt atomic.Int64 // nanoseconds since epoch
+	lastTrip atomic.Pointer[batch]
 }
 
 func newBreaker(threshold int, cooldown time.Duration, now func() time.Time, log func(slog.Level, string, ...slog.Attr), m *Metrics) *breaker {
@@ -90,6 +92,11 @@ func (b *breaker) success(probe bool) {
 func (b *breaker) failure(probe bool, err error) {
 	if probe {
 		b.open(BreakerHalfOpen, slog.String("cause", "probe failed"), slog.Any("err", err))
+		return
+	}
+	if t, ok := errors.AsType[*tripError](err); ok && b.lastTrip.Swap(t.trip) == t.trip {
+		// The requests that shared one failed round trip are one failure:
+		// another of them counted it.
 		return
 	}
 	n := b.failures.Add(1)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -83,26 +82,15 @@ func chaosCluster(t *testing.T, name string) (redis.UniversalClient, []*redis.Cl
 
 func chaosRing(t *testing.T, name string) (redis.UniversalClient, []*redis.Client) {
 	// The shards of newRingClient, with the options of this test.
-	opt := redisOptions(t)
-	second := opt.Addr
-	if os.Getenv("TEST_REDIS_URL") == "" {
-		second = ringServer.get(t).addr
-	}
-	ring := redis.NewRing(&redis.RingOptions{
-		Addrs:      map[string]string{"a": opt.Addr, "b": second},
-		Username:   opt.Username,
-		Password:   opt.Password,
-		DB:         opt.DB,
-		TLSConfig:  opt.TLSConfig,
-		MaxRetries: 10,
-		ClientName: name,
-	})
+	ropt := ringOptions(t)
+	ropt.MaxRetries, ropt.ClientName = 10, name
+	ring := redis.NewRing(ropt)
 	t.Cleanup(func() { ring.Close() })
-	addrs := []string{opt.Addr}
-	if second != opt.Addr {
-		addrs = append(addrs, second)
+	addrs := []string{ropt.Addrs["a"]}
+	if ropt.Addrs["b"] != ropt.Addrs["a"] {
+		addrs = append(addrs, ropt.Addrs["b"])
 	}
-	return ring, chaosKillers(t, opt, addrs...)
+	return ring, chaosKillers(t, redisOptions(t), addrs...)
 }
 
 // tenantsOfOneShard returns n tenants whose keys the ring keeps on one

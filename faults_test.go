@@ -243,16 +243,22 @@ func TestOpenBreakerFailsOpenOrClosed(t *testing.T) {
 	}
 }
 
+// breakerApp is an app whose limiter's breaker opens after threshold
+// failures of store in a row, with its metrics in m.
+func breakerApp(threshold int) (app *fiber.App, store *switchable, m *Metrics) {
+	store, m = &switchable{}, &Metrics{}
+	app = newApp(newLimiter(Config{
+		Counter: store, Limit: 100, Window: time.Minute,
+		BreakerFailures: threshold, Metrics: m, Logger: slog.New(slog.DiscardHandler),
+	}, newFakeClock().Now).handle, nil)
+	return app, store, m
+}
+
 // The requests that shared one failed round trip are one failure: a single
 // dropped connection under load must not open the breaker.
 func TestBreakerCountsARoundTripOnce(t *testing.T) {
 	const threshold = 3
-	store := &switchable{}
-	m := &Metrics{}
-	app := newApp(newLimiter(Config{
-		Counter: store, Limit: 100, Window: time.Minute,
-		BreakerFailures: threshold, Metrics: m, Logger: slog.New(slog.DiscardHandler),
-	}, newFakeClock().Now).handle, nil)
+	app, store, m := breakerApp(threshold)
 	for trip := range threshold {
 		store.set(&tripError{trip: &batch{}, err: errors.New("EOF")})
 		for range 10 { // ten requests of one round trip
@@ -272,12 +278,7 @@ func TestBreakerCountsARoundTripOnce(t *testing.T) {
 // count again.
 func TestBreakerOpensOnlyOnFailuresInARow(t *testing.T) {
 	const threshold = 3
-	store := &switchable{}
-	m := &Metrics{}
-	app := newApp(newLimiter(Config{
-		Counter: store, Limit: 100, Window: time.Minute,
-		BreakerFailures: threshold, Metrics: m, Logger: slog.New(slog.DiscardHandler),
-	}, newFakeClock().Now).handle, nil)
+	app, store, m := breakerApp(threshold)
 	send := func() int { return get(t, app, "").StatusCode }
 	fail := func(n int) {
 		store.set(errors.New("connection refused"))

@@ -204,8 +204,6 @@ type limiter struct {
 	now   func() time.Time
 	epoch time.Time
 
-	lastTrip atomic.Pointer[batch] // see sameTrip
-
 	// The policies a decision is made against, formatted once.
 	policy, fallbackPolicy policyHeaders
 }
@@ -415,22 +413,12 @@ func (l *limiter) ask(ctx context.Context, key string, now time.Time) (int64, ti
 	if err == nil && n <= 0 {
 		err = fmt.Errorf("increment rate limit key %s: counter returned %d", key, n)
 	}
-	switch {
-	case err == nil:
-		l.breaker.success(probe)
-	case !probe && l.sameTrip(err):
-		// Another request of the same round trip counted its failure.
-	default:
+	if err != nil {
 		l.breaker.failure(probe, err)
+	} else {
+		l.breaker.success(probe)
 	}
 	return n, ttl, err
-}
-
-// sameTrip reports whether err is the failure of the round trip whose
-// failure the breaker counted last.
-func (l *limiter) sameTrip(err error) bool {
-	t, ok := errors.AsType[*tripError](err)
-	return ok && l.lastTrip.Swap(t.trip) == t.trip
 }
 
 // incrTTL is Incr with the time left when c reports it, else the window.

@@ -217,16 +217,13 @@ func (r *RedisCounter) send(ctx context.Context, cancel context.CancelFunc, ops 
 	for i, g := range groups {
 		if redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
 			again = append(again, g)
+			continue
 		}
+		answer(g, cmds[i], cut.cause())
 	}
 	if again != nil {
 		for i, cmd := range r.run(ctx, again, true) {
 			answer(again[i], cmd, cut.cause())
-		}
-	}
-	for i, g := range groups {
-		if !redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
-			answer(g, cmds[i], cut.cause())
 		}
 	}
 }

@@ -420,20 +420,26 @@ func newRedisClient(t testing.TB) *redis.Client {
 // all the same.
 func newRingClient(t *testing.T) *redis.Ring {
 	t.Helper()
+	ring := redis.NewRing(ringOptions(t))
+	t.Cleanup(func() { ring.Close() })
+	return ring
+}
+
+// ringOptions are newRingClient's options.
+func ringOptions(t testing.TB) *redis.RingOptions {
+	t.Helper()
 	opt := redisOptions(t)
 	second := opt.Addr
 	if os.Getenv("TEST_REDIS_URL") == "" {
 		second = ringServer.get(t).addr
 	}
-	ring := redis.NewRing(&redis.RingOptions{
+	return &redis.RingOptions{
 		Addrs:     map[string]string{"a": opt.Addr, "b": second},
 		Username:  opt.Username,
 		Password:  opt.Password,
 		DB:        opt.DB,
 		TLSConfig: opt.TLSConfig,
-	})
-	t.Cleanup(func() { ring.Close() })
-	return ring
+	}
 }
 
 // newClusterClient returns a client of a three-master Redis Cluster, closed
