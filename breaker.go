@@ -13,8 +13,8 @@ type BreakerState int32
 const (
 	// BreakerClosed: every request asks the counter.
 	BreakerClosed BreakerState = iota
-	// BreakerOpen: the counter failed Config.BreakerFailures times in a row;
-	// requests are decided without it until Config.BreakerCooldown passes.
+	// BreakerOpen: the counter failed Options.BreakerFailures times in a row;
+	// requests are decided without it until Options.BreakerCooldown passes.
 	BreakerOpen
 	// BreakerHalfOpen: the cool-down is over and one request, the probe,
 	// asks the counter. Its success closes the breaker, its failure opens

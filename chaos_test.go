@@ -292,8 +292,8 @@ kill:
 	// While connections are dialled again a request waits at most
 	// StoreTimeout; before the first answer, the connecting allowance.
 	cold, warm := splitAtFirstEnd(samples)
-	checkLatencies(t, "before the first answer", cold, 0, ConfigDefault.StoreTimeout*6/5, connectFactor*ConfigDefault.StoreTimeout+tailSlack)
-	checkLatencies(t, "after the first answer", warm, 0, ConfigDefault.StoreTimeout*6/5, ConfigDefault.StoreTimeout+tailSlack)
+	checkLatencies(t, "before the first answer", cold, 0, defaultStoreTimeout*6/5, connectFactor*defaultStoreTimeout+tailSlack)
+	checkLatencies(t, "after the first answer", warm, 0, defaultStoreTimeout*6/5, defaultStoreTimeout+tailSlack)
 }
 
 // callCountingCounter counts, per key, the calls made to a RedisCounter and

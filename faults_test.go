@@ -52,11 +52,11 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 	store := &switchable{err: refused}
 	logs := newLogRecorder()
 	m := &Metrics{}
-	app := newApp(newLimiter(Config{
+	app := newApp(fiberHandler(Config{
 		Counter: store, Limit: 100, Window: time.Minute,
 		BreakerFailures: 3, BreakerCooldown: time.Second, Metrics: m,
 		Logger: logs.logger(),
-	}, clock.Now).handle, nil)
+	}, clock.Now), nil)
 	send := func() int { return get(t, app, "").StatusCode }
 
 	for i := range 3 {
@@ -156,14 +156,14 @@ func (b *blockingStore) Incr(ctx context.Context, _ string, _ time.Duration) (in
 func TestBreakerSendsOneProbe(t *testing.T) {
 	clock := newFakeClock()
 	store := &blockingStore{release: make(chan struct{})}
-	l := newLimiter(Config{
+	l, h := newFiberLimiter(Config{
 		Counter: store, Limit: 100, Window: time.Minute, StoreTimeout: time.Minute,
 		BreakerFailures: 1, BreakerCooldown: time.Second,
 		Logger: slog.New(slog.DiscardHandler),
 	}, clock.Now)
 	l.breaker.failure(false, errors.New("down")) // open it
 	clock.Advance(time.Second)
-	app := newApp(l.handle, nil)
+	app := newApp(h, nil)
 	send := func() int { return get(t, app, "").StatusCode }
 
 	probe := make(chan int)
@@ -206,11 +206,11 @@ func TestOpenBreakerFailsOpenOrClosed(t *testing.T) {
 		clock := newFakeClock()
 		store := &switchable{err: errors.New("connection refused")}
 		m := &Metrics{}
-		app := newApp(newLimiter(Config{
+		app := newApp(fiberHandler(Config{
 			Counter: store, Limit: 100, Window: time.Minute, FailClosed: failClosed,
 			BreakerFailures: 3, BreakerCooldown: time.Second, Metrics: m,
 			Logger: slog.New(slog.DiscardHandler),
-		}, clock.Now).handle, nil)
+		}, clock.Now), nil)
 		send := func() int { return get(t, app, "").StatusCode }
 		check := func(stage string, calls int, breaker BreakerState) {
 			t.Helper()
@@ -247,10 +247,10 @@ func TestOpenBreakerFailsOpenOrClosed(t *testing.T) {
 // failures of store in a row, with its metrics in m.
 func breakerApp(threshold int) (app *fiber.App, store *switchable, m *Metrics) {
 	store, m = &switchable{}, &Metrics{}
-	app = newApp(newLimiter(Config{
+	app = newApp(fiberHandler(Config{
 		Counter: store, Limit: 100, Window: time.Minute,
 		BreakerFailures: threshold, Metrics: m, Logger: slog.New(slog.DiscardHandler),
-	}, newFakeClock().Now).handle, nil)
+	}, newFakeClock().Now), nil)
 	return app, store, m
 }
 

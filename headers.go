@@ -1,10 +1,10 @@
 package ratelimit
 
 import (
+	"net/http"
 	"strconv"
 	"time"
 
-	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
 )
 
@@ -22,94 +22,171 @@ import (
 // reset. The limiters compare through the X-RateLimit-* fields already in
 // the response, so with DisableLegacyHeaders each Retry-After is its own.
 
-// Header names in fasthttp's normalized form, so that SetCanonical stores
-// them exactly as c.Set would and a later c.Set replaces rather than
-// duplicates them.
-var (
-	hLimit      = []byte("X-Ratelimit-Limit")
-	hRemaining  = []byte("X-Ratelimit-Remaining")
-	hReset      = []byte("X-Ratelimit-Reset")
-	hPolicy     = []byte("Ratelimit-Policy")
-	hRateLimit  = []byte("Ratelimit")
-	hRetryAfter = []byte("Retry-After")
+// Header names in canonical form (fasthttp's and net/http's agree), so
+// that SetCanonical stores them exactly as c.Set would and a later c.Set
+// replaces rather than duplicates them.
+const (
+	hLimit      = "X-Ratelimit-Limit"
+	hRemaining  = "X-Ratelimit-Remaining"
+	hReset      = "X-Ratelimit-Reset"
+	hPolicy     = "Ratelimit-Policy"
+	hRateLimit  = "Ratelimit"
+	hRetryAfter = "Retry-After"
 )
+
+var (
+	bLimit      = []byte(hLimit)
+	bRemaining  = []byte(hRemaining)
+	bReset      = []byte(hReset)
+	bPolicy     = []byte(hPolicy)
+	bRateLimit  = []byte(hRateLimit)
+	bRetryAfter = []byte(hRetryAfter)
+)
+
+// headerSwitches are the header families a limiter writes.
+type headerSwitches struct {
+	legacy bool // X-RateLimit-*
+	draft  bool // RateLimit-Policy and RateLimit
+}
 
 // policyHeaders is a budget that a request is counted against, the
 // limiter's or its fallback's, with the values that never change formatted
 // once.
 type policyHeaders struct {
+	headerSwitches
 	limit      int64
-	limitValue []byte // X-RateLimit-Limit
-	policyItem []byte // the item of RateLimit-Policy: "name";q=limit;w=window
-	name       []byte // the policy's name as an sf-string: "name"
+	policy     string // the policy's name: Options.Name, or "default"
+	limitValue string // X-RateLimit-Limit
+	policyItem string // the item of RateLimit-Policy: "name";q=limit;w=window
+	name       string // the policy's name as an sf-string: "name"
 }
 
-func newPolicyHeaders(name string, limit int, window time.Duration) policyHeaders {
+func newPolicyHeaders(name string, limit int, window time.Duration, h headerSwitches) policyHeaders {
 	if name == "" {
 		name = "default"
 	}
 	// keyPrefix has checked that the name needs no escaping.
-	quoted := []byte(`"` + name + `"`)
-	item := append([]byte(nil), quoted...)
-	item = append(item, ";q="...)
-	item = strconv.AppendInt(item, int64(limit), 10)
-	item = append(item, ";w="...)
-	item = strconv.AppendInt(item, ceilDiv(window, time.Second), 10)
+	quoted := `"` + name + `"`
 	return policyHeaders{
-		limit:      int64(limit),
-		limitValue: strconv.AppendInt(nil, int64(limit), 10),
-		policyItem: item,
-		name:       quoted,
+		headerSwitches: h,
+		limit:          int64(limit),
+		policy:         name,
+		limitValue:     strconv.Itoa(limit),
+		policyItem:     quoted + ";q=" + strconv.Itoa(limit) + ";w=" + strconv.FormatInt(ceilDiv(window, time.Second), 10),
+		name:           quoted,
 	}
 }
 
-// setHeaders sets the enabled header families for a request counted
-// against p; reset is the seconds left in the window. A negative remaining
-// means no counter counted: the limit and policy are known, the rest is not.
-// It returns the seconds until a retry can pass: reset, or the later reset
-// of a more restrictive limiter before it, which X-RateLimit-Reset then
-// reports.
-func (l *limiter) setHeaders(c *fiber.Ctx, p *policyHeaders, remaining, reset int64) (retry int64) {
-	h := &c.Response().Header
-	retry = reset
-	if !l.cfg.DisableLegacyHeaders {
-		retry = setLegacy(h, p, remaining, reset)
+// figures returns what the fields report: the requests remaining (-1 when
+// nothing counted) and the seconds until the window ends, rounded up.
+func (d *Decision) figures() (remaining, reset int64) {
+	if d.By == ByNone {
+		return -1, 0
 	}
-	if !l.cfg.DisableDraftHeaders {
-		appendItem(h, hPolicy, p.policyItem)
+	return int64(d.Remaining), ceilDiv(d.Reset, time.Second)
+}
+
+// retryAfter reports whether the response to d carries Retry-After: a
+// refusal by a counter, not by FailClosed.
+func (d *Decision) retryAfter() bool { return !d.Allowed && d.By != ByNone }
+
+// SetFastHTTPHeaders writes d's fields into h, the response header of a
+// door on fasthttp (Fiber v2's and v3's c.Response().Header), as
+// SetHeaders does into an http.Header.
+func (d *Decision) SetFastHTTPHeaders(h *fasthttp.ResponseHeader) {
+	p := d.policy
+	if p == nil {
+		return // the zero Decision
+	}
+	remaining, reset := d.figures()
+	retry := reset
+	var buf [128]byte
+	if p.legacy {
+		prevRemaining, ok := parseCount(h.PeekCanonical(bRemaining))
+		prevReset, _ := parseCount(h.PeekCanonical(bReset))
+		switch {
+		case remaining < 0:
+			if len(h.PeekCanonical(bLimit)) == 0 {
+				h.SetCanonical(bLimit, append(buf[:0], p.limitValue...))
+			}
+		case ok && earlierWins(prevRemaining, prevReset, remaining, reset):
+			retry = prevReset
+		default:
+			h.SetCanonical(bLimit, append(buf[:0], p.limitValue...))
+			h.SetCanonical(bRemaining, strconv.AppendInt(buf[:0], remaining, 10))
+			h.SetCanonical(bReset, strconv.AppendInt(buf[:0], reset, 10))
+		}
+	}
+	if p.draft {
+		appendItem(h, bPolicy, append(buf[:0], p.policyItem...))
+		if remaining >= 0 {
+			appendItem(h, bRateLimit, appendRateLimitItem(buf[:0], p, remaining, reset))
+		}
+	}
+	if d.retryAfter() {
+		h.SetCanonical(bRetryAfter, strconv.AppendInt(buf[:0], retry, 10))
+	}
+}
+
+// SetHeaders writes d's fields into h: X-RateLimit-Limit, -Remaining and
+// -Reset, RateLimit-Policy and RateLimit (each family unless Options turn
+// it off), and Retry-After when a counter refused the request. When
+// nothing counted the request (By is ByNone), only the limit and the
+// policy are known, and only they are written.
+//
+// When an earlier limiter has written its fields into h, d's item is
+// appended to RateLimit-Policy and RateLimit, and X-RateLimit-* and
+// Retry-After keep reporting the more restrictive of the two.
+func (d *Decision) SetHeaders(h http.Header) {
+	p := d.policy
+	if p == nil {
+		return // the zero Decision
+	}
+	remaining, reset := d.figures()
+	retry := reset
+	if p.legacy {
+		prevRemaining, ok := parseCount(first(h[hRemaining]))
+		prevReset, _ := parseCount(first(h[hReset]))
+		switch {
+		case remaining < 0:
+			if len(h[hLimit]) == 0 {
+				h[hLimit] = []string{p.limitValue}
+			}
+		case ok && earlierWins(prevRemaining, prevReset, remaining, reset):
+			retry = prevReset
+		default:
+			h[hLimit] = []string{p.limitValue}
+			h[hRemaining] = []string{strconv.FormatInt(remaining, 10)}
+			h[hReset] = []string{strconv.FormatInt(reset, 10)}
+		}
+	}
+	if p.draft {
+		appendHTTPItem(h, hPolicy, p.policyItem)
 		if remaining >= 0 {
 			var buf [128]byte
-			item := append(buf[:0], p.name...)
-			item = append(item, ";r="...)
-			item = strconv.AppendInt(item, remaining, 10)
-			item = append(item, ";t="...)
-			appendItem(h, hRateLimit, strconv.AppendInt(item, reset, 10))
+			appendHTTPItem(h, hRateLimit, string(appendRateLimitItem(buf[:0], p, remaining, reset)))
 		}
 	}
-	return retry
+	if d.retryAfter() {
+		h[hRetryAfter] = []string{strconv.FormatInt(retry, 10)}
+	}
 }
 
-// setLegacy sets X-RateLimit-* to p's figures unless an earlier limiter's,
-// already there, are more restrictive, and returns the reset the fields
-// then report.
-func setLegacy(h *fasthttp.ResponseHeader, p *policyHeaders, remaining, reset int64) int64 {
-	if remaining < 0 {
-		if len(h.PeekCanonical(hLimit)) == 0 {
-			h.SetCanonical(hLimit, p.limitValue)
-		}
-		return reset
-	}
-	if prevRemaining, ok := parseCount(h.PeekCanonical(hRemaining)); ok {
-		prevReset, _ := parseCount(h.PeekCanonical(hReset))
-		if prevRemaining < remaining || (prevRemaining == remaining && prevReset >= reset) {
-			return prevReset
-		}
-	}
-	var buf [20]byte
-	h.SetCanonical(hLimit, p.limitValue)
-	h.SetCanonical(hRemaining, strconv.AppendInt(buf[:0], remaining, 10))
-	h.SetCanonical(hReset, strconv.AppendInt(buf[:0], reset, 10))
-	return reset
+// earlierWins reports whether the figures an earlier limiter reported are
+// more restrictive than remaining and reset: fewer requests left, or as few
+// and a reset no sooner.
+func earlierWins(prevRemaining, prevReset, remaining, reset int64) bool {
+	return prevRemaining < remaining || (prevRemaining == remaining && prevReset >= reset)
+}
+
+// appendRateLimitItem appends the item of the RateLimit field:
+// "name";r=remaining;t=reset.
+func appendRateLimitItem(b []byte, p *policyHeaders, remaining, reset int64) []byte {
+	b = append(b, p.name...)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, remaining, 10)
+	b = append(b, ";t="...)
+	return strconv.AppendInt(b, reset, 10)
 }
 
 // appendItem adds item to the list in field, or sets it when there is none.
@@ -125,14 +202,30 @@ func appendItem(h *fasthttp.ResponseHeader, field, item []byte) {
 	h.SetCanonical(field, append(v, item...))
 }
 
-// parseCount parses a header value of decimal digits, as setHeaders writes
+// appendHTTPItem is appendItem for an http.Header.
+func appendHTTPItem(h http.Header, field, item string) {
+	if prev := first(h[field]); prev != "" {
+		item = prev + ", " + item
+	}
+	h[field] = []string{item}
+}
+
+func first(v []string) string {
+	if len(v) == 0 {
+		return ""
+	}
+	return v[0]
+}
+
+// parseCount parses a header value of decimal digits, as the setters write
 // them.
-func parseCount(b []byte) (int64, bool) {
+func parseCount[T string | []byte](b T) (int64, bool) {
 	if len(b) == 0 || len(b) > 18 {
 		return 0, false
 	}
 	var n int64
-	for _, c := range b {
+	for i := 0; i < len(b); i++ {
+		c := b[i]
 		if c < '0' || c > '9' {
 			return 0, false
 		}

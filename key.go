@@ -4,13 +4,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net/netip"
 )
 
 // Tenant IDs reach the limiter from requests, so the key built from one must
 // stay safe whatever it holds. Every key is a limiter's prefix and the
 // tenant's part, one to one:
 //
-//   - The prefix is "rl:" for an unnamed limiter (Config.Name empty), the
+//   - The prefix is "rl:" for an unnamed limiter (Name empty), the
 //     seed's keys, so a deployment keeps its counts across an upgrade, and
 //     "rl:<name>#" for a named one. The encoded name is never empty and
 //     holds no raw '#', so the first '#' ends it, and an unnamed key never
@@ -27,13 +28,17 @@ import (
 //   - A request without a tenant counts under "unknown"; the ID "unknown"
 //     is written "%75nknown" (an escaped 'u', which the encoding never
 //     produces otherwise), so it does not share that bucket.
+//   - A request without a tenant keyed by its client's address counts
+//     under "#ip:" and the address, or for IPv6 the prefix
+//     ("#ip:2001:db8:1:2::/64"). No tenant's part starts with "#i": a
+//     digest's next byte is a hex digit.
 //
 // An ID of safe bytes, as most are, costs one scan and a copy.
 
 // maxTenantKey is the longest encoded tenant ID kept as is.
 const maxTenantKey = 128
 
-// maxName is the longest Config.Name; encoded, it takes at most three
+// maxName is the longest Name; encoded, it takes at most three
 // times as many bytes.
 const maxName = 64
 
@@ -64,7 +69,7 @@ var safeKeyByte = func() (t [256]bool) {
 const hexDigits = "0123456789ABCDEF"
 
 // keyPrefix returns the prefix of the keys of a limiter named name. It
-// panics, naming Config.Name, when name cannot be one: a name is at most
+// panics, naming Name, when name cannot be one: a name is at most
 // maxName bytes of visible ASCII without '"' or '\', so that it goes into
 // the RateLimit header fields as it is.
 func keyPrefix(name string) string {
@@ -72,14 +77,14 @@ func keyPrefix(name string) string {
 		return unnamedPrefix
 	}
 	if len(name) > maxName {
-		panic(fmt.Sprintf("ratelimit: Config.Name must be at most %d bytes, got %d", maxName, len(name)))
+		panic(fmt.Sprintf("ratelimit: Name must be at most %d bytes, got %d", maxName, len(name)))
 	}
 	b := []byte("rl:")
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		switch {
 		case c < 0x21 || c > 0x7e || c == '"' || c == '\\':
-			panic(fmt.Sprintf("ratelimit: Config.Name must be visible ASCII without '\"' or '\\', got %q", name))
+			panic(fmt.Sprintf("ratelimit: Name must be visible ASCII without '\"' or '\\', got %q", name))
 		case safeKeyByte[c]:
 			b = append(b, c)
 		default:
@@ -119,4 +124,21 @@ func appendKey(dst []byte, prefix, id string) []byte {
 		dst = append(dst, '%', hexDigits[c>>4], hexDigits[c&0xf])
 	}
 	return dst
+}
+
+// appendAddrKey appends to dst the key of a request without a tenant from
+// the client at addr, under a limiter's prefix: IPv4 by address, IPv6 by
+// its first v6Bits bits. An invalid address is the key of no tenant.
+func appendAddrKey(dst []byte, prefix string, addr netip.Addr, v6Bits int) []byte {
+	addr = addr.Unmap()
+	if !addr.IsValid() {
+		return appendKey(dst, prefix, "")
+	}
+	dst = append(dst, prefix...)
+	dst = append(dst, "#ip:"...)
+	if addr.Is4() {
+		return addr.AppendTo(dst)
+	}
+	p, _ := addr.WithZone("").Prefix(v6Bits) // v6Bits is within 1..128
+	return p.AppendTo(dst)
 }

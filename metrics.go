@@ -2,7 +2,7 @@ package ratelimit
 
 import "sync/atomic"
 
-// Metrics counts a limiter's decisions. Give a *Metrics to Config.Metrics
+// Metrics counts a limiter's decisions. Give a *Metrics to Options.Metrics
 // and read it with Snapshot, for instance from a Prometheus collector (see
 // examples/gateway). Each request costs one atomic add. A Metrics belongs to
 // one handler: giving it to a second one panics.
@@ -30,8 +30,8 @@ type MetricsSnapshot struct {
 	Limited         uint64 // over budget, by the counter
 	FailedOpen      uint64 // let through: no counter could decide
 	FailedClosed    uint64 // refused with 503: no counter could decide
-	FallbackAllowed uint64 // within Config.FallbackLimit, by Config.Fallback
-	FallbackLimited uint64 // over Config.FallbackLimit, by Config.Fallback
+	FallbackAllowed uint64 // within Options.FallbackLimit, by Options.Fallback
+	FallbackLimited uint64 // over Options.FallbackLimit, by Options.Fallback
 	Breaker         BreakerState
 }
 

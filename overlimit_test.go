@@ -53,7 +53,7 @@ type cacheResponse struct {
 
 // cacheApp is an app limited by cfg on clock, with the tenant in X-Tenant.
 func cacheApp(clock *fakeClock, cfg Config) func(tenant string) cacheResponse {
-	app := newApp(newLimiter(cfg, clock.Now).handle, nil)
+	app := newApp(fiberHandler(cfg, clock.Now), nil)
 	return func(tenant string) cacheResponse {
 		r := send(app.Handler(), "/", tenant)
 		return cacheResponse{r.StatusCode, r.Header.Get("X-RateLimit-Remaining"),
@@ -130,11 +130,11 @@ func TestOverLimitCacheIsTheLimitersOwn(t *testing.T) {
 }
 
 func TestOverLimitCacheIsOffForAMemoryCounter(t *testing.T) {
-	l := newLimiter(Config{Limit: 1, Window: time.Minute}, time.Now)
+	l := newLimiter(Options{Limit: 1, Window: time.Minute}, time.Now)
 	if l.refusals != nil {
 		t.Error("a limiter on a MemoryCounter has an over-limit cache; the counter is faster")
 	}
-	if l := newLimiter(Config{Counter: newWindowFake(newFakeClock()), Limit: 1, Window: time.Minute}, time.Now); l.refusals == nil {
+	if l := newLimiter(Options{Counter: newWindowFake(newFakeClock()), Limit: 1, Window: time.Minute}, time.Now); l.refusals == nil {
 		t.Error("a limiter on another counter has no over-limit cache; it is on by default")
 	}
 }

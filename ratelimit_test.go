@@ -249,13 +249,12 @@ func TestFailureLogIsThrottledUnderConcurrency(t *testing.T) {
 	clock := newFakeClock()
 	logs := newLogRecorder()
 	fc := &fakeCounter{err: errors.New("i/o timeout")}
-	l := newLimiter(Config{
+	h := newApp(fiberHandler(Config{
 		Counter: fc, Limit: 1, Window: time.Minute,
 		Logger: logs.logger(),
 		// Every failure reaches the log's throttle: no breaker opens.
 		BreakerFailures: 1 << 30,
-	}, clock.Now)
-	h := newApp(l.handle, nil).Handler()
+	}, clock.Now), nil).Handler()
 
 	burst := func(n int) {
 		var wg sync.WaitGroup
@@ -556,35 +555,35 @@ func TestConfigPanics(t *testing.T) {
 		cfg   Config
 		field string
 	}{
-		{"zero limit", Config{Limit: 0, Window: time.Second}, "Config.Limit"},
-		{"negative limit", Config{Limit: -1, Window: time.Second}, "Config.Limit"},
-		{"zero window", Config{Limit: 1, Window: 0}, "Config.Window"},
-		{"negative window", Config{Limit: 1, Window: -time.Second}, "Config.Window"},
-		{"nanosecond window", Config{Limit: 1, Window: time.Nanosecond}, "Config.Window"},
-		{"window under a millisecond", Config{Limit: 1, Window: 999 * time.Microsecond}, "Config.Window"},
-		{"year-long window", Config{Limit: 1, Window: 365 * 24 * time.Hour}, "Config.Window"},
-		{"window just over a day", Config{Limit: 1, Window: 24*time.Hour + time.Millisecond}, "Config.Window"},
-		{"negative store timeout", Config{Limit: 1, Window: time.Second, StoreTimeout: -1}, "Config.StoreTimeout"},
-		{"nanosecond store timeout", Config{Limit: 1, Window: time.Second, StoreTimeout: time.Nanosecond}, "Config.StoreTimeout"},
-		{"hour-long store timeout", Config{Limit: 1, Window: time.Second, StoreTimeout: time.Hour}, "Config.StoreTimeout"},
-		{"negative breaker failures", Config{Limit: 1, Window: time.Second, BreakerFailures: -1}, "Config.BreakerFailures"},
-		{"negative breaker cooldown", Config{Limit: 1, Window: time.Second, BreakerCooldown: -time.Second}, "Config.BreakerCooldown"},
-		{"day-long breaker cooldown", Config{Limit: 1, Window: time.Second, BreakerCooldown: 24 * time.Hour}, "Config.BreakerCooldown"},
-		{"negative fallback limit", Config{Limit: 1, Window: time.Second, Fallback: NewMemoryCounter(), FallbackLimit: -1}, "Config.FallbackLimit"},
-		{"fallback limit without fallback", Config{Limit: 1, Window: time.Second, FallbackLimit: 5}, "Config.Fallback"},
-		{"metrics used twice", Config{Limit: 1, Window: time.Second, Metrics: usedMetrics()}, "Config.Metrics"},
-		{"name too long", Config{Name: strings.Repeat("n", maxName+1), Limit: 1, Window: time.Second}, "Config.Name"},
-		{"name with a space", Config{Name: "two words", Limit: 1, Window: time.Second}, "Config.Name"},
-		{"name with a quote", Config{Name: `say"hi"`, Limit: 1, Window: time.Second}, "Config.Name"},
-		{"name with a backslash", Config{Name: `back\slash`, Limit: 1, Window: time.Second}, "Config.Name"},
-		{"name not ASCII", Config{Name: "café", Limit: 1, Window: time.Second}, "Config.Name"},
-		{"name with a control byte", Config{Name: "nul\x00", Limit: 1, Window: time.Second}, "Config.Name"},
+		{"zero limit", Config{Limit: 0, Window: time.Second}, "Limit"},
+		{"negative limit", Config{Limit: -1, Window: time.Second}, "Limit"},
+		{"zero window", Config{Limit: 1, Window: 0}, "Window"},
+		{"negative window", Config{Limit: 1, Window: -time.Second}, "Window"},
+		{"nanosecond window", Config{Limit: 1, Window: time.Nanosecond}, "Window"},
+		{"window under a millisecond", Config{Limit: 1, Window: 999 * time.Microsecond}, "Window"},
+		{"year-long window", Config{Limit: 1, Window: 365 * 24 * time.Hour}, "Window"},
+		{"window just over a day", Config{Limit: 1, Window: 24*time.Hour + time.Millisecond}, "Window"},
+		{"negative store timeout", Config{Limit: 1, Window: time.Second, StoreTimeout: -1}, "StoreTimeout"},
+		{"nanosecond store timeout", Config{Limit: 1, Window: time.Second, StoreTimeout: time.Nanosecond}, "StoreTimeout"},
+		{"hour-long store timeout", Config{Limit: 1, Window: time.Second, StoreTimeout: time.Hour}, "StoreTimeout"},
+		{"negative breaker failures", Config{Limit: 1, Window: time.Second, BreakerFailures: -1}, "BreakerFailures"},
+		{"negative breaker cooldown", Config{Limit: 1, Window: time.Second, BreakerCooldown: -time.Second}, "BreakerCooldown"},
+		{"day-long breaker cooldown", Config{Limit: 1, Window: time.Second, BreakerCooldown: 24 * time.Hour}, "BreakerCooldown"},
+		{"negative fallback limit", Config{Limit: 1, Window: time.Second, Fallback: NewMemoryCounter(), FallbackLimit: -1}, "FallbackLimit"},
+		{"fallback limit without fallback", Config{Limit: 1, Window: time.Second, FallbackLimit: 5}, "Fallback"},
+		{"metrics used twice", Config{Limit: 1, Window: time.Second, Metrics: usedMetrics()}, "Metrics"},
+		{"name too long", Config{Name: strings.Repeat("n", maxName+1), Limit: 1, Window: time.Second}, "Name"},
+		{"name with a space", Config{Name: "two words", Limit: 1, Window: time.Second}, "Name"},
+		{"name with a quote", Config{Name: `say"hi"`, Limit: 1, Window: time.Second}, "Name"},
+		{"name with a backslash", Config{Name: `back\slash`, Limit: 1, Window: time.Second}, "Name"},
+		{"name not ASCII", Config{Name: "café", Limit: 1, Window: time.Second}, "Name"},
+		{"name with a control byte", Config{Name: "nul\x00", Limit: 1, Window: time.Second}, "Name"},
 		// The counters' keys are already counted in by a handler with
 		// Limit 10 per second, unnamed and named "route".
-		{"another limit in the same keys", Config{Counter: claimedCounter(""), Limit: 11, Window: time.Second}, "Config.Name"},
-		{"another window in the same keys", Config{Counter: claimedCounter(""), Limit: 10, Window: time.Minute}, "Config.Name"},
-		{"another limit under the same name", Config{Counter: claimedCounter("route"), Name: "route", Limit: 3, Window: time.Second}, "Config.Name"},
-		{"another limit in the same Redis keys", Config{Counter: claimedRedisCounter(), Limit: 11, Window: time.Second}, "Config.Name"},
+		{"another limit in the same keys", Config{Counter: claimedCounter(""), Limit: 11, Window: time.Second}, "Name"},
+		{"another window in the same keys", Config{Counter: claimedCounter(""), Limit: 10, Window: time.Minute}, "Name"},
+		{"another limit under the same name", Config{Counter: claimedCounter("route"), Name: "route", Limit: 3, Window: time.Second}, "Name"},
+		{"another limit in the same Redis keys", Config{Counter: claimedRedisCounter(), Limit: 11, Window: time.Second}, "Name"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -635,11 +634,11 @@ func TestConfigBoundsAreAccepted(t *testing.T) {
 	} {
 		RateLimitShared(cfg)
 	}
-	l := newLimiter(Config{Limit: 7, Window: time.Second, Fallback: NewMemoryCounter()}, time.Now)
-	if l.cfg.StoreTimeout != 100*time.Millisecond || l.cfg.BreakerFailures != 5 ||
-		l.cfg.BreakerCooldown != time.Second || l.fallbackPolicy.limit != 7 {
+	l := newLimiter(Options{Limit: 7, Window: time.Second, Fallback: NewMemoryCounter()}, time.Now)
+	if l.opts.StoreTimeout != 100*time.Millisecond || l.opts.BreakerFailures != 5 ||
+		l.opts.BreakerCooldown != time.Second || l.fallbackPolicy.limit != 7 {
 		t.Errorf("defaults: StoreTimeout %v, BreakerFailures %d, BreakerCooldown %v, FallbackLimit %d; want 100ms, 5, 1s, 7",
-			l.cfg.StoreTimeout, l.cfg.BreakerFailures, l.cfg.BreakerCooldown, l.fallbackPolicy.limit)
+			l.opts.StoreTimeout, l.opts.BreakerFailures, l.opts.BreakerCooldown, l.fallbackPolicy.limit)
 	}
 }
 

@@ -349,3 +349,15 @@ func timed(f func()) time.Duration {
 	f()
 	return time.Since(start)
 }
+
+// newFiberLimiter builds what RateLimitShared builds, on the clock now.
+func newFiberLimiter(cfg Config, now func() time.Time) (*Limiter, fiber.Handler) {
+	l := newLimiter(cfg.options(), now)
+	return l, newFiberDoor(l, cfg).handle
+}
+
+// fiberHandler is RateLimitShared on the clock now.
+func fiberHandler(cfg Config, now func() time.Time) fiber.Handler {
+	_, h := newFiberLimiter(cfg, now)
+	return h
+}

@@ -70,7 +70,7 @@ var _ boundedCounter = (*RedisCounter)(nil)
 
 // call counts key in the limiter's counter under the time rule; now is
 // when the request arrived.
-func (l *limiter) call(ctx context.Context, key string, now time.Time) (int64, time.Duration, error) {
+func (l *Limiter) call(ctx context.Context, key string, now time.Time) (int64, time.Duration, error) {
 	wait, deadline := l.rule.budget(ctx, now)
 	if wait <= 0 {
 		// The request's own deadline has passed.
@@ -81,12 +81,12 @@ func (l *limiter) call(ctx context.Context, key string, now time.Time) (int64, t
 		ttl time.Duration
 		err error
 	)
-	if b, ok := l.cfg.Counter.(boundedCounter); ok {
-		n, ttl, err = b.incrWithin(ctx, key, l.cfg.Window, deadline, wait)
+	if b, ok := l.opts.Counter.(boundedCounter); ok {
+		n, ttl, err = b.incrWithin(ctx, key, l.opts.Window, deadline, wait)
 	} else {
 		// A Counter of the user's own returns when its context is done.
 		cctx, cancel := context.WithTimeoutCause(ctx, wait, errTimedOut)
-		n, ttl, err = incrTTL(cctx, l.cfg.Counter, key, l.cfg.Window)
+		n, ttl, err = incrTTL(cctx, l.opts.Counter, key, l.opts.Window)
 		if err != nil && context.Cause(cctx) == errTimedOut {
 			err = fmt.Errorf("increment rate limit key %s: %w (%w)", key, errTimedOut, err)
 		}

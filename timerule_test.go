@@ -78,7 +78,7 @@ func TestTimeRule(t *testing.T) {
 			for _, c := range tt.calls {
 				probe.outcomes = append(probe.outcomes, c.outcome)
 			}
-			l := newLimiter(Config{Counter: probe, Limit: 10, Window: time.Minute, StoreTimeout: timeout}, clock.Now)
+			l := newLimiter(Options{Counter: probe, Limit: 10, Window: time.Minute, StoreTimeout: timeout}, clock.Now)
 			for i, c := range tt.calls {
 				clock.Advance(time.Second)
 				now := clock.Now()
@@ -108,7 +108,7 @@ func TestTimeRule(t *testing.T) {
 func TestTimeRuleExpiredRequest(t *testing.T) {
 	clock := newFakeClock()
 	probe := &ruleProbe{}
-	l := newLimiter(Config{Counter: probe, Limit: 10, Window: time.Minute}, clock.Now)
+	l := newLimiter(Options{Counter: probe, Limit: 10, Window: time.Minute}, clock.Now)
 	ctx, cancel := context.WithDeadline(context.Background(), clock.Now().Add(-time.Millisecond))
 	defer cancel()
 	if _, _, err := l.call(ctx, "rl:a", clock.Now()); !errors.Is(err, context.DeadlineExceeded) || len(probe.waits) != 0 {
