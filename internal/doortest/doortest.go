@@ -1,0 +1,374 @@
+// Package doortest is the behaviour table that every front door of
+// ratelimit passes: Fiber v2 (RateLimitShared), net/http (HTTPMiddleware)
+// and Fiber v3 (the fiberv3 module). The doors only read the tenant and
+// write the answer, so one table, run on a MemoryCounter and on a real
+// Redis, keeps them from drifting apart.
+//
+// It is a normal package rather than a _test.go file so that the fiberv3
+// module's tests can run it too.
+package doortest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/gatewaykit/ratelimit"
+	"github.com/gatewaykit/ratelimit/internal/redistest"
+)
+
+// Settings configure one door for one case.
+type Settings struct {
+	// Options build the door's limiter (RateLimitShared takes them as the
+	// Options fields of its Config).
+	Options ratelimit.Options
+	// Skip, when set, is a path whose requests the door's Next skips.
+	Skip string
+	// AnonymousByIP is the door's setting of that name.
+	AnonymousByIP bool
+	// CustomLimitReached installs a LimitReached that answers 418 with the
+	// body "custom: Retry-After=<the Retry-After already set>".
+	CustomLimitReached bool
+}
+
+// Door is one front door under test.
+type Door struct {
+	Name string
+	// New returns a function that serves a request through the door set
+	// up by s. Upstream of the door, a middleware puts the request's
+	// X-Tenant header, when present, where the door's default Tenant reads
+	// it (c.Locals("tenant"), ratelimit.WithTenant), and the door's client
+	// address is the X-Client-IP header (the app's proxy header, or a
+	// ClientIP reading it). Requests that pass reach a handler answering
+	// 200 "ok".
+	New func(t testing.TB, s Settings) func(*http.Request) *http.Response
+}
+
+// CustomBody is the body prefix of the custom over-limit answer.
+const CustomBody = "custom: Retry-After="
+
+// store is a counter the table runs on.
+type store struct {
+	name string
+	// counter returns a working counter; failing, one that fails every
+	// call (a closed MemoryCounter, a Redis nobody listens for).
+	counter, failing func(t testing.TB) ratelimit.Counter
+}
+
+var stores = []store{
+	{
+		name:    "memory",
+		counter: func(testing.TB) ratelimit.Counter { return ratelimit.NewMemoryCounter() },
+		failing: func(testing.TB) ratelimit.Counter {
+			m := ratelimit.NewMemoryCounter()
+			m.Close()
+			return m
+		},
+	},
+	{
+		name: "redis",
+		counter: func(t testing.TB) ratelimit.Counter {
+			return ratelimit.NewRedisCounter(redistest.Client(t))
+		},
+		failing: func(t testing.TB) ratelimit.Counter {
+			rdb := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1})
+			t.Cleanup(func() { rdb.Close() })
+			return ratelimit.NewRedisCounter(rdb)
+		},
+	},
+}
+
+// Run runs the table against door, on a MemoryCounter and on Redis (which
+// skips or fails as internal/redistest says when there is no server).
+func Run(t *testing.T, door Door) {
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			for _, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					r := &run{t: t, door: door, store: st, name: uniqueName(t)}
+					c.run(r)
+				})
+			}
+		})
+	}
+}
+
+// run is one case on one door and store. Each case counts under a limiter
+// name of its own, so that runs sharing a Redis never meet.
+type run struct {
+	t     *testing.T
+	door  Door
+	store store
+	name  string
+}
+
+// opts returns Options on a fresh working counter with the case's name.
+func (r *run) opts(limit int) ratelimit.Options {
+	return ratelimit.Options{Counter: r.store.counter(r.t), Name: r.name, Limit: limit, Window: time.Minute}
+}
+
+// serve sets the door up with s.
+func (r *run) serve(s Settings) func(req request) *http.Response {
+	srv := r.door.New(r.t, s)
+	return func(req request) *http.Response {
+		path := req.path
+		if path == "" {
+			path = "/"
+		}
+		hr := httptest.NewRequest(http.MethodGet, path, nil)
+		if req.tenant != "" {
+			hr.Header.Set("X-Tenant", req.tenant)
+		}
+		if req.client != "" {
+			hr.Header.Set("X-Client-IP", req.client)
+		}
+		resp := srv(hr)
+		r.t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+}
+
+type request struct{ tenant, client, path string }
+
+// count returns the count key holds in c, by one more increment: a case
+// calls it once it sends no more requests under key.
+func (r *run) count(c ratelimit.Counter, key string) int64 {
+	r.t.Helper()
+	n, err := c.Incr(context.Background(), key, time.Minute)
+	if err != nil {
+		r.t.Fatalf("Incr(%s): %v", key, err)
+	}
+	return n - 1
+}
+
+// key is the key of tenant's part under the case's limiter name.
+func (r *run) key(part string) string { return "rl:" + r.name + "#" + part }
+
+// expect checks a response's status and rate limit fields. A field wanted
+// as "" must be absent; "*" must be present.
+func (r *run) expect(what string, resp *http.Response, status int, fields map[string]string) {
+	r.t.Helper()
+	if resp.StatusCode != status {
+		r.t.Errorf("%s: status %d, want %d", what, resp.StatusCode, status)
+	}
+	for name, want := range fields {
+		got, ok := resp.Header[http.CanonicalHeaderKey(name)]
+		switch {
+		case want == "" && ok:
+			r.t.Errorf("%s: %s = %q, want none", what, name, got)
+		case want == "*" && !ok:
+			r.t.Errorf("%s: no %s", what, name)
+		case want != "" && want != "*" && (len(got) != 1 || got[0] != want):
+			r.t.Errorf("%s: %s = %q, want %q", what, name, got, want)
+		}
+	}
+}
+
+func body(t testing.TB, resp *http.Response) string {
+	t.Helper()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read body: %v", err)
+	}
+	return string(b)
+}
+
+var cases = []struct {
+	name string
+	run  func(r *run)
+}{
+	{"budget and headers on 200 and 429", func(r *run) {
+		send := r.serve(Settings{Options: r.opts(2)})
+		policy := `"` + r.name + `";q=2;w=60`
+		for i, remaining := range []string{"1", "0"} {
+			resp := send(request{tenant: "acme"})
+			r.expect("request "+strconv.Itoa(i+1), resp, 200, map[string]string{
+				"X-RateLimit-Limit": "2", "X-RateLimit-Remaining": remaining, "X-RateLimit-Reset": "60",
+				"RateLimit-Policy": policy, "RateLimit": `"` + r.name + `";r=` + remaining + ";t=60",
+				"Retry-After": "",
+			})
+			if b := body(r.t, resp); b != "ok" {
+				r.t.Errorf("request %d: body %q, want the next handler's", i+1, b)
+			}
+		}
+		resp := send(request{tenant: "acme"})
+		r.expect("request 3", resp, 429, map[string]string{
+			"X-RateLimit-Limit": "2", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "*",
+			"RateLimit-Policy": policy, "RateLimit": "*", "Retry-After": "*",
+		})
+		retry, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+		if err != nil || retry < 1 || retry > 60 {
+			r.t.Errorf("Retry-After = %q, want 1..60 seconds", resp.Header.Get("Retry-After"))
+		}
+		if b := body(r.t, resp); !strings.Contains(b, "rate limit exceeded") {
+			r.t.Errorf("429 body %q, want it to say the rate limit was exceeded", b)
+		}
+	}},
+	{"each tenant has its own key", func(r *run) {
+		o := r.opts(1)
+		send := r.serve(Settings{Options: o})
+		r.expect("acme", send(request{tenant: "acme"}), 200, nil)
+		r.expect("globex", send(request{tenant: "globex"}), 200, nil)
+		r.expect("acme again", send(request{tenant: "acme"}), 429, nil)
+		if n := r.count(o.Counter, r.key("acme")); n != 2 {
+			r.t.Errorf("%s counted %d, want 2", r.key("acme"), n)
+		}
+		if n := r.count(o.Counter, r.key("globex")); n != 1 {
+			r.t.Errorf("%s counted %d, want 1", r.key("globex"), n)
+		}
+	}},
+	{"anonymous requests share unknown", func(r *run) {
+		o := r.opts(2)
+		send := r.serve(Settings{Options: o})
+		r.expect("first client", send(request{client: "203.0.113.1"}), 200, nil)
+		r.expect("second client", send(request{client: "203.0.113.2"}), 200, nil)
+		r.expect("third client", send(request{client: "203.0.113.3"}), 429, nil)
+		if n := r.count(o.Counter, r.key("unknown")); n != 3 {
+			r.t.Errorf("%s counted %d, want 3", r.key("unknown"), n)
+		}
+	}},
+	{"anonymous requests by client address", func(r *run) {
+		o := r.opts(1)
+		send := r.serve(Settings{Options: o, AnonymousByIP: true})
+		r.expect("IPv4 client", send(request{client: "203.0.113.1"}), 200, nil)
+		r.expect("IPv4 client again", send(request{client: "203.0.113.1"}), 429, nil)
+		r.expect("another IPv4 client", send(request{client: "203.0.113.2"}), 200, nil)
+		r.expect("IPv6 client", send(request{client: "2001:db8:1:2::1"}), 200, nil)
+		r.expect("same /64", send(request{client: "2001:db8:1:2:ffff::9"}), 429, nil)
+		r.expect("another /64", send(request{client: "2001:db8:1:3::1"}), 200, nil)
+		r.expect("a tenant is keyed by tenant", send(request{tenant: "acme", client: "203.0.113.1"}), 200, nil)
+		for key, want := range map[string]int64{
+			r.key("#ip:203.0.113.1"):          2,
+			r.key("#ip:2001:db8:1:2::/64"):    2,
+			r.key("unknown"):                  0,
+			r.key("acme"):                     1,
+			r.key("#ip:2001:db8:1:3::/64"):    1,
+			r.key("#ip:2001:db8:1:2:ffff::9"): 0,
+		} {
+			if n := r.count(o.Counter, key); n != want {
+				r.t.Errorf("%s counted %d, want %d", key, n, want)
+			}
+		}
+	}},
+	{"named limiters on one counter", func(r *run) {
+		o := r.opts(1)
+		strict := o
+		strict.Name += "-strict"
+		global := r.serve(Settings{Options: o})
+		route := r.serve(Settings{Options: strict})
+		r.expect("global", global(request{tenant: "acme"}), 200, map[string]string{"RateLimit-Policy": `"` + o.Name + `";q=1;w=60`})
+		r.expect("route", route(request{tenant: "acme"}), 200, map[string]string{"RateLimit-Policy": `"` + strict.Name + `";q=1;w=60`})
+		r.expect("global again", global(request{tenant: "acme"}), 429, nil)
+		if n := r.count(o.Counter, "rl:"+strict.Name+"#acme"); n != 1 {
+			r.t.Errorf("the route's key counted %d, want 1", n)
+		}
+	}},
+	{"fail open", func(r *run) {
+		o := r.opts(1)
+		o.Counter = r.store.failing(r.t)
+		o.Logger = discard
+		send := r.serve(Settings{Options: o})
+		for i := range 3 {
+			r.expect("request "+strconv.Itoa(i+1), send(request{tenant: "acme"}), 200, map[string]string{
+				"X-RateLimit-Limit": "1", "X-RateLimit-Remaining": "", "X-RateLimit-Reset": "",
+				"RateLimit-Policy": "*", "RateLimit": "", "Retry-After": "",
+			})
+		}
+	}},
+	{"fail closed", func(r *run) {
+		o := r.opts(1)
+		o.Counter = r.store.failing(r.t)
+		o.Logger = discard
+		o.FailClosed = true
+		resp := r.serve(Settings{Options: o})(request{tenant: "acme"})
+		r.expect("request", resp, 503, map[string]string{
+			"X-RateLimit-Limit": "1", "X-RateLimit-Remaining": "", "RateLimit-Policy": "*", "RateLimit": "", "Retry-After": "",
+		})
+		b := body(r.t, resp)
+		for _, leak := range []string{"closed", "refused", "dial", "rl:", "127.0.0.1"} {
+			if strings.Contains(b, leak) {
+				r.t.Errorf("503 body %q shows %q, an internal detail", b, leak)
+			}
+		}
+	}},
+	{"fallback decides while the counter fails", func(r *run) {
+		o := r.opts(5)
+		o.Counter = r.store.failing(r.t)
+		o.Logger = discard
+		o.Fallback = ratelimit.NewMemoryCounter()
+		o.FallbackLimit = 1
+		send := r.serve(Settings{Options: o})
+		r.expect("first", send(request{tenant: "acme"}), 200, map[string]string{"X-RateLimit-Limit": "1", "X-RateLimit-Remaining": "0"})
+		r.expect("second", send(request{tenant: "acme"}), 429, map[string]string{"X-RateLimit-Limit": "1", "Retry-After": "*"})
+	}},
+	{"header switches", func(r *run) {
+		o := r.opts(1)
+		o.DisableLegacyHeaders = true
+		r.expect("legacy off", r.serve(Settings{Options: o})(request{tenant: "acme"}), 200, map[string]string{
+			"X-RateLimit-Limit": "", "X-RateLimit-Remaining": "", "X-RateLimit-Reset": "", "RateLimit-Policy": "*", "RateLimit": "*",
+		})
+		o = r.opts(1)
+		o.Name += "-draft"
+		o.DisableDraftHeaders = true
+		send := r.serve(Settings{Options: o})
+		r.expect("draft off", send(request{tenant: "acme"}), 200, map[string]string{
+			"X-RateLimit-Limit": "1", "RateLimit-Policy": "", "RateLimit": "",
+		})
+		r.expect("draft off, over", send(request{tenant: "acme"}), 429, map[string]string{"RateLimit": "", "Retry-After": "*"})
+	}},
+	{"Next skips", func(r *run) {
+		o := r.opts(1)
+		send := r.serve(Settings{Options: o, Skip: "/health"})
+		for range 3 {
+			r.expect("skipped", send(request{tenant: "acme", path: "/health"}), 200, map[string]string{
+				"X-RateLimit-Limit": "", "RateLimit-Policy": "",
+			})
+		}
+		r.expect("not skipped", send(request{tenant: "acme"}), 200, map[string]string{"X-RateLimit-Remaining": "0"})
+		if n := r.count(o.Counter, r.key("acme")); n != 1 {
+			r.t.Errorf("%s counted %d, want 1: skipped requests count nothing", r.key("acme"), n)
+		}
+	}},
+	{"custom over-limit answer", func(r *run) {
+		send := r.serve(Settings{Options: r.opts(1), CustomLimitReached: true})
+		r.expect("within", send(request{tenant: "acme"}), 200, nil)
+		resp := send(request{tenant: "acme"})
+		r.expect("over", resp, 418, map[string]string{"X-RateLimit-Remaining": "0", "Retry-After": "*"})
+		if b := body(r.t, resp); b != CustomBody+resp.Header.Get("Retry-After") {
+			r.t.Errorf("body %q, want %q and the Retry-After set before it ran", b, CustomBody)
+		}
+	}},
+}
+
+var discard = slog.New(slog.DiscardHandler)
+
+// uniqueName returns a limiter name no other run uses.
+func uniqueName(t testing.TB) string {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	return "t" + hex.EncodeToString(b[:])
+}
+
+// closedAddr returns a loopback address nothing listens on.
+func closedAddr(t testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
