@@ -47,13 +47,15 @@ endef
 test:
 ifeq ($(REDIS_TESTS),optional)
 	go test -race -count=1 ./...
+	cd fiberv3 && go test -race -count=1 ./...
 else
-	$(call with_redis_server,RATELIMIT_REQUIRE_REDIS=1 go test -race -count=1 ./...)
+	$(call with_redis_server,export RATELIMIT_REQUIRE_REDIS=1; go test -race -count=1 ./... && cd fiberv3 && go test -race -count=1 ./...)
 endif
 
 # Without Redis: the integration tests skip under -short.
 test-unit:
 	go test -race -count=1 -short ./...
+	cd fiberv3 && go test -race -count=1 -short ./...
 
 # The library's tests (unit, Redis, cluster, chaos) once on each of
 # TEST_SERVERS, fetched into REDIS_SERVERS_DIR, each first on PATH in its
@@ -66,7 +68,7 @@ test-servers:
 		bin="$(servers_dir)/$$name/bin"; \
 		echo "test-servers: $$name: $$("$$bin/redis-server" --version)"; \
 		PATH="$$bin:$$PATH" RATELIMIT_REQUIRE_REDIS=1 env -u TEST_REDIS_URL -u TEST_REDIS_CLUSTER_ADDRS \
-			go test -race -count=1 . || failed="$$failed $$name"; \
+			sh -c 'go test -race -count=1 . ./internal/... && cd fiberv3 && go test -race -count=1 ./...' || failed="$$failed $$name"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "test-servers: failed on$$failed" >&2; exit 1; fi; \
 	echo "test-servers: passed on $(TEST_SERVERS)"
@@ -90,16 +92,18 @@ bench-peers:
 lint: vuln
 	@unformatted=$$(gofmt -l .); \
 	if [ -n "$$unformatted" ]; then echo "gofmt -l: not formatted:"; echo "$$unformatted"; exit 1; fi
-	go vet ./...
-	cd examples/gateway && go vet ./...
-	cd bench && go vet ./...
-	go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
-	cd examples/gateway && go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	@for dir in . fiberv3 examples/gateway examples/fiberv3 bench; do \
+		echo "lint: go vet in $$dir"; (cd $$dir && go vet ./...) || exit 1; \
+	done
+	@for dir in . fiberv3 examples/gateway examples/fiberv3; do \
+		echo "lint: staticcheck in $$dir"; \
+		(cd $$dir && go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...) || exit 1; \
+	done
 
-# govulncheck on the library and the example; fails on a called
-# vulnerability in a required module (see .ci/vulncheck.sh).
+# govulncheck on the library, the Fiber v3 module and the examples; fails
+# on a called vulnerability in a required module (see .ci/vulncheck.sh).
 vuln:
-	./.ci/vulncheck.sh . examples/gateway
+	./.ci/vulncheck.sh . fiberv3 examples/gateway examples/fiberv3
 
 run:
 	GOWORK= go run ./examples/gateway

@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"context"
 	"net/netip"
 
 	"github.com/gofiber/fiber/v2"
@@ -56,14 +57,21 @@ func (d *fiberDoor) handle(c *fiber.Ctx) error {
 	if d.next != nil && d.next(c) {
 		return c.Next()
 	}
+	// A MemoryCounter never waits on a context, and Fiber's UserContext
+	// stores one in the request on first use, which costs more than the
+	// count.
+	ctx := context.Background()
+	if d.lim.mem == nil {
+		ctx = c.UserContext()
+	}
 	var dec Decision
 	if id, ok := d.tenant(c); ok && id != "" {
-		dec = d.lim.Take(c.UserContext(), id)
+		dec = d.lim.Take(ctx, id)
 	} else if d.anonymousByIP {
 		addr, _ := netip.ParseAddr(c.IP())
-		dec = d.lim.TakeAddr(c.UserContext(), addr)
+		dec = d.lim.TakeAddr(ctx, addr)
 	} else {
-		dec = d.lim.Take(c.UserContext(), "")
+		dec = d.lim.Take(ctx, "")
 	}
 	dec.SetFastHTTPHeaders(&c.Response().Header)
 	switch {

@@ -59,6 +59,9 @@ type policyHeaders struct {
 	limitValue string // X-RateLimit-Limit
 	policyItem string // the item of RateLimit-Policy: "name";q=limit;w=window
 	name       string // the policy's name as an sf-string: "name"
+
+	// limitValue and policyItem for fasthttp, which copies bytes.
+	limitBytes, policyItemBytes []byte
 }
 
 func newPolicyHeaders(name string, limit int, window time.Duration, h headerSwitches) policyHeaders {
@@ -67,7 +70,7 @@ func newPolicyHeaders(name string, limit int, window time.Duration, h headerSwit
 	}
 	// keyPrefix has checked that the name needs no escaping.
 	quoted := `"` + name + `"`
-	return policyHeaders{
+	p := policyHeaders{
 		headerSwitches: h,
 		limit:          int64(limit),
 		policy:         name,
@@ -75,6 +78,8 @@ func newPolicyHeaders(name string, limit int, window time.Duration, h headerSwit
 		policyItem:     quoted + ";q=" + strconv.Itoa(limit) + ";w=" + strconv.FormatInt(ceilDiv(window, time.Second), 10),
 		name:           quoted,
 	}
+	p.limitBytes, p.policyItemBytes = []byte(p.limitValue), []byte(p.policyItem)
+	return p
 }
 
 // figures returns what the fields report: the requests remaining (-1 when
@@ -95,30 +100,28 @@ func (d *Decision) retryAfter() bool { return !d.Allowed && d.By != ByNone }
 // SetHeaders does into an http.Header.
 func (d *Decision) SetFastHTTPHeaders(h *fasthttp.ResponseHeader) {
 	p := d.policy
-	if p == nil {
-		return // the zero Decision
+	if p == nil || (!p.legacy && !p.draft && !d.retryAfter()) {
+		return // the zero Decision, or nothing to write
 	}
 	remaining, reset := d.figures()
 	retry := reset
 	var buf [128]byte
 	if p.legacy {
-		prevRemaining, ok := parseCount(h.PeekCanonical(bRemaining))
-		prevReset, _ := parseCount(h.PeekCanonical(bReset))
-		switch {
+		switch prev, ok := parseCount(h.PeekCanonical(bRemaining)); {
 		case remaining < 0:
 			if len(h.PeekCanonical(bLimit)) == 0 {
-				h.SetCanonical(bLimit, append(buf[:0], p.limitValue...))
+				h.SetCanonical(bLimit, p.limitBytes)
 			}
-		case ok && earlierWins(prevRemaining, prevReset, remaining, reset):
-			retry = prevReset
+		case ok && earlierWins(prev, h.PeekCanonical(bReset), remaining, reset):
+			retry, _ = parseCount(h.PeekCanonical(bReset))
 		default:
-			h.SetCanonical(bLimit, append(buf[:0], p.limitValue...))
+			h.SetCanonical(bLimit, p.limitBytes)
 			h.SetCanonical(bRemaining, strconv.AppendInt(buf[:0], remaining, 10))
 			h.SetCanonical(bReset, strconv.AppendInt(buf[:0], reset, 10))
 		}
 	}
 	if p.draft {
-		appendItem(h, bPolicy, append(buf[:0], p.policyItem...))
+		appendItem(h, bPolicy, p.policyItemBytes)
 		if remaining >= 0 {
 			appendItem(h, bRateLimit, appendRateLimitItem(buf[:0], p, remaining, reset))
 		}
@@ -145,15 +148,13 @@ func (d *Decision) SetHeaders(h http.Header) {
 	remaining, reset := d.figures()
 	retry := reset
 	if p.legacy {
-		prevRemaining, ok := parseCount(first(h[hRemaining]))
-		prevReset, _ := parseCount(first(h[hReset]))
-		switch {
+		switch prev, ok := parseCount(first(h[hRemaining])); {
 		case remaining < 0:
 			if len(h[hLimit]) == 0 {
 				h[hLimit] = []string{p.limitValue}
 			}
-		case ok && earlierWins(prevRemaining, prevReset, remaining, reset):
-			retry = prevReset
+		case ok && earlierWins(prev, first(h[hReset]), remaining, reset):
+			retry, _ = parseCount(first(h[hReset]))
 		default:
 			h[hLimit] = []string{p.limitValue}
 			h[hRemaining] = []string{strconv.FormatInt(remaining, 10)}
@@ -172,11 +173,16 @@ func (d *Decision) SetHeaders(h http.Header) {
 	}
 }
 
-// earlierWins reports whether the figures an earlier limiter reported are
-// more restrictive than remaining and reset: fewer requests left, or as few
-// and a reset no sooner.
-func earlierWins(prevRemaining, prevReset, remaining, reset int64) bool {
-	return prevRemaining < remaining || (prevRemaining == remaining && prevReset >= reset)
+// earlierWins reports whether the figures an earlier limiter reported,
+// prevRemaining and the field prevReset, are more restrictive than
+// remaining and reset: fewer requests left, or as few and a reset no
+// sooner.
+func earlierWins[T string | []byte](prevRemaining int64, prevReset T, remaining, reset int64) bool {
+	if prevRemaining != remaining {
+		return prevRemaining < remaining
+	}
+	r, _ := parseCount(prevReset)
+	return r >= reset
 }
 
 // appendRateLimitItem appends the item of the RateLimit field:
