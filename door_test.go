@@ -39,6 +39,11 @@ func newFiberV2Door(t testing.TB, s doortest.Settings) func(*http.Request) *http
 		return c.Next()
 	})
 	app.Use(RateLimitShared(cfg))
+	if s.Then != nil {
+		then := configFrom(t, *s.Then)
+		then.AnonymousByIP, then.Next, then.LimitReached = cfg.AnonymousByIP, cfg.Next, cfg.LimitReached
+		app.Use(RateLimitShared(then))
+	}
 	app.Use(func(c *fiber.Ctx) error { return c.SendString("ok") })
 	return func(r *http.Request) *http.Response {
 		resp, err := app.Test(r, -1)
@@ -66,8 +71,12 @@ func newHTTPDoor(t testing.TB, s doortest.Settings) func(*http.Request) *http.Re
 			w.Write([]byte(doortest.CustomBody + w.Header().Get("Retry-After")))
 		})
 	}
-	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok")) })
-	limited := HTTPMiddleware(NewLimiter(s.Options), cfg)(ok)
+	var ok http.Handler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok")) })
+	limited := ok
+	if s.Then != nil {
+		limited = HTTPMiddleware(NewLimiter(*s.Then), cfg)(limited)
+	}
+	limited = HTTPMiddleware(NewLimiter(s.Options), cfg)(limited)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if id := r.Header.Get("X-Tenant"); id != "" {
 			r = r.WithContext(WithTenant(r.Context(), id))

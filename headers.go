@@ -142,34 +142,47 @@ func (d *Decision) SetFastHTTPHeaders(h *fasthttp.ResponseHeader) {
 // Retry-After keep reporting the more restrictive of the two.
 func (d *Decision) SetHeaders(h http.Header) {
 	p := d.policy
-	if p == nil {
-		return // the zero Decision
+	if p == nil || (!p.legacy && !p.draft && !d.retryAfter()) {
+		return // the zero Decision, or nothing to write
 	}
 	remaining, reset := d.figures()
 	retry := reset
-	if p.legacy {
-		switch prev, ok := parseCount(first(h[hRemaining])); {
-		case remaining < 0:
-			if len(h[hLimit]) == 0 {
-				h[hLimit] = []string{p.limitValue}
-			}
-		case ok && earlierWins(prev, first(h[hReset]), remaining, reset):
-			retry, _ = parseCount(first(h[hReset]))
-		default:
-			h[hLimit] = []string{p.limitValue}
-			h[hRemaining] = []string{strconv.FormatInt(remaining, 10)}
-			h[hReset] = []string{strconv.FormatInt(reset, 10)}
-		}
+	legacy := p.legacy && remaining >= 0
+	if prev, ok := parseCount(first(h[hRemaining])); legacy && ok && earlierWins(prev, first(h[hReset]), remaining, reset) {
+		retry, _ = parseCount(first(h[hReset]))
+		legacy = false
+	}
+	// The figures share one string and the values one array: a response
+	// costs two allocations, not two per field.
+	var buf [160]byte
+	b := strconv.AppendInt(buf[:0], remaining, 10)
+	endRemaining := len(b)
+	b = strconv.AppendInt(b, reset, 10)
+	endReset := len(b)
+	b = strconv.AppendInt(b, retry, 10)
+	endRetry := len(b)
+	figures := string(appendRateLimitItem(b, p, remaining, reset))
+	values := new([6]string)
+	set := func(i int, field, value string) {
+		values[i] = value
+		h[field] = values[i : i+1 : i+1]
+	}
+	switch {
+	case legacy:
+		set(0, hLimit, p.limitValue)
+		set(1, hRemaining, figures[:endRemaining])
+		set(2, hReset, figures[endRemaining:endReset])
+	case p.legacy && remaining < 0 && len(h[hLimit]) == 0:
+		set(0, hLimit, p.limitValue)
 	}
 	if p.draft {
-		appendHTTPItem(h, hPolicy, p.policyItem)
+		set(3, hPolicy, joinItem(first(h[hPolicy]), p.policyItem))
 		if remaining >= 0 {
-			var buf [128]byte
-			appendHTTPItem(h, hRateLimit, string(appendRateLimitItem(buf[:0], p, remaining, reset)))
+			set(4, hRateLimit, joinItem(first(h[hRateLimit]), figures[endRetry:]))
 		}
 	}
 	if d.retryAfter() {
-		h[hRetryAfter] = []string{strconv.FormatInt(retry, 10)}
+		set(5, hRetryAfter, figures[endReset:endRetry])
 	}
 }
 
@@ -208,12 +221,12 @@ func appendItem(h *fasthttp.ResponseHeader, field, item []byte) {
 	h.SetCanonical(field, append(v, item...))
 }
 
-// appendHTTPItem is appendItem for an http.Header.
-func appendHTTPItem(h http.Header, field, item string) {
-	if prev := first(h[field]); prev != "" {
-		item = prev + ", " + item
+// joinItem appends item to the list prev, which may be empty.
+func joinItem(prev, item string) string {
+	if prev == "" {
+		return item
 	}
-	h[field] = []string{item}
+	return prev + ", " + item
 }
 
 func first(v []string) string {

@@ -48,6 +48,9 @@ func newTableDoor(t testing.TB, s doortest.Settings) func(*http.Request) *http.R
 		return c.Next()
 	})
 	app.Use(fiberv3.New(ratelimit.NewLimiter(s.Options), cfg))
+	if s.Then != nil {
+		app.Use(fiberv3.New(ratelimit.NewLimiter(*s.Then), cfg))
+	}
 	app.Use(func(c fiber.Ctx) error { return c.SendString("ok") })
 	return func(r *http.Request) *http.Response {
 		header := map[string]string{}

@@ -40,6 +40,9 @@ type Settings struct {
 	// CustomLimitReached installs a LimitReached that answers 418 with the
 	// body "custom: Retry-After=<the Retry-After already set>".
 	CustomLimitReached bool
+	// Then, when set, builds a second door after the first, with the same
+	// settings but these Options: two limiters decide each request.
+	Then *ratelimit.Options
 }
 
 // Door is one front door under test.
@@ -272,6 +275,28 @@ var cases = []struct {
 		r.expect("global again", global(request{tenant: "acme"}), 429, nil)
 		if n := r.count(o.Counter, "rl:"+strict.Name+"#acme"); n != 1 {
 			r.t.Errorf("the route's key counted %d, want 1", n)
+		}
+	}},
+	{"two limiters on one request", func(r *run) {
+		// The first is the stricter: X-RateLimit-* keep reporting it after
+		// the second has written its own figures.
+		o := r.opts(1)
+		route := o
+		route.Name += "-route"
+		route.Limit = 3
+		send := r.serve(Settings{Options: o, Then: &route})
+		policies := `"` + o.Name + `";q=1;w=60, "` + route.Name + `";q=3;w=60`
+		r.expect("first", send(request{tenant: "acme"}), 200, map[string]string{
+			"X-RateLimit-Limit": "1", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "60",
+			"RateLimit-Policy": policies,
+			"RateLimit":        `"` + o.Name + `";r=0;t=60, "` + route.Name + `";r=2;t=60`,
+		})
+		resp := send(request{tenant: "acme"})
+		r.expect("second", resp, 429, map[string]string{
+			"X-RateLimit-Limit": "1", "X-RateLimit-Remaining": "0", "RateLimit-Policy": `"` + o.Name + `";q=1;w=60`, "Retry-After": "*",
+		})
+		if n := r.count(o.Counter, "rl:"+route.Name+"#acme"); n != 1 {
+			r.t.Errorf("the second limiter counted %d, want 1: the first refused the second request", n)
 		}
 	}},
 	{"fail open", func(r *run) {
