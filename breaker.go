@@ -22,6 +22,7 @@ const (
 	BreakerHalfOpen
 )
 
+// String returns "closed", "open" or "half-open".
 func (s BreakerState) String() string {
 	switch s {
 	case BreakerClosed:

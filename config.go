@@ -183,23 +183,24 @@ type Config struct {
 	// so the app's ErrorHandler shapes the response
 	LimitReached fiber.Handler
 
-	// The fields of Options.
-	Counter               Counter
-	Name                  string
-	Limit                 int
-	Window                time.Duration
-	IPv6Prefix            int
-	FailClosed            bool
-	Logger                *slog.Logger
-	DisableLegacyHeaders  bool
-	DisableDraftHeaders   bool
-	StoreTimeout          time.Duration
-	BreakerFailures       int
-	BreakerCooldown       time.Duration
-	Fallback              Counter
-	FallbackLimit         int
-	Metrics               *Metrics
-	DisableOverLimitCache bool
+	// The fields of Options, each with the meaning and default documented
+	// on the Options field of the same name.
+	Counter               Counter       // where requests count; default: a new MemoryCounter
+	Name                  string        // the limiter's keys and policy name; default: ""
+	Limit                 int           // required: requests per tenant per window
+	Window                time.Duration // required: the fixed window, 1ms to 24h
+	IPv6Prefix            int           // how anonymous IPv6 clients are keyed; default: 64
+	FailClosed            bool          // 503 rather than let through when nothing counts
+	Logger                *slog.Logger  // failure lines, one per second at most; default: slog.Default()
+	DisableLegacyHeaders  bool          // no X-RateLimit-*
+	DisableDraftHeaders   bool          // no RateLimit-Policy, RateLimit
+	StoreTimeout          time.Duration // the most a request waits for Counter; default: 100ms
+	BreakerFailures       int           // failures in a row that open the breaker; default: 5
+	BreakerCooldown       time.Duration // how long the breaker stays open; default: 1s
+	Fallback              Counter       // decides while Counter fails; default: nil
+	FallbackLimit         int           // Fallback's budget per replica; default: Limit
+	Metrics               *Metrics      // counts decisions; default: nil
+	DisableOverLimitCache bool          // ask Counter even for a tenant already over Limit
 }
 
 // options returns the Options fields of cfg.

@@ -1,9 +1,3 @@
-// Package ratelimit rate-limits a Fiber gateway per tenant with a fixed-window
-// counter that every replica of the gateway can share.
-//
-// The limiting logic talks to a Counter. MemoryCounter is the zero-dependency
-// default for a single replica; RedisCounter keeps the count in Redis so that
-// N replicas hand out one budget between them instead of N budgets.
 package ratelimit
 
 import (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"time"
 
@@ -137,4 +138,53 @@ func ExampleMetrics() {
 	// 200
 	// 429
 	// fallback allowed 2, limited 1; breaker closed
+}
+
+// The net/http door. The gateway's authentication puts the verified tenant
+// in the request's context with WithTenant, where the middleware reads it;
+// requests without one are keyed by client address here.
+func ExampleHTTPMiddleware() {
+	lim := ratelimit.NewLimiter(ratelimit.Options{Limit: 2, Window: time.Minute})
+	hello := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "hello") })
+	limited := ratelimit.HTTPMiddleware(lim, ratelimit.HTTPConfig{AnonymousByIP: true})(hello)
+	authenticate := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-API-Key") == "key-acme" { // demo only
+				r = r.WithContext(ratelimit.WithTenant(r.Context(), "acme"))
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	gateway := authenticate(limited)
+
+	for _, key := range []string{"key-acme", "key-acme", "key-acme", ""} {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.Header.Set("X-API-Key", key)
+		rec := httptest.NewRecorder()
+		gateway.ServeHTTP(rec, req)
+		fmt.Printf("%d remaining %q retry after %q\n", rec.Code, rec.Header().Get("X-RateLimit-Remaining"), rec.Header().Get("Retry-After"))
+	}
+	// Output:
+	// 200 remaining "1" retry after ""
+	// 200 remaining "0" retry after ""
+	// 429 remaining "0" retry after "60"
+	// 200 remaining "1" retry after ""
+}
+
+// A door of any kind, here a job runner, asks the Limiter directly and
+// reads the Decision.
+func ExampleLimiter_Take() {
+	lim := ratelimit.NewLimiter(ratelimit.Options{Name: "exports", Limit: 2, Window: time.Hour})
+	for range 3 {
+		d := lim.Take(context.Background(), "acme")
+		if !d.Allowed {
+			fmt.Printf("acme: wait %v (policy %s, %d per window)\n", d.Reset.Round(time.Minute), d.Policy(), d.Limit)
+			continue
+		}
+		fmt.Printf("acme: export runs, %d left\n", d.Remaining)
+	}
+	// Output:
+	// acme: export runs, 1 left
+	// acme: export runs, 0 left
+	// acme: wait 1h0m0s (policy exports, 2 per window)
 }

@@ -87,6 +87,7 @@ func (d *Decision) Policy() string {
 	return d.policy.policy
 }
 
+// String returns "counter", "fallback" or "none".
 func (d Decider) String() string {
 	switch d {
 	case ByCounter:

@@ -26,13 +26,13 @@ const (
 
 // MetricsSnapshot is a reading of Metrics. The counts only grow.
 type MetricsSnapshot struct {
-	Allowed         uint64 // within budget, by the counter
-	Limited         uint64 // over budget, by the counter
-	FailedOpen      uint64 // let through: no counter could decide
-	FailedClosed    uint64 // refused with 503: no counter could decide
-	FallbackAllowed uint64 // within Options.FallbackLimit, by Options.Fallback
-	FallbackLimited uint64 // over Options.FallbackLimit, by Options.Fallback
-	Breaker         BreakerState
+	Allowed         uint64       // within budget, by the counter
+	Limited         uint64       // over budget, by the counter
+	FailedOpen      uint64       // let through: no counter could decide
+	FailedClosed    uint64       // refused with 503: no counter could decide
+	FallbackAllowed uint64       // within Options.FallbackLimit, by Options.Fallback
+	FallbackLimited uint64       // over Options.FallbackLimit, by Options.Fallback
+	Breaker         BreakerState // the circuit breaker's state
 }
 
 // Snapshot reads the counts. It is safe to call at any time from any

@@ -37,6 +37,9 @@ func BenchmarkDoors(b *testing.B) {
 	b.Run("fiberv3/tenants=10000/bare", func(b *testing.B) {
 		driveHandler(b, newV3App(nil).Handler(), ids)
 	})
+	b.Run("fiberv3/tenants=10000/floor-headers", func(b *testing.B) {
+		driveHandler(b, newV3App(v3HeadersFloor).Handler(), ids)
+	})
 	b.Run("fiberv3/tenants=10000/ratelimit", func(b *testing.B) {
 		driveHandler(b, newV3App(fiberv3.New(newLimiter(b), fiberv3.Config{Tenant: v3Tenant})).Handler(), ids)
 	})
@@ -49,10 +52,52 @@ func BenchmarkDoors(b *testing.B) {
 		b.Run(group+"/tenants=10000/bare", func(b *testing.B) {
 			drive(b, newMux(nil), ids)
 		})
+		b.Run(group+"/tenants=10000/floor-headers", func(b *testing.B) {
+			drive(b, newMux(httpHeadersFloor), ids)
+		})
 		b.Run(group+"/tenants=10000/ratelimit", func(b *testing.B) {
 			drive(b, newMux(ratelimit.HTTPMiddleware(newLimiter(b), ratelimit.HTTPConfig{Tenant: httpTenant})), ids)
 		})
 	}
+}
+
+// floorFields are the five fields ours writes on an allowed request, with
+// constant values: the floor-headers contenders write them and count
+// nothing, as BenchmarkHandler's floor-headers does on Fiber v2.
+var floorFields = [][2]string{
+	{"X-Ratelimit-Limit", "1073741824"},
+	{"X-Ratelimit-Remaining", "1073741823"},
+	{"X-Ratelimit-Reset", "60"},
+	{"Ratelimit-Policy", `"default";q=1073741824;w=60`},
+	{"Ratelimit", `"default";r=1073741823;t=60`},
+}
+
+func v3HeadersFloor(c fiber3.Ctx) error {
+	if _, ok := v3Tenant(c); !ok {
+		return errDenied
+	}
+	for _, f := range floorFields {
+		c.Set(f[0], f[1])
+	}
+	return c.Next()
+}
+
+func httpHeadersFloor(next http.Handler) http.Handler {
+	values := make([][]string, len(floorFields))
+	for i, f := range floorFields {
+		values[i] = []string{f[1]}
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := httpTenant(r); !ok {
+			http.Error(w, errDenied.Error(), http.StatusBadRequest)
+			return
+		}
+		h := w.Header()
+		for i, f := range floorFields {
+			h[f[0]] = values[i]
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // newV3App is one GET / route answering 200, behind mw unless it is nil.

@@ -4,7 +4,7 @@
 //	go run ./examples/fiberv3                                    # in-memory counter
 //	REDIS_URL=redis://localhost:6379/0 go run ./examples/fiberv3 # shared counter in Redis
 //
-// ADDR sets the listen address (default :3000).
+// ADDR sets the listen address (default :3001).
 //
 // The example is a Go module of its own, as the fiberv3 door is; the
 // repository's go.work lets the command above run from the repository's
@@ -61,7 +61,7 @@ func main() {
 func run() error {
 	addr := os.Getenv("ADDR")
 	if addr == "" {
-		addr = ":3000"
+		addr = ":3001"
 	}
 
 	counter, store, backend, err := newCounter(os.Getenv("REDIS_URL"))

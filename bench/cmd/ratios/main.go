@@ -274,6 +274,17 @@ var targets = []target{
 		},
 		met: func(v float64) bool { return v <= 0.15 },
 	},
+	{
+		what:   "a front door's time ÷ its bare app's, in-memory counter",
+		group:  regexp.MustCompile(`^BenchmarkDoors/`),
+		goal:   "≤ 1.6",
+		format: "%.2f ×",
+		figure: func(g *group) (float64, string, bool) {
+			o, r := g.ns(ours), g.ns(reference)
+			return o / r, fmt.Sprintf("%.0f vs %.0f ns/op", o, r), o > 0 && r > 0
+		},
+		met: func(v float64) bool { return v <= 1.6 },
+	},
 }
 
 // printTargets prints the issue's targets that the groups have figures

@@ -1,0 +1,46 @@
+// Package ratelimit rate-limits a gateway per tenant with a fixed-window
+// counter that every replica of the gateway can share.
+//
+// # The decision
+//
+// A Limiter holds one budget, Options.Limit requests per Options.Window for
+// each tenant, and decides requests against it: Limiter.Take counts one
+// request of a tenant and returns a Decision (allowed or not, with the
+// figures a response reports), and Limiter.TakeAddr does the same for a
+// request without a tenant, keyed by its client's address. The count lives
+// in a Counter: MemoryCounter, the default, counts in this process;
+// RedisCounter counts in Redis (single node, cluster or ring), so that N
+// replicas hand out one budget between them instead of N budgets.
+//
+// When the counter fails, the Limiter never blocks the request past
+// Options.StoreTimeout: it decides by Options.Fallback, or lets the
+// request through (or refuses it with Options.FailClosed), logs at most
+// one line per second, and opens a circuit breaker after
+// Options.BreakerFailures failures in a row. Options.Metrics counts each
+// kind of decision.
+//
+// # Front doors
+//
+// A front door reads the tenant from a request and writes the Decision
+// into the response; the decision itself is the Limiter's:
+//
+//   - RateLimitShared: Fiber v2 middleware, configured by Config.
+//   - HTTPMiddleware: net/http middleware (func(http.Handler) http.Handler),
+//     configured by HTTPConfig.
+//   - Fiber v3: the module github.com/gatewaykit/ratelimit/fiberv3.
+//
+// Each answers 429 over budget, with Retry-After, and 503 under FailClosed
+// when nothing could count the request; every response it decides carries
+// X-RateLimit-Limit, -Remaining and -Reset, and the IETF draft's
+// RateLimit-Policy and RateLimit (Decision.SetHeaders). A gRPC interceptor
+// or a job runner calls Take and reads the Decision.
+//
+// # Keys
+//
+// A tenant's count is kept under "rl:<tenant>", or "rl:<name>#<tenant>"
+// for a limiter with an Options.Name, with the tenant ID escaped and
+// bounded; requests without a tenant share "rl:unknown" unless the door
+// keys them by address (IPv6 by Options.IPv6Prefix). The tenant must come
+// from something the gateway has verified: a client that picks its tenant
+// ID, or its address, picks its budget.
+package ratelimit
