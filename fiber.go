@@ -66,12 +66,12 @@ func (d *fiberDoor) handle(c *fiber.Ctx) error {
 	}
 	var dec Decision
 	if id, ok := d.tenant(c); ok && id != "" {
-		dec = d.lim.Take(ctx, id)
+		d.lim.takeTenant(&dec, ctx, id)
 	} else if d.anonymousByIP {
 		addr, _ := netip.ParseAddr(c.IP())
 		dec = d.lim.TakeAddr(ctx, addr)
 	} else {
-		dec = d.lim.Take(ctx, "")
+		d.lim.takeTenant(&dec, ctx, "")
 	}
 	dec.SetFastHTTPHeaders(&c.Response().Header)
 	switch {

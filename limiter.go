@@ -140,11 +140,17 @@ func newLimiter(opts Options, now func() time.Time) *Limiter {
 // or closed, as Options say, and logs. It never blocks past the time rule
 // of Options.StoreTimeout.
 func (l *Limiter) Take(ctx context.Context, tenant string) (d Decision) {
+	l.takeTenant(&d, ctx, tenant)
+	return d
+}
+
+// takeTenant is Take into d, for the doors of this package, which keep
+// their Decision on their own stack.
+func (l *Limiter) takeTenant(d *Decision, ctx context.Context, tenant string) {
 	// The key is built on the stack: a MemoryCounter looks it up without
 	// allocating, and any other counter gets a copy of its own.
 	var buf [maxKeyLen]byte
-	l.take(&d, ctx, tenant, appendKey(buf[:0], l.keyPrefix, tenant))
-	return d
+	l.take(d, ctx, tenant, appendKey(buf[:0], l.keyPrefix, tenant))
 }
 
 // TakeAddr is Take for a request without a tenant, keyed by its client's
@@ -238,8 +244,8 @@ func (l *Limiter) counted(d *Decision, p *policyHeaders, by Decider, count int64
 	if ttl < 0 {
 		ttl = l.opts.Window
 	}
-	*d = Decision{Allowed: count <= p.limit, By: by, Limit: int(p.limit), Remaining: int(max(p.limit-count, 0)),
-		Reset: ttl, Err: err, policy: p}
+	d.Allowed, d.By, d.Limit, d.Remaining = count <= p.limit, by, int(p.limit), int(max(p.limit-count, 0))
+	d.Reset, d.Err, d.policy = ttl, err, p
 	if m := l.opts.Metrics; m != nil {
 		o := limited
 		switch {
