@@ -17,6 +17,8 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
+
+	"github.com/gatewaykit/ratelimit/internal/redistest"
 )
 
 // The chaos tests break the store under load: they kill its connections,
@@ -68,9 +70,9 @@ func TestChaosConnectionKills(t *testing.T) {
 
 func chaosSingleNode(t *testing.T, name string) (redis.UniversalClient, []*redis.Client) {
 	srv := startChaosRedis(t, 0)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.addr, MaxRetries: 10, ClientName: name})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: 10, ClientName: name})
 	t.Cleanup(func() { rdb.Close() })
-	return rdb, chaosKillers(t, nil, srv.addr)
+	return rdb, chaosKillers(t, nil, srv.Addr())
 }
 
 func chaosCluster(t *testing.T, name string) (redis.UniversalClient, []*redis.Client) {
@@ -418,9 +420,9 @@ func testChaosServerDeath(t *testing.T, fallback bool) {
 		recoveryBound = cooldown + time.Second
 	)
 	srv := startChaosRedis(t, 0)
-	_, portStr, _ := net.SplitHostPort(srv.addr)
+	_, portStr, _ := net.SplitHostPort(srv.Addr())
 	port, _ := strconv.Atoi(portStr)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.addr})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { rdb.Close() })
 
 	logs := newLogRecorder()
@@ -447,7 +449,7 @@ func testChaosServerDeath(t *testing.T, fallback bool) {
 	before, beforeAt := m.Snapshot(), time.Now()
 	linesBefore := len(logs.lines())
 
-	srv.stop()
+	srv.Stop()
 	killed := time.Now()
 	time.Sleep(outage)
 	during, duringAt := m.Snapshot(), time.Now()
@@ -612,7 +614,7 @@ func testChaosServerDies(t *testing.T, storeTimeout time.Duration) {
 		settle = 50 * time.Millisecond
 	)
 	srv := startChaosRedis(t, 0)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.addr})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { rdb.Close() })
 	m := &Metrics{}
 	logs := newLogRecorder()
@@ -624,7 +626,7 @@ func testChaosServerDies(t *testing.T, storeTimeout time.Duration) {
 	load := startChaosLoad(h, callers, chaosTenants(t, 4), time.Millisecond)
 	load.awaitRedis(t, m, "before the server died")
 
-	srv.stop()
+	srv.Stop()
 	killed := load.since()
 	time.Sleep(after)
 	samples := load.finish(t, 5*time.Second)
@@ -810,9 +812,9 @@ func testChaosSilence(t *testing.T, contextTimeouts bool) {
 		resumeBound  = time.Second
 	)
 	srv := startChaosRedis(t, 0)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.addr, ContextTimeoutEnabled: contextTimeouts})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: contextTimeouts})
 	t.Cleanup(func() { rdb.Close() })
-	admin := redis.NewClient(&redis.Options{Addr: srv.addr})
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { admin.Close() })
 
 	logs := newLogRecorder()
@@ -833,7 +835,7 @@ func testChaosSilence(t *testing.T, contextTimeouts bool) {
 	load := startChaosLoad(h, callers, ids, time.Millisecond)
 	load.awaitRedis(t, m, "before the silence")
 
-	resume, err := pauseProcess(srv.cmd.Process.Pid)
+	resume, err := pauseProcess(srv.Pid())
 	if err != nil {
 		load.finish(t, 5*time.Second)
 		t.Skipf("cannot stop redis-server: %v", err)
@@ -1159,7 +1161,7 @@ func logChaosFigures(t *testing.T, load *chaosLoad, samples []chaosSample, s Met
 // startChaosRedis starts a redis-server of the test's own, on port, or on
 // a free one when port is 0, and stops it when the test ends. Starting one
 // on the port of a server the test killed brings that server back.
-func startChaosRedis(t *testing.T, port int) *redisServer {
+func startChaosRedis(t *testing.T, port int) *redistest.Server {
 	t.Helper()
 	skipIfShort(t)
 	if !haveRedisServer() {
@@ -1173,9 +1175,9 @@ func startChaosRedis(t *testing.T, port int) *redisServer {
 				t.Fatal(err)
 			}
 		}
-		s, portTaken, err := startRedisServerOn(p, false)
+		s, portTaken, err := redistest.StartOn(p, false)
 		if err == nil {
-			t.Cleanup(s.stop)
+			t.Cleanup(s.Stop)
 			return s
 		}
 		if !portTaken || port != 0 || attempt == 3 {

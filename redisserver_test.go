@@ -31,24 +31,3 @@ var (
 	clusterAddrs     = redistest.ClusterAddrs
 	newClusterClient = redistest.Cluster
 )
-
-// redisServer is a redistest.Server with the fields chaos_test.go reads,
-// srv.addr and srv.cmd.Process.Pid, which a type of another package cannot
-// have.
-type redisServer struct {
-	*redistest.Server
-	addr string
-	cmd  struct{ Process struct{ Pid int } }
-}
-
-func (s *redisServer) stop() { s.Stop() }
-
-func startRedisServerOn(port int, cluster bool, extraArgs ...string) (s *redisServer, portTaken bool, err error) {
-	srv, portTaken, err := redistest.StartOn(port, cluster, extraArgs...)
-	if err != nil {
-		return nil, portTaken, err
-	}
-	s = &redisServer{Server: srv, addr: srv.Addr()}
-	s.cmd.Process.Pid = srv.Pid()
-	return s, false, nil
-}
