@@ -66,12 +66,12 @@ func (d *fiberDoor) handle(c *fiber.Ctx) error {
 	}
 	var dec Decision
 	if id, ok := d.tenant(c); ok && id != "" {
-		d.lim.takeTenant(&dec, ctx, id)
+		d.lim.takeTenant(ctx, &dec, id)
 	} else if d.anonymousByIP {
 		addr, _ := netip.ParseAddr(c.IP())
 		dec = d.lim.TakeAddr(ctx, addr)
 	} else {
-		d.lim.takeTenant(&dec, ctx, "")
+		d.lim.takeTenant(ctx, &dec, "")
 	}
 	dec.SetFastHTTPHeaders(&c.Response().Header)
 	switch {

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
@@ -211,4 +212,32 @@ func FuzzTenantKey(f *testing.F) {
 			t.Fatalf("tenant %q shares the anonymous bucket", id)
 		}
 	})
+}
+
+func TestAddrKey(t *testing.T) {
+	tests := []struct {
+		addr   string // "" is the zero Addr
+		bits   int
+		prefix string
+		want   string
+	}{
+		{"203.0.113.9", 64, "rl:", "rl:#ip:203.0.113.9"},
+		{"::ffff:203.0.113.9", 64, "rl:", "rl:#ip:203.0.113.9"},
+		{"2001:db8:1:2:3:4:5:6", 64, "rl:", "rl:#ip:2001:db8:1:2::/64"},
+		{"2001:db8:1:2:3:4:5:6", 48, "rl:", "rl:#ip:2001:db8:1::/48"},
+		{"2001:db8:1:2:3:4:5:6", 128, "rl:", "rl:#ip:2001:db8:1:2:3:4:5:6/128"},
+		{"fe80::1%eth0", 64, "rl:", "rl:#ip:fe80::/64"},
+		{"203.0.113.9", 64, "rl:api#", "rl:api##ip:203.0.113.9"},
+		{"", 64, "rl:", "rl:unknown"},
+		{"", 64, "rl:api#", "rl:api#unknown"},
+	}
+	for _, tt := range tests {
+		var addr netip.Addr
+		if tt.addr != "" {
+			addr = netip.MustParseAddr(tt.addr)
+		}
+		if got := string(appendAddrKey(nil, tt.prefix, addr, tt.bits)); got != tt.want {
+			t.Errorf("appendAddrKey(%q, %s, /%d) = %q, want %q", tt.prefix, tt.addr, tt.bits, got, tt.want)
+		}
+	}
 }

@@ -556,6 +556,8 @@ func TestConfigPanics(t *testing.T) {
 		field string
 	}{
 		{"zero limit", Config{Limit: 0, Window: time.Second}, "Limit"},
+		{"negative IPv6 prefix", Config{Limit: 1, Window: time.Second, IPv6Prefix: -1}, "IPv6Prefix"},
+		{"IPv6 prefix past 128", Config{Limit: 1, Window: time.Second, IPv6Prefix: 129}, "IPv6Prefix"},
 		{"negative limit", Config{Limit: -1, Window: time.Second}, "Limit"},
 		{"zero window", Config{Limit: 1, Window: 0}, "Window"},
 		{"negative window", Config{Limit: 1, Window: -time.Second}, "Window"},
