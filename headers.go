@@ -148,9 +148,11 @@ func (d *Decision) SetHeaders(h http.Header) {
 	remaining, reset := d.figures()
 	retry := reset
 	legacy := p.legacy && remaining >= 0
-	if prev, ok := parseCount(first(h[hRemaining])); legacy && ok && earlierWins(prev, first(h[hReset]), remaining, reset) {
-		retry, _ = parseCount(first(h[hReset]))
-		legacy = false
+	if legacy {
+		if prev, ok := parseCount(first(h[hRemaining])); ok && earlierWins(prev, first(h[hReset]), remaining, reset) {
+			retry, _ = parseCount(first(h[hReset]))
+			legacy = false
+		}
 	}
 	// The figures share one string and the values one array: a response
 	// costs two allocations, not two per field.
