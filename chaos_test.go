@@ -579,7 +579,7 @@ func TestChaosRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const requests = 10
-			rdb := tc.client(closedPort(t), closedPort(t))
+			rdb := tc.client(redistest.ClosedAddr(t), redistest.ClosedAddr(t))
 			t.Cleanup(func() { rdb.Close() })
 			logs := newLogRecorder()
 			app := newApp(RateLimitShared(Config{

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatewaykit/ratelimit/internal/httpresp"
 	"github.com/gofiber/fiber/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
@@ -74,15 +75,6 @@ func (f ttlFake) IncrTTL(ctx context.Context, key string, window time.Duration) 
 	return n, f.ttl, err
 }
 
-func body(t *testing.T, resp *http.Response) string {
-	t.Helper()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 // syncBuffer is a log sink that tests read while handlers may write. Only
 // TestLogLinesCannotBeForged reads text, as what it checks is the text that
 // slog's handlers write; the other tests read a logRecorder.
@@ -121,7 +113,7 @@ func TestAllowsUpToTheLimitThenBlocks(t *testing.T) {
 	if resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("request 4 = %d, want 429", resp.StatusCode)
 	}
-	if got := body(t, resp); got != "rate limit exceeded" {
+	if got := httpresp.Body(t, resp); got != "rate limit exceeded" {
 		t.Errorf("429 body = %q, want %q", got, "rate limit exceeded")
 	}
 	if reached != 3 {
@@ -333,7 +325,7 @@ func TestFailClosed(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("status = %d, want 503", resp.StatusCode)
 	}
-	b := body(t, resp)
+	b := httpresp.Body(t, resp)
 	for _, leak := range []string{"10.0.0.7", "6379", "refused", "rl:", "acme", "dial"} {
 		if strings.Contains(b, leak) {
 			t.Errorf("503 body %q leaks %q", b, leak)
@@ -510,7 +502,7 @@ func TestLimitReached(t *testing.T) {
 	if resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("status = %d, want 429", resp.StatusCode)
 	}
-	if got := body(t, resp); got != `{"error":"slow down"}` {
+	if got := httpresp.Body(t, resp); got != `{"error":"slow down"}` {
 		t.Errorf("body = %q, want the LimitReached body", got)
 	}
 	if got := resp.Header.Get("Retry-After"); got != "5" {
@@ -532,7 +524,7 @@ func TestErrorHandlerShapesTheRefusal(t *testing.T) {
 	if !errors.As(seen, &fe) || fe.Code != fiber.StatusTooManyRequests {
 		t.Fatalf("ErrorHandler got %v, want a *fiber.Error with code 429", seen)
 	}
-	if got := body(t, resp); got != "custom" {
+	if got := httpresp.Body(t, resp); got != "custom" {
 		t.Errorf("body = %q, want the ErrorHandler's", got)
 	}
 }
@@ -770,7 +762,7 @@ func TestRefusalsLeakNothing(t *testing.T) {
 			if resp.StatusCode != tt.status {
 				t.Fatalf("status = %d, want %d", resp.StatusCode, tt.status)
 			}
-			b := body(t, resp)
+			b := httpresp.Body(t, resp)
 			for _, leak := range []string{tenant, "rl:", "10.0.0.7", "6379", "timeout", "dial"} {
 				if strings.Contains(b, leak) {
 					t.Errorf("body %q leaks %q", b, leak)

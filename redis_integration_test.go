@@ -13,6 +13,8 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
+
+	"github.com/gatewaykit/ratelimit/internal/redistest"
 )
 
 // redisClients are the go-redis clients RedisCounter works with. Each call
@@ -218,7 +220,7 @@ func TestRedisCounterFirstBurst(t *testing.T) {
 
 func TestRedisCounterErrorNamesTheKey(t *testing.T) {
 	// A port nothing listens on: dialling fails at once.
-	addr := closedPort(t)
+	addr := redistest.ClosedAddr(t)
 	rdb := redis.NewClient(&redis.Options{
 		Addr:               addr,
 		DialTimeout:        200 * time.Millisecond,
@@ -303,7 +305,7 @@ func flushScripts(t *testing.T, rdb redis.UniversalClient) {
 // error, on every kind of client and with go-redis's default dial retries
 // (5, 100ms apart) and MaxRetries: neither may eat the caller's wait.
 func TestRedisCounterFailsFastOnARefusedDial(t *testing.T) {
-	addr := closedPort(t)
+	addr := redistest.ClosedAddr(t)
 	for _, tt := range []struct {
 		name string
 		rdb  redis.UniversalClient
@@ -329,17 +331,6 @@ func TestRedisCounterFailsFastOnARefusedDial(t *testing.T) {
 			}
 		})
 	}
-}
-
-func closedPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
 }
 
 // uniqueTenant returns a tenant ID whose key, rl:<tenant>, no other test uses.

@@ -1,7 +1,6 @@
 package ratelimit
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatewaykit/ratelimit/internal/httpresp"
 	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
 )
@@ -34,15 +34,7 @@ func send(h fasthttp.RequestHandler, path, tenant string) *http.Response {
 		ctx.Request.Header.Set("X-Tenant", tenant)
 	}
 	h(&ctx)
-	resp := &http.Response{
-		StatusCode: ctx.Response.StatusCode(),
-		Header:     http.Header{},
-		Body:       io.NopCloser(bytes.NewReader(bytes.Clone(ctx.Response.Body()))),
-	}
-	for k, v := range ctx.Response.Header.All() {
-		resp.Header.Add(string(k), string(v))
-	}
-	return resp
+	return httpresp.FromFastHTTP(&ctx)
 }
 
 // get sends GET / to app for tenant ("" for none).

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/gatewaykit/ratelimit"
@@ -143,17 +142,13 @@ func BenchmarkCounter(b *testing.B) {
 							b.Fatal(err)
 						}
 					}
-					var start atomic.Int64
-					b.ReportAllocs()
-					b.ResetTimer()
-					b.RunParallel(func(pb *testing.PB) {
-						i := int(start.Add(7919))
-						for pb.Next() {
+					walkParallel(b, func() func(int) bool {
+						return func(i int) bool {
 							if err := decide(ctx, keys[i%len(keys)]); err != nil {
 								b.Error(err)
-								return
+								return false
 							}
-							i++
+							return true
 						}
 					})
 				})

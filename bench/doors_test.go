@@ -1,13 +1,11 @@
 package bench
 
 import (
+	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"strings"
-	"sync/atomic"
 	"testing"
 
 	fiber3 "github.com/gofiber/fiber/v3"
@@ -160,23 +158,19 @@ func driveHTTP(b *testing.B, h http.Handler, tenants [][]byte) {
 		warm.Header["X-Tenant"][0] = id
 		h.ServeHTTP(&responseWriter{h: http.Header{}}, warm)
 	}
-	var start atomic.Int64
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
+	walkParallel(b, func() func(int) bool {
 		r := newRequest()
 		w := &responseWriter{h: http.Header{}}
-		i := int(start.Add(7919))
-		for pb.Next() {
+		return func(i int) bool {
 			clear(w.h)
 			w.code = 0
 			r.Header["X-Tenant"][0] = ids[i%len(ids)]
 			h.ServeHTTP(w, r)
 			if w.code != http.StatusOK {
 				b.Errorf("status %d, want 200", w.code)
-				return
+				return false
 			}
-			i++
+			return true
 		}
 	})
 }
@@ -186,40 +180,38 @@ func driveHTTP(b *testing.B, h http.Handler, tenants [][]byte) {
 func driveHTTPServer(b *testing.B, h http.Handler, tenants [][]byte) {
 	srv := httptest.NewServer(h)
 	defer srv.Close()
-	tr := &http.Transport{MaxIdleConnsPerHost: 64, DialContext: (&net.Dialer{}).DialContext}
+	tr := &http.Transport{MaxIdleConnsPerHost: 64}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
-	get := func(id []byte) {
+	get := func(id []byte) error {
 		req, err := http.NewRequest(http.MethodGet, srv.URL+"/", nil)
 		if err != nil {
-			b.Fatal(err)
+			return err
 		}
 		req.Header.Set("X-Tenant", string(id))
 		resp, err := client.Do(req)
 		if err != nil {
-			b.Fatal(err)
+			return err
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
-			b.Errorf("status %d, want 200", resp.StatusCode)
+			return fmt.Errorf("status %d, want 200", resp.StatusCode)
 		}
+		return nil
 	}
 	for _, id := range tenants {
-		get(id)
+		if err := get(id); err != nil {
+			b.Fatal(err)
+		}
 	}
-	var start atomic.Int64
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		i := int(start.Add(7919))
-		for pb.Next() {
-			get(tenants[i%len(tenants)])
-			i++
+	walkParallel(b, func() func(int) bool {
+		return func(i int) bool {
+			if err := get(tenants[i%len(tenants)]); err != nil {
+				b.Error(err)
+				return false
+			}
+			return true
 		}
 	})
-	b.StopTimer()
-	if !strings.HasPrefix(srv.URL, "http://127.0.0.1:") {
-		b.Fatalf("server at %s, want loopback", srv.URL)
-	}
 }

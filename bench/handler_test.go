@@ -77,6 +77,27 @@ func BenchmarkHandler(b *testing.B) {
 	}
 }
 
+// walkParallel times b.N ops spread over RunParallel's goroutines. Each
+// goroutine gets its op from newOp and calls it with i, i+1, ... from an
+// offset of its own: a shared counter bumped per op would measure that
+// counter's cache line, not the code under test. An op that returns false
+// has reported a failure, and its goroutine stops.
+func walkParallel(b *testing.B, newOp func() func(i int) bool) {
+	var start atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		op := newOp()
+		i := int(start.Add(7919)) // a prime stride keeps goroutines apart
+		for pb.Next() {
+			if !op(i) {
+				return
+			}
+			i++
+		}
+	})
+}
+
 func driveHandler(b *testing.B, h fasthttp.RequestHandler, tenants [][]byte) {
 	// One request per tenant first, so that the timed ones find live
 	// windows, as on a gateway whose tenants keep calling.
@@ -87,24 +108,18 @@ func driveHandler(b *testing.B, h fasthttp.RequestHandler, tenants [][]byte) {
 		warm.Request.Header.SetBytesV("X-Tenant", id)
 		h(&warm)
 	}
-	var start atomic.Int64
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
+	walkParallel(b, func() func(int) bool {
 		var ctx fasthttp.RequestCtx
-		// Each goroutine walks the tenants from its own offset: a shared
-		// counter bumped per op would measure that counter's cache line.
-		i := int(start.Add(7919))
-		for pb.Next() {
+		return func(i int) bool {
 			ctx.Response.Reset()
 			ctx.Request.SetRequestURI("/")
 			ctx.Request.Header.SetBytesV("X-Tenant", tenants[i%len(tenants)])
 			h(&ctx)
 			if code := ctx.Response.StatusCode(); code != fiber.StatusOK {
 				b.Errorf("status %d, want 200: %s", code, ctx.Response.Body())
-				return
+				return false
 			}
-			i++
+			return true
 		}
 	})
 	b.StopTimer()

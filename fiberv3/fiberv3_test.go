@@ -1,10 +1,8 @@
 package fiberv3_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/gatewaykit/ratelimit"
 	"github.com/gatewaykit/ratelimit/fiberv3"
+	"github.com/gatewaykit/ratelimit/internal/httpresp"
 )
 
 // TestBehaviourTable (door_test.go) runs the behaviour that every door
@@ -59,24 +58,7 @@ func send(app *fiber.App, req request) *http.Response {
 		ctx.Request.Header.Set(k, v)
 	}
 	app.Handler()(&ctx)
-	resp := &http.Response{
-		StatusCode: ctx.Response.StatusCode(),
-		Header:     http.Header{},
-		Body:       io.NopCloser(bytes.NewReader(bytes.Clone(ctx.Response.Body()))),
-	}
-	for k, v := range ctx.Response.Header.All() {
-		resp.Header.Add(string(k), string(v))
-	}
-	return resp
-}
-
-func body(t *testing.T, resp *http.Response) string {
-	t.Helper()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
+	return httpresp.FromFastHTTP(&ctx)
 }
 
 // newApp returns an app with config that sets the tenant from the X-Tenant
@@ -277,7 +259,7 @@ func TestRefusalsGoThroughErrorHandler(t *testing.T) {
 			if len(seen) == 0 || !errors.As(seen[len(seen)-1], &fe) || fe.Code != tt.wantCode {
 				t.Fatalf("ErrorHandler got %v, want a *fiber.Error with code %d", seen, tt.wantCode)
 			}
-			if b := body(t, resp); b != tt.wantText {
+			if b := httpresp.Body(t, resp); b != tt.wantText {
 				t.Errorf("body = %q, want %q", b, tt.wantText)
 			}
 			if opts.FailClosed && reached != 0 {

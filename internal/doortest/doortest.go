@@ -14,7 +14,6 @@ import (
 	"encoding/hex"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -25,6 +24,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/gatewaykit/ratelimit"
+	"github.com/gatewaykit/ratelimit/internal/httpresp"
 	"github.com/gatewaykit/ratelimit/internal/redistest"
 )
 
@@ -85,7 +85,7 @@ var stores = []store{
 			return ratelimit.NewRedisCounter(redistest.Client(t))
 		},
 		failing: func(t testing.TB) ratelimit.Counter {
-			rdb := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1})
+			rdb := redis.NewClient(&redis.Options{Addr: redistest.ClosedAddr(t), MaxRetries: -1})
 			t.Cleanup(func() { rdb.Close() })
 			return ratelimit.NewRedisCounter(rdb)
 		},
@@ -201,7 +201,7 @@ var cases = []struct {
 				"RateLimit-Policy": policy, "RateLimit": `"` + r.name + `";r=` + remaining + ";t=60",
 				"Retry-After": "",
 			})
-			if b := body(r.t, resp); b != "ok" {
+			if b := httpresp.Body(r.t, resp); b != "ok" {
 				r.t.Errorf("request %d: body %q, want the next handler's", i+1, b)
 			}
 		}
@@ -214,7 +214,7 @@ var cases = []struct {
 		if err != nil || retry < 1 || retry > 60 {
 			r.t.Errorf("Retry-After = %q, want 1..60 seconds", resp.Header.Get("Retry-After"))
 		}
-		if b := body(r.t, resp); !strings.Contains(b, "rate limit exceeded") {
+		if b := httpresp.Body(r.t, resp); !strings.Contains(b, "rate limit exceeded") {
 			r.t.Errorf("429 body %q, want it to say the rate limit was exceeded", b)
 		}
 	}},
@@ -320,7 +320,7 @@ var cases = []struct {
 		r.expect("request", resp, 503, map[string]string{
 			"X-RateLimit-Limit": "1", "X-RateLimit-Remaining": "", "RateLimit-Policy": "*", "RateLimit": "", "Retry-After": "",
 		})
-		b := body(r.t, resp)
+		b := httpresp.Body(r.t, resp)
 		for _, leak := range []string{"closed", "refused", "dial", "rl:", "127.0.0.1"} {
 			if strings.Contains(b, leak) {
 				r.t.Errorf("503 body %q shows %q, an internal detail", b, leak)
@@ -370,7 +370,7 @@ var cases = []struct {
 		r.expect("within", send(request{tenant: "acme"}), 200, nil)
 		resp := send(request{tenant: "acme"})
 		r.expect("over", resp, 418, map[string]string{"X-RateLimit-Remaining": "0", "Retry-After": "*"})
-		if b := body(r.t, resp); b != CustomBody+resp.Header.Get("Retry-After") {
+		if b := httpresp.Body(r.t, resp); b != CustomBody+resp.Header.Get("Retry-After") {
 			r.t.Errorf("body %q, want %q and the Retry-After set before it ran", b, CustomBody)
 		}
 	}},
@@ -385,15 +385,4 @@ func uniqueName(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return "t" + hex.EncodeToString(b[:])
-}
-
-// closedAddr returns a loopback address nothing listens on.
-func closedAddr(t testing.TB) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }

@@ -249,6 +249,17 @@ func FreePort(cluster bool) (int, error) {
 	return 0, errors.New("found no free loopback port for a cluster node and its bus")
 }
 
+// ClosedAddr returns a loopback address that nothing listens on, for a
+// client whose dials must be refused.
+func ClosedAddr(t testing.TB) string {
+	t.Helper()
+	port, err := listenAndClose(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "127.0.0.1:" + strconv.Itoa(port)
+}
+
 func listenAndClose(port int) (int, error) {
 	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
