@@ -12,7 +12,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -176,15 +175,6 @@ func (r *run) expect(what string, resp *http.Response, status int, fields map[st
 			r.t.Errorf("%s: %s = %q, want %q", what, name, got, want)
 		}
 	}
-}
-
-func body(t testing.TB, resp *http.Response) string {
-	t.Helper()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("read body: %v", err)
-	}
-	return string(b)
 }
 
 var cases = []struct {
