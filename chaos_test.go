@@ -18,7 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
 
-	"github.com/gatewaykit/ratelimit/internal/redistest"
+	"github.com/gatewaykit/ratelimit/internal/testkit/redistest"
 )
 
 // The chaos tests break the store under load: they kill its connections,

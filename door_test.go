@@ -10,7 +10,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	. "github.com/gatewaykit/ratelimit"
-	"github.com/gatewaykit/ratelimit/internal/doortest"
+	"github.com/gatewaykit/ratelimit/internal/testkit/doortest"
 )
 
 // TestBehaviourTable runs the doors of this package through the table that

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatewaykit/ratelimit/internal/httpresp"
+	"github.com/gatewaykit/ratelimit/internal/testkit/httpresp"
 	"github.com/gofiber/fiber/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"

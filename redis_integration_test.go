@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
 
-	"github.com/gatewaykit/ratelimit/internal/redistest"
+	"github.com/gatewaykit/ratelimit/internal/testkit/redistest"
 )
 
 // redisClients are the go-redis clients RedisCounter works with. Each call

@@ -4,11 +4,11 @@ import (
 	"os"
 	"testing"
 
-	"github.com/gatewaykit/ratelimit/internal/redistest"
+	"github.com/gatewaykit/ratelimit/internal/testkit/redistest"
 )
 
 // The Redis tests run against real redis-server processes, which
-// internal/redistest starts and stops; its package comment tells how
+// internal/testkit/redistest starts and stops; its package comment tells how
 // TEST_REDIS_URL, TEST_REDIS_CLUSTER_ADDRS and RATELIMIT_REQUIRE_REDIS
 // change that. The names below are those the other test files of this
 // package have always used.

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatewaykit/ratelimit/internal/httpresp"
+	"github.com/gatewaykit/ratelimit/internal/testkit/httpresp"
 	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
 )

@@ -10,11 +10,11 @@ import (
 
 	"github.com/gatewaykit/ratelimit"
 	"github.com/gatewaykit/ratelimit/fiberv3"
-	"github.com/gatewaykit/ratelimit/internal/doortest"
-	"github.com/gatewaykit/ratelimit/internal/redistest"
+	"github.com/gatewaykit/ratelimit/internal/testkit/doortest"
+	"github.com/gatewaykit/ratelimit/internal/testkit/redistest"
 )
 
-// The table's Redis cases run on servers that internal/redistest starts
+// The table's Redis cases run on servers that internal/testkit/redistest starts
 // and, here, stops.
 func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
 

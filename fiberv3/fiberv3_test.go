@@ -17,7 +17,7 @@ import (
 
 	"github.com/gatewaykit/ratelimit"
 	"github.com/gatewaykit/ratelimit/fiberv3"
-	"github.com/gatewaykit/ratelimit/internal/httpresp"
+	"github.com/gatewaykit/ratelimit/internal/testkit/httpresp"
 )
 
 // TestBehaviourTable (door_test.go) runs the behaviour that every door

@@ -23,8 +23,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/gatewaykit/ratelimit"
-	"github.com/gatewaykit/ratelimit/internal/httpresp"
-	"github.com/gatewaykit/ratelimit/internal/redistest"
+	"github.com/gatewaykit/ratelimit/internal/testkit/httpresp"
+	"github.com/gatewaykit/ratelimit/internal/testkit/redistest"
 )
 
 // Settings configure one door for one case.
@@ -92,7 +92,7 @@ var stores = []store{
 }
 
 // Run runs the table against door, on a MemoryCounter and on Redis (which
-// skips or fails as internal/redistest says when there is no server).
+// skips or fails as internal/testkit/redistest says when there is no server).
 func Run(t *testing.T, door Door) {
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
