@@ -639,7 +639,6 @@ func TestConfigBoundsAreAccepted(t *testing.T) {
 func TestNewRedisCounterPanics(t *testing.T) {
 	for name, f := range map[string]func(){
 		"nil client": func() { NewRedisCounter(nil) },
-		"nil option": func() { NewRedisCounter(redis.NewClient(&redis.Options{}), nil) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {

@@ -67,16 +67,6 @@ const (
 // next.
 const rounds = 4
 
-// RedisOption configures a RedisCounter.
-type RedisOption func(*RedisCounter)
-
-// WithScript is kept so that code written for earlier versions compiles.
-//
-// Deprecated: the counter always runs its Lua script now.
-func WithScript() RedisOption {
-	return func(*RedisCounter) {}
-}
-
 var (
 	_ Counter      = (*RedisCounter)(nil)
 	_ TTLCounter   = (*RedisCounter)(nil)
@@ -88,7 +78,7 @@ func (r *RedisCounter) keyOwners() *keyOwners { return &r.owners }
 // NewRedisCounter returns a counter that keeps its windows in rdb. The client
 // stays the caller's to configure and close; NewRedisCounter adds a dial
 // hook to it (see RedisCounter).
-func NewRedisCounter(rdb redis.UniversalClient, opts ...RedisOption) *RedisCounter {
+func NewRedisCounter(rdb redis.UniversalClient) *RedisCounter {
 	if rdb == nil {
 		panic("ratelimit: NewRedisCounter: rdb is nil")
 	}
@@ -113,12 +103,6 @@ func NewRedisCounter(rdb redis.UniversalClient, opts ...RedisOption) *RedisCount
 		// Nodes are made as the client meets them; those it made before
 		// this counter keep go-redis's dial retries.
 		c.OnNewNode(func(node *redis.Client) { node.AddHook(hook) })
-	}
-	for i, opt := range opts {
-		if opt == nil {
-			panic(fmt.Sprintf("ratelimit: NewRedisCounter: option %d is nil", i))
-		}
-		opt(r)
 	}
 	return r
 }
