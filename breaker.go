@@ -40,19 +40,18 @@ func (s BreakerState) String() string {
 type breaker struct {
 	threshold int64
 	cooldown  time.Duration
-	now       func() time.Time
-	epoch     time.Time
+	clock     clock
 	log       func(level slog.Level, msg string, attrs ...slog.Attr)
 	metrics   *Metrics
 
 	state    atomic.Int32
 	failures atomic.Int64 // consecutive failures while closed
-	openedAt atomic.Int64 // nanoseconds since epoch
+	openedAt atomic.Int64 // nanoseconds since the clock's epoch
 	lastTrip atomic.Pointer[batch]
 }
 
-func newBreaker(threshold int, cooldown time.Duration, now func() time.Time, log func(slog.Level, string, ...slog.Attr), m *Metrics) *breaker {
-	return &breaker{threshold: int64(threshold), cooldown: cooldown, now: now, epoch: now(), log: log, metrics: m}
+func newBreaker(threshold int, cooldown time.Duration, clk clock, log func(slog.Level, string, ...slog.Attr), m *Metrics) *breaker {
+	return &breaker{threshold: int64(threshold), cooldown: cooldown, clock: clk, log: log, metrics: m}
 }
 
 // allow reports whether a request may call the counter, and whether it is
@@ -73,7 +72,7 @@ func (b *breaker) allow() (ok, probe bool) {
 }
 
 func (b *breaker) since(t int64) time.Duration {
-	return time.Duration(int64(b.now().Sub(b.epoch)) - t)
+	return b.clock.elapsed() - time.Duration(t)
 }
 
 // success records a counter call that worked.
@@ -112,7 +111,7 @@ func (b *breaker) open(from BreakerState, attrs ...slog.Attr) {
 	}
 	// The time is stored before the state, so that no request sees the new
 	// state with an old time; two requests opening at once both store it.
-	b.openedAt.Store(int64(b.now().Sub(b.epoch)))
+	b.openedAt.Store(int64(b.clock.elapsed()))
 	if !b.state.CompareAndSwap(int32(from), int32(BreakerOpen)) {
 		return
 	}

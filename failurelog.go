@@ -15,14 +15,13 @@ import (
 // holding a newline cannot forge a line.
 type failureLog struct {
 	logger     *slog.Logger // nil: slog.Default()
-	now        func() time.Time
-	epoch      time.Time
-	last       atomic.Int64 // nanoseconds since epoch of the last line
+	clock      clock
+	last       atomic.Int64 // nanoseconds since the clock's epoch of the last line
 	suppressed atomic.Int64 // failures since the last line that wrote none
 }
 
 func (f *failureLog) record(err error, tenant, key, action string) {
-	now := int64(f.now().Sub(f.epoch))
+	now := int64(f.clock.elapsed())
 	last := f.last.Load()
 	if now-last < int64(time.Second) || !f.last.CompareAndSwap(last, now) {
 		f.suppressed.Add(1)

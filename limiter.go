@@ -23,10 +23,9 @@ type Limiter struct {
 	refusals  *refusals // nil when off, or for a MemoryCounter
 	keyPrefix string    // from keyPrefix(opts.Name)
 
-	// The limiter's clock, read once per request that asks a counter
-	// other than a MemoryCounter.
-	now   func() time.Time
-	epoch time.Time
+	// Read once per request that asks a counter other than a
+	// MemoryCounter.
+	clock clock
 
 	// The budgets a decision is made against, with their header values
 	// formatted once.
@@ -106,18 +105,19 @@ var errBreakerOpen = errors.New("ratelimit: circuit breaker open")
 // NewLimiter returns a Limiter for opts. It panics, naming the field, when
 // opts is invalid.
 func NewLimiter(opts Options) *Limiter {
-	return newLimiter(opts, time.Now)
+	return newLimiter(opts, nil)
 }
 
+// newLimiter is NewLimiter on the clock now (nil: the real clock).
 func newLimiter(opts Options, now func() time.Time) *Limiter {
 	opts = withDefaults(opts)
+	clk := newClock(now)
 	l := &Limiter{
 		opts:      opts,
 		rule:      timeRule{timeout: opts.StoreTimeout},
-		failLog:   failureLog{logger: opts.Logger, now: now, epoch: now()},
+		failLog:   failureLog{logger: opts.Logger, clock: clk},
 		keyPrefix: keyPrefix(opts.Name),
-		now:       now,
-		epoch:     now(),
+		clock:     clk,
 	}
 	h := headerSwitches{legacy: !opts.DisableLegacyHeaders, draft: !opts.DisableDraftHeaders}
 	l.policy = newPolicyHeaders(opts.Name, opts.Limit, opts.Window, h)
@@ -126,7 +126,7 @@ func newLimiter(opts Options, now func() time.Time) *Limiter {
 	if l.mem == nil && !opts.DisableOverLimitCache {
 		l.refusals = newRefusals()
 	}
-	l.breaker = newBreaker(opts.BreakerFailures, opts.BreakerCooldown, now, l.failLog.write, opts.Metrics)
+	l.breaker = newBreaker(opts.BreakerFailures, opts.BreakerCooldown, clk, l.failLog.write, opts.Metrics)
 	l.failLog.last.Store(-int64(time.Second)) // the first failure is logged
 	return l
 }
@@ -180,8 +180,8 @@ func (l *Limiter) take(ctx context.Context, d *Decision, tenant string, kb []byt
 		// closed.
 		count, ttl, err = l.mem.incr(kb, int64(l.opts.Window))
 	} else {
-		now := l.now()
-		since := now.Sub(l.epoch)
+		now := l.clock.Now()
+		since := l.clock.since(now)
 		if l.refusals != nil {
 			if left, ok := l.refusals.left(kb, since); ok {
 				l.counted(d, &l.policy, ByCounter, int64(l.opts.Limit)+1, left, nil)
@@ -285,16 +285,4 @@ func incrTTL(ctx context.Context, c Counter, key string, window time.Duration) (
 	}
 	n, err := c.Incr(ctx, key, window)
 	return n, window, err
-}
-
-// ceilDiv is d in whole units, rounded up: a client that waits that many
-// seconds finds the window over, and Redis, which keeps expiries in
-// milliseconds, keeps a window no shorter than asked. Dividing first keeps
-// it from overflowing near math.MaxInt64.
-func ceilDiv(d, unit time.Duration) int64 {
-	n := int64(d / unit)
-	if d%unit > 0 {
-		n++
-	}
-	return n
 }

@@ -49,9 +49,7 @@ type MemoryCounter struct {
 	sweepSpan atomic.Int64  // the longest window any shard has seen
 	sweepNext atomic.Uint64 // the ring position of the next turn
 
-	// Tests inject a fake clock; nil is the real one.
-	now   func() time.Time
-	epoch time.Time // now's reading at construction
+	clock clock // the zero value's is the real one; tests inject a fake
 
 	owners keyOwners // the limiters counting in it
 }
@@ -59,9 +57,6 @@ type MemoryCounter struct {
 // memSeed spreads keys over shards and slots. One per process is enough to
 // keep clients from choosing keys that crowd one shard.
 var memSeed = maphash.MakeSeed()
-
-// memEpoch is where the real clock of every MemoryCounter counts from.
-var memEpoch = time.Now()
 
 type memShard struct {
 	mu        sync.Mutex // held to change the table or a slot
@@ -103,12 +98,10 @@ func NewMemoryCounter() *MemoryCounter {
 	return newMemoryCounter(nil)
 }
 
+// newMemoryCounter is NewMemoryCounter on the clock now (nil: the real
+// clock).
 func newMemoryCounter(now func() time.Time) *MemoryCounter {
-	m := &MemoryCounter{now: now}
-	if now != nil {
-		m.epoch = now()
-	}
-	return m
+	return &MemoryCounter{clock: newClock(now)}
 }
 
 // Incr bumps the counter for key and returns the count after the increment.
@@ -135,7 +128,7 @@ func (m *MemoryCounter) incr(key []byte, window int64) (int64, time.Duration, er
 	if m.closed.Load() {
 		return 0, 0, ErrClosed
 	}
-	now := m.clock()
+	now := int64(m.clock.elapsed())
 	if now >= m.sweepAt.Load() {
 		m.sweep(now)
 	}
@@ -301,13 +294,4 @@ func (m *MemoryCounter) Close() error {
 		s.mu.Unlock()
 	}
 	return nil
-}
-
-// clock returns nanoseconds on the counter's clock. The real clock's
-// reading is monotonic, so a wall-clock step does not move windows.
-func (m *MemoryCounter) clock() int64 {
-	if m.now != nil {
-		return int64(m.now().Sub(m.epoch))
-	}
-	return int64(time.Since(memEpoch))
 }

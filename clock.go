@@ -1,0 +1,61 @@
+package ratelimit
+
+import "time"
+
+// clock is the time as the limiter and the parts that keep time for it
+// (the breaker, the failure log, the memory counter) read it: the time now,
+// for deadlines, and the time since the clock's epoch, for what must not
+// move when the wall clock is stepped (the real clock's readings are
+// monotonic). The zero value is the real clock; tests inject a fake one
+// with newClock.
+type clock struct {
+	now   func() time.Time // nil: time.Now
+	epoch time.Time        // now's first reading; unused by the real clock
+}
+
+// realEpoch is where the real clock counts from.
+var realEpoch = time.Now()
+
+// newClock returns a clock that reads now, or the real clock for nil.
+func newClock(now func() time.Time) clock {
+	if now == nil {
+		return clock{}
+	}
+	return clock{now: now, epoch: now()}
+}
+
+// Now returns the time now.
+func (c clock) Now() time.Time {
+	if c.now == nil {
+		return time.Now()
+	}
+	return c.now()
+}
+
+// since returns the time from the clock's epoch to t, a reading of Now.
+func (c clock) since(t time.Time) time.Duration {
+	if c.now == nil {
+		return t.Sub(realEpoch)
+	}
+	return t.Sub(c.epoch)
+}
+
+// elapsed returns the time from the clock's epoch to now.
+func (c clock) elapsed() time.Duration {
+	if c.now == nil {
+		return time.Since(realEpoch)
+	}
+	return c.now().Sub(c.epoch)
+}
+
+// ceilDiv is d in whole units, rounded up: a client that waits that many
+// seconds finds the window over, and Redis, which keeps expiries in
+// milliseconds, keeps a window no shorter than asked. Dividing first keeps
+// it from overflowing near math.MaxInt64.
+func ceilDiv(d, unit time.Duration) int64 {
+	n := int64(d / unit)
+	if d%unit > 0 {
+		n++
+	}
+	return n
+}
