@@ -20,6 +20,13 @@ import (
 
 const connectFactor = 10
 
+// Options.StoreTimeout's default and bounds.
+const (
+	defaultStoreTimeout = 100 * time.Millisecond
+	minStoreTimeout     = time.Millisecond
+	maxStoreTimeout     = time.Minute
+)
+
 // timeRule is one limiter's time rule.
 type timeRule struct {
 	timeout time.Duration

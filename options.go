@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
-
-	"github.com/gofiber/fiber/v2"
 )
 
 // Options configures a Limiter: the budget, the counter, and what happens
@@ -144,90 +142,8 @@ type Options struct {
 	DisableOverLimitCache bool
 }
 
-// Config configures RateLimitShared, the Fiber v2 handler. Next, Tenant,
-// LimitReached and AnonymousByIP say how it reads a request and answers
-// it; every other field is the Options field of the same name, with the
-// same meaning and default.
-type Config struct {
-	// Next skips the limiter for a request when it returns true. Skipped
-	// requests are neither counted nor given headers.
-	//
-	// Optional. Default: nil
-	Next func(c *fiber.Ctx) bool
-
-	// Tenant returns the ID of the tenant that a request spends from, and
-	// false when there is none. Requests without a tenant share one bucket,
-	// rl:unknown, unless AnonymousByIP is set. Resolve the tenant from
-	// something the gateway has verified (an API key, a token); an ID a
-	// client may choose freely lets it pick its own bucket.
-	//
-	// Optional. Default: c.Locals("tenant") when it holds a non-empty string
-	Tenant func(c *fiber.Ctx) (string, bool)
-
-	// AnonymousByIP keys requests without a tenant by client address,
-	// c.IP(), instead of sharing rl:unknown between them all, so that one
-	// anonymous client cannot lock out the others. c.IP() follows the
-	// app's ProxyHeader and trusted-proxy settings (fiber.Config
-	// EnableTrustedProxyCheck, TrustedProxies, EnableIPValidation): behind
-	// a proxy, trust only the proxy's own header, or every client picks
-	// its own address and budget. An address that does not parse counts
-	// under rl:unknown. IPv6 clients are keyed by their Options.IPv6Prefix.
-	//
-	// Optional. Default: false
-	AnonymousByIP bool
-
-	// LimitReached answers a request over budget. The rate limit headers
-	// and Retry-After are already set when it runs.
-	//
-	// Optional. Default: returns fiber.NewError(429, "rate limit exceeded"),
-	// so the app's ErrorHandler shapes the response
-	LimitReached fiber.Handler
-
-	// The fields of Options, each with the meaning and default documented
-	// on the Options field of the same name.
-	Counter               Counter       // where requests count; default: a new MemoryCounter
-	Name                  string        // the limiter's keys and policy name; default: ""
-	Limit                 int           // required: requests per tenant per window
-	Window                time.Duration // required: the fixed window, 1ms to 24h
-	IPv6Prefix            int           // how anonymous IPv6 clients are keyed; default: 64
-	FailClosed            bool          // 503 rather than let through when nothing counts
-	Logger                *slog.Logger  // failure lines, one per second at most; default: slog.Default()
-	DisableLegacyHeaders  bool          // no X-RateLimit-*
-	DisableDraftHeaders   bool          // no RateLimit-Policy, RateLimit
-	StoreTimeout          time.Duration // the most a request waits for Counter; default: 100ms
-	BreakerFailures       int           // failures in a row that open the breaker; default: 5
-	BreakerCooldown       time.Duration // how long the breaker stays open; default: 1s
-	Fallback              Counter       // decides while Counter fails; default: nil
-	FallbackLimit         int           // Fallback's budget per replica; default: Limit
-	Metrics               *Metrics      // counts decisions; default: nil
-	DisableOverLimitCache bool          // ask Counter even for a tenant already over Limit
-}
-
-// options returns the Options fields of cfg.
-func (cfg *Config) options() Options {
-	return Options{
-		Counter:               cfg.Counter,
-		Name:                  cfg.Name,
-		Limit:                 cfg.Limit,
-		Window:                cfg.Window,
-		IPv6Prefix:            cfg.IPv6Prefix,
-		FailClosed:            cfg.FailClosed,
-		Logger:                cfg.Logger,
-		DisableLegacyHeaders:  cfg.DisableLegacyHeaders,
-		DisableDraftHeaders:   cfg.DisableDraftHeaders,
-		StoreTimeout:          cfg.StoreTimeout,
-		BreakerFailures:       cfg.BreakerFailures,
-		BreakerCooldown:       cfg.BreakerCooldown,
-		Fallback:              cfg.Fallback,
-		FallbackLimit:         cfg.FallbackLimit,
-		Metrics:               cfg.Metrics,
-		DisableOverLimitCache: cfg.DisableOverLimitCache,
-	}
-}
-
 // The defaults of the optional Options fields.
 const (
-	defaultStoreTimeout    = 100 * time.Millisecond
 	defaultBreakerFailures = 5
 	defaultBreakerCooldown = time.Second
 	defaultIPv6Prefix      = 64
@@ -243,7 +159,7 @@ func withDefaults(opts Options) Options {
 	// Redis keeps expiries in milliseconds; a window past a day is a quota,
 	// which a fixed-window limiter keeps badly (one lost key loses it all).
 	checkDuration("Window", opts.Window, time.Millisecond, 24*time.Hour, false)
-	checkDuration("StoreTimeout", opts.StoreTimeout, time.Millisecond, time.Minute, true)
+	checkDuration("StoreTimeout", opts.StoreTimeout, minStoreTimeout, maxStoreTimeout, true)
 	checkDuration("BreakerCooldown", opts.BreakerCooldown, time.Millisecond, time.Hour, true)
 	if opts.IPv6Prefix < 0 || opts.IPv6Prefix > 128 {
 		panic(fmt.Sprintf("ratelimit: IPv6Prefix must be between 1 and 128, got %d", opts.IPv6Prefix))

@@ -1,0 +1,167 @@
+package ratelimit
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+)
+
+// RateLimitShared returns a Fiber v2 handler that allows each tenant Limit
+// requests per fixed Window, counted in cfg.Counter under a key built from
+// the tenant ID ("rl:<tenant>" for plain IDs). Over budget it answers 429;
+// when the counter fails it decides by cfg.Fallback, or lets the request
+// through (or answers 503 with FailClosed), and logs. Every response it
+// decides carries the rate limit headers (see Decision.SetHeaders).
+//
+// It panics, naming the field, when cfg is invalid.
+func RateLimitShared(cfg Config) fiber.Handler {
+	return newFiberDoor(NewLimiter(cfg.options()), cfg).handle
+}
+
+// Config configures RateLimitShared, the Fiber v2 handler. Next, Tenant,
+// LimitReached and AnonymousByIP say how it reads a request and answers
+// it; every other field is the Options field of the same name, with the
+// same meaning and default.
+type Config struct {
+	// Next skips the limiter for a request when it returns true. Skipped
+	// requests are neither counted nor given headers.
+	//
+	// Optional. Default: nil
+	Next func(c *fiber.Ctx) bool
+
+	// Tenant returns the ID of the tenant that a request spends from, and
+	// false when there is none. Requests without a tenant share one bucket,
+	// rl:unknown, unless AnonymousByIP is set. Resolve the tenant from
+	// something the gateway has verified (an API key, a token); an ID a
+	// client may choose freely lets it pick its own bucket.
+	//
+	// Optional. Default: c.Locals("tenant") when it holds a non-empty string
+	Tenant func(c *fiber.Ctx) (string, bool)
+
+	// AnonymousByIP keys requests without a tenant by client address,
+	// c.IP(), instead of sharing rl:unknown between them all, so that one
+	// anonymous client cannot lock out the others. c.IP() follows the
+	// app's ProxyHeader and trusted-proxy settings (fiber.Config
+	// EnableTrustedProxyCheck, TrustedProxies, EnableIPValidation): behind
+	// a proxy, trust only the proxy's own header, or every client picks
+	// its own address and budget. An address that does not parse counts
+	// under rl:unknown. IPv6 clients are keyed by their Options.IPv6Prefix.
+	//
+	// Optional. Default: false
+	AnonymousByIP bool
+
+	// LimitReached answers a request over budget. The rate limit headers
+	// and Retry-After are already set when it runs.
+	//
+	// Optional. Default: returns fiber.NewError(429, "rate limit exceeded"),
+	// so the app's ErrorHandler shapes the response
+	LimitReached fiber.Handler
+
+	// The fields of Options, each with the meaning and default documented
+	// on the Options field of the same name.
+	Counter               Counter       // where requests count; default: a new MemoryCounter
+	Name                  string        // the limiter's keys and policy name; default: ""
+	Limit                 int           // required: requests per tenant per window
+	Window                time.Duration // required: the fixed window, 1ms to 24h
+	IPv6Prefix            int           // how anonymous IPv6 clients are keyed; default: 64
+	FailClosed            bool          // 503 rather than let through when nothing counts
+	Logger                *slog.Logger  // failure lines, one per second at most; default: slog.Default()
+	DisableLegacyHeaders  bool          // no X-RateLimit-*
+	DisableDraftHeaders   bool          // no RateLimit-Policy, RateLimit
+	StoreTimeout          time.Duration // the most a request waits for Counter; default: 100ms
+	BreakerFailures       int           // failures in a row that open the breaker; default: 5
+	BreakerCooldown       time.Duration // how long the breaker stays open; default: 1s
+	Fallback              Counter       // decides while Counter fails; default: nil
+	FallbackLimit         int           // Fallback's budget per replica; default: Limit
+	Metrics               *Metrics      // counts decisions; default: nil
+	DisableOverLimitCache bool          // ask Counter even for a tenant already over Limit
+}
+
+// options returns the Options fields of cfg.
+func (cfg *Config) options() Options {
+	return Options{
+		Counter:               cfg.Counter,
+		Name:                  cfg.Name,
+		Limit:                 cfg.Limit,
+		Window:                cfg.Window,
+		IPv6Prefix:            cfg.IPv6Prefix,
+		FailClosed:            cfg.FailClosed,
+		Logger:                cfg.Logger,
+		DisableLegacyHeaders:  cfg.DisableLegacyHeaders,
+		DisableDraftHeaders:   cfg.DisableDraftHeaders,
+		StoreTimeout:          cfg.StoreTimeout,
+		BreakerFailures:       cfg.BreakerFailures,
+		BreakerCooldown:       cfg.BreakerCooldown,
+		Fallback:              cfg.Fallback,
+		FallbackLimit:         cfg.FallbackLimit,
+		Metrics:               cfg.Metrics,
+		DisableOverLimitCache: cfg.DisableOverLimitCache,
+	}
+}
+
+// fiberDoor is the Fiber v2 front door of a Limiter.
+type fiberDoor struct {
+	lim           *Limiter
+	next          func(c *fiber.Ctx) bool
+	tenant        func(c *fiber.Ctx) (string, bool)
+	anonymousByIP bool
+	limitReached  fiber.Handler
+}
+
+func newFiberDoor(lim *Limiter, cfg Config) *fiberDoor {
+	d := &fiberDoor{lim: lim, next: cfg.Next, tenant: cfg.Tenant,
+		anonymousByIP: cfg.AnonymousByIP, limitReached: cfg.LimitReached}
+	if d.tenant == nil {
+		d.tenant = tenantFromLocals
+	}
+	if d.limitReached == nil {
+		d.limitReached = limitExceeded
+	}
+	return d
+}
+
+func tenantFromLocals(c *fiber.Ctx) (string, bool) {
+	id, ok := c.Locals("tenant").(string)
+	return id, ok && id != ""
+}
+
+var (
+	errLimitExceeded = fiber.NewError(fiber.StatusTooManyRequests, "rate limit exceeded")
+	// The 503 body names no store, key or error: those are for the log.
+	errUnavailable = fiber.NewError(fiber.StatusServiceUnavailable, "service unavailable")
+)
+
+func limitExceeded(*fiber.Ctx) error { return errLimitExceeded }
+
+func (d *fiberDoor) handle(c *fiber.Ctx) error {
+	if d.next != nil && d.next(c) {
+		return c.Next()
+	}
+	// A MemoryCounter never waits on a context, and Fiber's UserContext
+	// stores one in the request on first use, which costs more than the
+	// count.
+	ctx := context.Background()
+	if d.lim.mem == nil {
+		ctx = c.UserContext()
+	}
+	var dec Decision
+	if id, ok := d.tenant(c); ok && id != "" {
+		d.lim.takeTenant(ctx, &dec, id)
+	} else if d.anonymousByIP {
+		addr, _ := netip.ParseAddr(c.IP())
+		dec = d.lim.TakeAddr(ctx, addr)
+	} else {
+		d.lim.takeTenant(ctx, &dec, "")
+	}
+	dec.SetFastHTTPHeaders(&c.Response().Header)
+	switch {
+	case dec.Allowed:
+		return c.Next()
+	case dec.By == ByNone:
+		return errUnavailable
+	}
+	return d.limitReached(c)
+}
