@@ -2,9 +2,7 @@ package ratelimit
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"time"
 )
@@ -194,18 +192,6 @@ func after(d time.Duration) <-chan struct{} {
 	c := make(chan struct{})
 	time.AfterFunc(d, func() { close(c) })
 	return c
-}
-
-// errTimedOut: the caller's wait ended before the answer came.
-var errTimedOut = errors.New("no answer in time")
-
-// isTimeout reports whether err is a deadline that passed.
-func isTimeout(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	ne, ok := errors.AsType[net.Error](err)
-	return ok && ne.Timeout()
 }
 
 // join adds a call to the filling batch and reports its op's position, the

@@ -29,5 +29,14 @@ type TTLCounter interface {
 	IncrTTL(ctx context.Context, key string, window time.Duration) (count int64, ttl time.Duration, err error)
 }
 
+// incrTTL is Incr with the time left when c reports it, else the window.
+func incrTTL(ctx context.Context, c Counter, key string, window time.Duration) (int64, time.Duration, error) {
+	if t, ok := c.(TTLCounter); ok {
+		return t.IncrTTL(ctx, key, window)
+	}
+	n, err := c.Incr(ctx, key, window)
+	return n, window, err
+}
+
 // ErrClosed is returned by a counter's Incr after its Close.
 var ErrClosed = errors.New("ratelimit: counter is closed")

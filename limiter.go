@@ -266,7 +266,7 @@ func (l *Limiter) ask(ctx context.Context, key string, now time.Time) (int64, ti
 	if !ok {
 		return 0, 0, errBreakerOpen
 	}
-	n, ttl, err := l.call(ctx, key, now)
+	n, ttl, err := l.rule.call(ctx, l.opts.Counter, key, l.opts.Window, now)
 	if err == nil && n <= 0 {
 		err = fmt.Errorf("increment rate limit key %s: counter returned %d", key, n)
 	}
@@ -276,13 +276,4 @@ func (l *Limiter) ask(ctx context.Context, key string, now time.Time) (int64, ti
 		l.breaker.success(probe)
 	}
 	return n, ttl, err
-}
-
-// incrTTL is Incr with the time left when c reports it, else the window.
-func incrTTL(ctx context.Context, c Counter, key string, window time.Duration) (int64, time.Duration, error) {
-	if t, ok := c.(TTLCounter); ok {
-		return t.IncrTTL(ctx, key, window)
-	}
-	n, err := c.Incr(ctx, key, window)
-	return n, window, err
 }

@@ -68,9 +68,10 @@ const (
 const rounds = 4
 
 var (
-	_ Counter      = (*RedisCounter)(nil)
-	_ TTLCounter   = (*RedisCounter)(nil)
-	_ ownedCounter = (*RedisCounter)(nil)
+	_ Counter        = (*RedisCounter)(nil)
+	_ TTLCounter     = (*RedisCounter)(nil)
+	_ boundedCounter = (*RedisCounter)(nil)
+	_ ownedCounter   = (*RedisCounter)(nil)
 )
 
 func (r *RedisCounter) keyOwners() *keyOwners { return &r.owners }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync/atomic"
 	"time"
 )
@@ -73,12 +74,10 @@ type boundedCounter interface {
 	incrWithin(ctx context.Context, key string, window time.Duration, deadline time.Time, wait time.Duration) (int64, time.Duration, error)
 }
 
-var _ boundedCounter = (*RedisCounter)(nil)
-
-// call counts key in the limiter's counter under the time rule; now is
-// when the request arrived.
-func (l *Limiter) call(ctx context.Context, key string, now time.Time) (int64, time.Duration, error) {
-	wait, deadline := l.rule.budget(ctx, now)
+// call counts key in c under the time rule; now is when the request
+// arrived.
+func (r *timeRule) call(ctx context.Context, c Counter, key string, window time.Duration, now time.Time) (int64, time.Duration, error) {
+	wait, deadline := r.budget(ctx, now)
 	if wait <= 0 {
 		// The request's own deadline has passed.
 		return 0, 0, fmt.Errorf("increment rate limit key %s: %w", key, context.DeadlineExceeded)
@@ -88,16 +87,28 @@ func (l *Limiter) call(ctx context.Context, key string, now time.Time) (int64, t
 		ttl time.Duration
 		err error
 	)
-	if b, ok := l.opts.Counter.(boundedCounter); ok {
-		n, ttl, err = b.incrWithin(ctx, key, l.opts.Window, deadline, wait)
+	if b, ok := c.(boundedCounter); ok {
+		n, ttl, err = b.incrWithin(ctx, key, window, deadline, wait)
 	} else {
 		// A Counter of the user's own returns when its context is done.
 		cctx, cancel := context.WithTimeoutCause(ctx, wait, errTimedOut)
-		n, ttl, err = incrTTL(cctx, l.opts.Counter, key, l.opts.Window)
+		n, ttl, err = incrTTL(cctx, c, key, window)
 		if err != nil && context.Cause(cctx) == errTimedOut {
 			err = fmt.Errorf("increment rate limit key %s: %w (%w)", key, errTimedOut, err)
 		}
 		cancel()
 	}
-	return n, ttl, l.rule.ended(wait, err)
+	return n, ttl, r.ended(wait, err)
+}
+
+// errTimedOut: the caller's wait ended before the answer came.
+var errTimedOut = errors.New("no answer in time")
+
+// isTimeout reports whether err is a deadline that passed.
+func isTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	ne, ok := errors.AsType[net.Error](err)
+	return ok && ne.Timeout()
 }

@@ -78,7 +78,7 @@ func TestTimeRule(t *testing.T) {
 			for _, c := range tt.calls {
 				probe.outcomes = append(probe.outcomes, c.outcome)
 			}
-			l := newLimiter(Options{Counter: probe, Limit: 10, Window: time.Minute, StoreTimeout: timeout}, clock.Now)
+			rule := &timeRule{timeout: timeout}
 			for i, c := range tt.calls {
 				clock.Advance(time.Second)
 				now := clock.Now()
@@ -88,7 +88,7 @@ func TestTimeRule(t *testing.T) {
 					ctx, cancel = context.WithDeadline(ctx, now.Add(c.reqDeadline))
 					defer cancel()
 				}
-				_, _, err := l.call(ctx, "rl:a", now)
+				_, _, err := rule.call(ctx, probe, "rl:a", time.Minute, now)
 				if probe.waits[i] != c.wait || !probe.ends[i].Equal(now.Add(c.wait)) {
 					t.Errorf("call %d: wait %v until %v; want %v until %v",
 						i, probe.waits[i], probe.ends[i].Sub(now), c.wait, c.wait)
@@ -108,10 +108,10 @@ func TestTimeRule(t *testing.T) {
 func TestTimeRuleExpiredRequest(t *testing.T) {
 	clock := newFakeClock()
 	probe := &ruleProbe{}
-	l := newLimiter(Options{Counter: probe, Limit: 10, Window: time.Minute}, clock.Now)
+	rule := &timeRule{timeout: defaultStoreTimeout}
 	ctx, cancel := context.WithDeadline(context.Background(), clock.Now().Add(-time.Millisecond))
 	defer cancel()
-	if _, _, err := l.call(ctx, "rl:a", clock.Now()); !errors.Is(err, context.DeadlineExceeded) || len(probe.waits) != 0 {
+	if _, _, err := rule.call(ctx, probe, "rl:a", time.Minute, clock.Now()); !errors.Is(err, context.DeadlineExceeded) || len(probe.waits) != 0 {
 		t.Fatalf("call = %v after %d counter calls; want context.DeadlineExceeded and none", err, len(probe.waits))
 	}
 }
