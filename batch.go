@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,10 +25,7 @@ import (
 // of them gets total - n + i, what n increments one after another would
 // have returned, so every caller of a window still gets a count of its own.
 type batcher struct {
-	// send carries one batch to the store and fills in each op's answer;
-	// it must never send an op twice. ctx ends at the latest of the
-	// callers' deadlines, if they all have one, or when send calls cancel.
-	send   func(ctx context.Context, cancel context.CancelFunc, ops []*incrOp)
+	send   sendFunc
 	rounds int  // round trips in flight at most
 	inline bool // send bounds a round trip by its context's deadline
 
@@ -43,6 +41,23 @@ type batcher struct {
 }
 
 const runnerIdle = 250 * time.Millisecond
+
+// rounds is how many round trips a batcher has in flight at most. More of
+// them make each smaller; fewer make calls wait longer for the next.
+const rounds = 4
+
+// sendFunc carries one batch to the store and fills in each op's answer;
+// it must never send an op twice. ctx ends at the latest of the callers'
+// deadlines, if they all have one, or when the function calls cancel.
+type sendFunc func(ctx context.Context, cancel context.CancelFunc, ops []*incrOp)
+
+// newBatcher returns a batcher whose round trips send carries. deadlines
+// says that send bounds a round trip by its context's deadline (a Redis
+// client with ContextTimeoutEnabled), so that a lone call may make its
+// round trip on its own goroutine.
+func newBatcher(send sendFunc, deadlines bool) *batcher {
+	return &batcher{send: send, rounds: rounds, inline: deadlines, idle: make(chan *batch)}
+}
 
 // batch is the ops of one round trip.
 type batch struct {
@@ -351,23 +366,30 @@ func (b *batcher) flush(bt *batch) {
 	}
 	defer cancel()
 	b.send(ctx, cancel, ops)
+	var trip uint64
 	for _, op := range ops {
 		if op.err != nil {
-			op.err = &tripError{trip: bt, err: op.err}
+			if trip == 0 {
+				trip = tripIDs.Add(1)
+			}
+			op.err = &tripError{trip: trip, err: op.err}
 		}
 	}
 }
 
-// tripError is the failure of one round trip, which all its callers get:
-// the breaker counts it once (see limiter.ask), or a single dropped
-// connection would fail a whole batch of requests "in a row" and open it.
+// tripError is the failure of one round trip, which all its callers get.
+// It is a sharedFailure: the breaker counts it once.
 type tripError struct {
-	trip *batch
+	trip uint64 // from tripIDs
 	err  error
 }
 
-func (e *tripError) Error() string { return e.err.Error() }
-func (e *tripError) Unwrap() error { return e.err }
+// tripIDs numbers the round trips that failed, in every batcher.
+var tripIDs atomic.Uint64
+
+func (e *tripError) Error() string     { return e.err.Error() }
+func (e *tripError) Unwrap() error     { return e.err }
+func (e *tripError) roundTrip() uint64 { return e.trip }
 
 // finish closes done and stops the batch's timer.
 func (bt *batch) finish() {

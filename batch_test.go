@@ -337,3 +337,39 @@ func TestBatcherJoinerAfterTheTimerWaitsItsOwnTime(t *testing.T) {
 		t.Errorf("a caller joining late: %v after %v; want errTimedOut after about %v", err, d, wait)
 	}
 }
+
+// The callers of one failed round trip get one sharedFailure, which the
+// breaker counts once; the next round trip's failure is another.
+func TestBatcherFailureIsSharedByItsRoundTrip(t *testing.T) {
+	store := &fakeStore{hold: make(chan struct{}), sent: make(chan struct{}, 10)}
+	failing := errors.New("EOF")
+	b := &batcher{rounds: 1, send: func(ctx context.Context, cancel context.CancelFunc, ops []*incrOp) {
+		store.send(ctx, cancel, ops)
+		for _, op := range ops {
+			op.err = failing
+		}
+	}}
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	wg.Go(func() { _, _, errs[0] = b.incr(context.Background(), "rl:first", 1000, time.Time{}, 0) })
+	<-store.sent
+	for i := 1; i < len(errs); i++ {
+		key := []string{"rl:a", "rl:a", "rl:b"}[i-1]
+		wg.Go(func() { _, _, errs[i] = b.incr(context.Background(), key, 1000, time.Time{}, 0) })
+	}
+	waitFor(t, "3 callers in the next batch", func() bool { return b.pendingCallers() == 3 })
+	close(store.hold)
+	wg.Wait()
+
+	trips := make([]uint64, len(errs))
+	for i, err := range errs {
+		f, ok := errors.AsType[sharedFailure](err)
+		if !ok || !errors.Is(err, failing) {
+			t.Fatalf("caller %d: %v (%T), want a sharedFailure wrapping %v", i, err, err, failing)
+		}
+		trips[i] = f.roundTrip()
+	}
+	if trips[0] == trips[1] || trips[1] != trips[2] || trips[2] != trips[3] {
+		t.Fatalf("round trips of the failures: %v; want the first apart and the next three one", trips)
+	}
+}

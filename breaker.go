@@ -45,9 +45,18 @@ type breaker struct {
 	metrics   *Metrics
 
 	state    atomic.Int32
-	failures atomic.Int64 // consecutive failures while closed
-	openedAt atomic.Int64 // nanoseconds since the clock's epoch
-	lastTrip atomic.Pointer[batch]
+	failures atomic.Int64  // consecutive failures while closed
+	openedAt atomic.Int64  // nanoseconds since the clock's epoch
+	lastTrip atomic.Uint64 // the last sharedFailure counted
+}
+
+// sharedFailure is an error that several requests got from one failed
+// round trip to the counter, which roundTrip names. The breaker counts
+// them as one failure, or a single dropped connection would fail a whole
+// batch of requests "in a row" and open it.
+type sharedFailure interface {
+	error
+	roundTrip() uint64
 }
 
 func newBreaker(threshold int, cooldown time.Duration, clk clock, log func(slog.Level, string, ...slog.Attr), m *Metrics) *breaker {
@@ -94,7 +103,7 @@ func (b *breaker) failure(probe bool, err error) {
 		b.open(BreakerHalfOpen, slog.String("cause", "probe failed"), slog.Any("err", err))
 		return
 	}
-	if t, ok := errors.AsType[*tripError](err); ok && b.lastTrip.Swap(t.trip) == t.trip {
+	if t, ok := errors.AsType[sharedFailure](err); ok && b.lastTrip.Swap(t.roundTrip()) == t.roundTrip() {
 		// The requests that shared one failed round trip are one failure:
 		// another of them counted it.
 		return

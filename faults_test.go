@@ -260,7 +260,7 @@ func TestBreakerCountsARoundTripOnce(t *testing.T) {
 	const threshold = 3
 	app, store, m := breakerApp(threshold)
 	for trip := range threshold {
-		store.set(&tripError{trip: &batch{}, err: errors.New("EOF")})
+		store.set(&tripError{trip: tripIDs.Add(1), err: errors.New("EOF")})
 		for range 10 { // ten requests of one round trip
 			get(t, app, "")
 		}

@@ -48,7 +48,7 @@ type RedisCounter struct {
 	rdb    redis.UniversalClient
 	route  route
 	ring   *redis.Ring // when route is byShard
-	batch  batcher
+	batch  *batcher
 	dials  dialWatch
 	owners keyOwners
 }
@@ -61,11 +61,6 @@ const (
 	byShard              // a Ring: one call per shard
 	byKey                // a cluster, or a client of unknown shape: one per key
 )
-
-// rounds is how many round trips a RedisCounter has in flight at most.
-// More of them make each smaller; fewer make calls wait longer for the
-// next.
-const rounds = 4
 
 var (
 	_ Counter        = (*RedisCounter)(nil)
@@ -84,27 +79,30 @@ func NewRedisCounter(rdb redis.UniversalClient) *RedisCounter {
 		panic("ratelimit: NewRedisCounter: rdb is nil")
 	}
 	r := &RedisCounter{rdb: rdb, route: byKey}
-	r.batch = batcher{send: r.send, rounds: rounds, idle: make(chan *batch)}
+	// With context deadlines on its sockets, the client itself bounds a
+	// round trip by its context.
+	deadlines := false
 	hook := &r.dials
 	switch c := rdb.(type) {
 	case *redis.Client:
 		r.route = allKeys
-		r.batch.inline = c.Options().ContextTimeoutEnabled
+		deadlines = c.Options().ContextTimeoutEnabled
 		c.AddHook(hook)
 	case *redis.Ring:
 		r.route, r.ring = byShard, c
-		r.batch.inline = c.Options().ContextTimeoutEnabled
+		deadlines = c.Options().ContextTimeoutEnabled
 		c.OnNewNode(func(shard *redis.Client) { shard.AddHook(hook) })
 		_ = c.ForEachShard(context.Background(), func(_ context.Context, shard *redis.Client) error {
 			shard.AddHook(hook)
 			return nil
 		})
 	case *redis.ClusterClient:
-		r.batch.inline = c.Options().ContextTimeoutEnabled
+		deadlines = c.Options().ContextTimeoutEnabled
 		// Nodes are made as the client meets them; those it made before
 		// this counter keep go-redis's dial retries.
 		c.OnNewNode(func(node *redis.Client) { node.AddHook(hook) })
 	}
+	r.batch = newBatcher(r.send, deadlines)
 	return r
 }
 
