@@ -15,12 +15,9 @@ import (
 //     `"default";q=100;w=60` and `"default";r=42;t=17`;
 //   - Retry-After on a refusal.
 //
-// Several limiters may decide one request (a global one, then a route's).
-// Each appends its item to RateLimit-Policy and RateLimit, a list in the
-// draft's syntax, while X-RateLimit-* and Retry-After report the most
-// restrictive of them: the fewest requests left, and of those the latest
-// reset. The limiters compare through the X-RateLimit-* fields already in
-// the response, so with DisableLegacyHeaders each Retry-After is its own.
+// Several limiters may decide one request (a global one, then a route's):
+// plan decides what each writes, and SetHeaders and SetFastHTTPHeaders
+// only write it.
 
 // Header names in canonical form (fasthttp's and net/http's agree), so
 // that SetCanonical stores them exactly as c.Set would and a later c.Set
@@ -32,15 +29,6 @@ const (
 	hPolicy     = "Ratelimit-Policy"
 	hRateLimit  = "Ratelimit"
 	hRetryAfter = "Retry-After"
-)
-
-var (
-	bLimit      = []byte(hLimit)
-	bRemaining  = []byte(hRemaining)
-	bReset      = []byte(hReset)
-	bPolicy     = []byte(hPolicy)
-	bRateLimit  = []byte(hRateLimit)
-	bRetryAfter = []byte(hRetryAfter)
 )
 
 // headerSwitches are the header families a limiter writes.
@@ -95,39 +83,102 @@ func (d *Decision) figures() (remaining, reset int64) {
 // refusal by a counter, not by FailClosed.
 func (d *Decision) retryAfter() bool { return !d.Allowed && d.By != ByNone }
 
+// The fields a Decision writes, in the order plan decides them.
+const (
+	fLimit = iota
+	fRemaining
+	fReset
+	fPolicy
+	fRateLimit
+	fRetryAfter
+	numFields
+)
+
+var (
+	fieldNames     = [numFields]string{hLimit, hRemaining, hReset, hPolicy, hRateLimit, hRetryAfter}
+	fieldNameBytes = [numFields][]byte{[]byte(hLimit), []byte(hRemaining), []byte(hReset),
+		[]byte(hPolicy), []byte(hRateLimit), []byte(hRetryAfter)}
+)
+
+// fieldValues is what plan decided a Decision writes: the value of each
+// field it sets, nil for a field it leaves alone. A value is a constant of
+// the policy's, or was appended to buf.
+type fieldValues struct {
+	vals [numFields][]byte
+	buf  []byte
+}
+
+// plan decides the fields that d writes into a response, appending the
+// values it formats to buf. earlier returns the value of field i that an
+// earlier limiter wrote into the same response, empty if none; plan reads
+// only those it needs. This is the whole rule for several limiters on one
+// request: each appends its item to RateLimit-Policy and RateLimit, while
+// X-RateLimit-* and Retry-After report the most restrictive of them, the
+// fewest requests left and of those the latest reset, compared through the
+// X-RateLimit-* fields already in the response (so with
+// DisableLegacyHeaders each Retry-After is its own). When nothing counted
+// the request, only the limit and the policy are known.
+func plan[T string | []byte](d *Decision, buf []byte, earlier func(i int) T) fieldValues {
+	v := fieldValues{buf: buf}
+	p := d.policy
+	if p == nil {
+		return v // the zero Decision
+	}
+	remaining, reset := d.figures()
+	retry := reset
+	add := func(i int, b []byte) { // field i's value is what b appended to v.buf
+		v.vals[i], v.buf = b[len(v.buf):], b
+	}
+	if p.legacy {
+		switch prev, ok := parseCount(earlier(fRemaining)); {
+		case remaining < 0:
+			if len(earlier(fLimit)) == 0 {
+				v.vals[fLimit] = p.limitBytes
+			}
+		case ok && earlierWins(prev, earlier(fReset), remaining, reset):
+			retry, _ = parseCount(earlier(fReset))
+		default:
+			v.vals[fLimit] = p.limitBytes
+			add(fRemaining, strconv.AppendInt(v.buf, remaining, 10))
+			add(fReset, strconv.AppendInt(v.buf, reset, 10))
+		}
+	}
+	if p.draft {
+		if prev := earlier(fPolicy); len(prev) == 0 {
+			v.vals[fPolicy] = p.policyItemBytes
+		} else {
+			add(fPolicy, append(appendList(v.buf, prev), p.policyItem...))
+		}
+		if remaining >= 0 {
+			add(fRateLimit, appendRateLimitItem(appendList(v.buf, earlier(fRateLimit)), p, remaining, reset))
+		}
+	}
+	if d.retryAfter() {
+		add(fRetryAfter, strconv.AppendInt(v.buf, retry, 10))
+	}
+	return v
+}
+
+// appendList appends the items of an earlier limiter, prev, and the
+// separator before the next item, when there are any.
+func appendList[T string | []byte](b []byte, prev T) []byte {
+	if len(prev) == 0 {
+		return b
+	}
+	b = append(b, prev...)
+	return append(b, ", "...)
+}
+
 // SetFastHTTPHeaders writes d's fields into h, the response header of a
 // door on fasthttp (Fiber v2's and v3's c.Response().Header), as
 // SetHeaders does into an http.Header.
 func (d *Decision) SetFastHTTPHeaders(h *fasthttp.ResponseHeader) {
-	p := d.policy
-	if p == nil || (!p.legacy && !p.draft && !d.retryAfter()) {
-		return // the zero Decision, or nothing to write
-	}
-	remaining, reset := d.figures()
-	retry := reset
 	var buf [128]byte
-	if p.legacy {
-		switch prev, ok := parseCount(h.PeekCanonical(bRemaining)); {
-		case remaining < 0:
-			if len(h.PeekCanonical(bLimit)) == 0 {
-				h.SetCanonical(bLimit, p.limitBytes)
-			}
-		case ok && earlierWins(prev, h.PeekCanonical(bReset), remaining, reset):
-			retry, _ = parseCount(h.PeekCanonical(bReset))
-		default:
-			h.SetCanonical(bLimit, p.limitBytes)
-			h.SetCanonical(bRemaining, strconv.AppendInt(buf[:0], remaining, 10))
-			h.SetCanonical(bReset, strconv.AppendInt(buf[:0], reset, 10))
+	v := plan(d, buf[:0], func(i int) []byte { return h.PeekCanonical(fieldNameBytes[i]) })
+	for i, b := range v.vals {
+		if b != nil {
+			h.SetCanonical(fieldNameBytes[i], b)
 		}
-	}
-	if p.draft {
-		appendItem(h, bPolicy, p.policyItemBytes)
-		if remaining >= 0 {
-			appendItem(h, bRateLimit, appendRateLimitItem(buf[:0], p, remaining, reset))
-		}
-	}
-	if d.retryAfter() {
-		h.SetCanonical(bRetryAfter, strconv.AppendInt(buf[:0], retry, 10))
 	}
 }
 
@@ -141,50 +192,24 @@ func (d *Decision) SetFastHTTPHeaders(h *fasthttp.ResponseHeader) {
 // appended to RateLimit-Policy and RateLimit, and X-RateLimit-* and
 // Retry-After keep reporting the more restrictive of the two.
 func (d *Decision) SetHeaders(h http.Header) {
-	p := d.policy
-	if p == nil || (!p.legacy && !p.draft && !d.retryAfter()) {
-		return // the zero Decision, or nothing to write
+	var buf, all [256]byte
+	v := plan(d, buf[:0], func(i int) string { return first(h[fieldNames[i]]) })
+	// The values share one string and one array: a response costs two
+	// allocations, not two per field.
+	b := all[:0]
+	for _, val := range v.vals {
+		b = append(b, val...)
 	}
-	remaining, reset := d.figures()
-	retry := reset
-	legacy := p.legacy && remaining >= 0
-	if legacy {
-		if prev, ok := parseCount(first(h[hRemaining])); ok && earlierWins(prev, first(h[hReset]), remaining, reset) {
-			retry, _ = parseCount(first(h[hReset]))
-			legacy = false
+	if len(b) == 0 {
+		return
+	}
+	joined := string(b)
+	values := new([numFields]string)
+	for i, val := range v.vals {
+		if val != nil {
+			values[i], joined = joined[:len(val)], joined[len(val):]
+			h[fieldNames[i]] = values[i : i+1 : i+1]
 		}
-	}
-	// The figures share one string and the values one array: a response
-	// costs two allocations, not two per field.
-	var buf [160]byte
-	b := strconv.AppendInt(buf[:0], remaining, 10)
-	endRemaining := len(b)
-	b = strconv.AppendInt(b, reset, 10)
-	endReset := len(b)
-	b = strconv.AppendInt(b, retry, 10)
-	endRetry := len(b)
-	figures := string(appendRateLimitItem(b, p, remaining, reset))
-	values := new([6]string)
-	set := func(i int, field, value string) {
-		values[i] = value
-		h[field] = values[i : i+1 : i+1]
-	}
-	switch {
-	case legacy:
-		set(0, hLimit, p.limitValue)
-		set(1, hRemaining, figures[:endRemaining])
-		set(2, hReset, figures[endRemaining:endReset])
-	case p.legacy && remaining < 0 && len(h[hLimit]) == 0:
-		set(0, hLimit, p.limitValue)
-	}
-	if p.draft {
-		set(3, hPolicy, joinItem(first(h[hPolicy]), p.policyItem))
-		if remaining >= 0 {
-			set(4, hRateLimit, joinItem(first(h[hRateLimit]), figures[endRetry:]))
-		}
-	}
-	if d.retryAfter() {
-		set(5, hRetryAfter, figures[endReset:endRetry])
 	}
 }
 
@@ -208,27 +233,6 @@ func appendRateLimitItem(b []byte, p *policyHeaders, remaining, reset int64) []b
 	b = strconv.AppendInt(b, remaining, 10)
 	b = append(b, ";t="...)
 	return strconv.AppendInt(b, reset, 10)
-}
-
-// appendItem adds item to the list in field, or sets it when there is none.
-func appendItem(h *fasthttp.ResponseHeader, field, item []byte) {
-	prev := h.PeekCanonical(field)
-	if len(prev) == 0 {
-		h.SetCanonical(field, item)
-		return
-	}
-	var buf [256]byte
-	v := append(buf[:0], prev...)
-	v = append(v, ", "...)
-	h.SetCanonical(field, append(v, item...))
-}
-
-// joinItem appends item to the list prev, which may be empty.
-func joinItem(prev, item string) string {
-	if prev == "" {
-		return item
-	}
-	return prev + ", " + item
 }
 
 func first(v []string) string {
