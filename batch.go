@@ -2,7 +2,9 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -151,7 +153,7 @@ func (b *batcher) await(ctx context.Context, bt *batch, pos int, ord int64, dead
 	own := false             // late is this caller's own timer
 	switch {
 	case wait <= 0:
-	case bt.late != nil && !bt.lateAt.After(deadline) && !closed(bt.late):
+	case bt.late != nil && !bt.lateAt.After(deadline) && !fired(bt.late):
 		late = bt.late // it fires first: no timer of its own yet
 	default:
 		late, own = after(wait), true
@@ -192,14 +194,23 @@ func (bt *batch) answer(pos int, ord int64) (count, ttl int64, err error) {
 	return op.countFor(ord), op.ttl, nil
 }
 
-// closed reports whether c is closed.
-func closed(c <-chan struct{}) bool {
+// fired reports whether the timer channel c has been closed.
+func fired(c <-chan struct{}) bool {
 	select {
 	case <-c:
 		return true
 	default:
 		return false
 	}
+}
+
+// isTimeout reports whether err is a deadline that passed.
+func isTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	ne, ok := errors.AsType[net.Error](err)
+	return ok && ne.Timeout()
 }
 
 // after returns a channel closed after d.

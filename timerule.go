@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync/atomic"
 	"time"
 )
@@ -103,12 +102,3 @@ func (r *timeRule) call(ctx context.Context, c Counter, key string, window time.
 
 // errTimedOut: the caller's wait ended before the answer came.
 var errTimedOut = errors.New("no answer in time")
-
-// isTimeout reports whether err is a deadline that passed.
-func isTimeout(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	ne, ok := errors.AsType[net.Error](err)
-	return ok && ne.Timeout()
-}
