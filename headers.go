@@ -136,8 +136,8 @@ func appendList[T string | []byte](b []byte, prev T) []byte {
 func (d *Decision) SetFastHTTPHeaders(h *fasthttp.ResponseHeader) {
 	var buf [128]byte
 	v := plan(d, buf[:0], func(i int) []byte { return h.PeekCanonical(fieldNameBytes[i]) })
-	for i, b := range v.vals {
-		if b != nil {
+	for i := range v.vals {
+		if b := v.vals[i]; b != nil {
 			h.SetCanonical(fieldNameBytes[i], b)
 		}
 	}
@@ -158,17 +158,17 @@ func (d *Decision) SetHeaders(h http.Header) {
 	// The values share one string and one array: a response costs two
 	// allocations, not two per field.
 	b := all[:0]
-	for _, val := range v.vals {
-		b = append(b, val...)
+	for i := range v.vals {
+		b = append(b, v.vals[i]...)
 	}
 	if len(b) == 0 {
 		return
 	}
 	joined := string(b)
 	values := new([numFields]string)
-	for i, val := range v.vals {
-		if val != nil {
-			values[i], joined = joined[:len(val)], joined[len(val):]
+	for i := range v.vals {
+		if n := len(v.vals[i]); n > 0 {
+			values[i], joined = joined[:n], joined[n:]
 			h[fieldNames[i]] = values[i : i+1 : i+1]
 		}
 	}
