@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"errors"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -35,14 +36,63 @@ func (s BreakerState) String() string {
 	return "invalid"
 }
 
-// breaker stops a limiter from calling a failing counter. While it is closed
-// it costs an atomic load per request, and a second one after a failure.
+// nodeCounter is a counter whose keys live on several servers that fail
+// apart, as a RedisCounter's on a cluster or a ring do: nodeOf returns the
+// number (0, 1, ...) and the address of key's server. A limiter keeps a
+// breaker for each server, so that the failures of one open only its own,
+// and the requests of the others' keys still ask the counter.
+type nodeCounter interface {
+	manyNodes() bool
+	nodeOf(key string) (id int, addr string)
+}
+
+// breakers is a limiter's circuit breakers: one for each node of a
+// nodeCounter, made as requests meet the nodes, or one for any other
+// counter.
+type breakers struct {
+	first  *breaker                   // node 0's, or the counter's
+	more   atomic.Pointer[[]*breaker] // by node number; replaced, never changed
+	mu     sync.Mutex                 // held to replace more
+	newOne func(addr string) *breaker
+}
+
+func newBreakers(newOne func(addr string) *breaker) *breakers {
+	bs := &breakers{first: newOne(""), newOne: newOne}
+	bs.more.Store(&[]*breaker{bs.first})
+	return bs
+}
+
+// of returns the breaker of node id, at addr.
+func (bs *breakers) of(id int, addr string) *breaker {
+	if id == 0 {
+		return bs.first
+	}
+	if l := *bs.more.Load(); id < len(l) && l[id] != nil {
+		return l[id]
+	}
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	old := *bs.more.Load()
+	if id < len(old) && old[id] != nil {
+		return old[id]
+	}
+	l := make([]*breaker, max(len(old), id+1))
+	copy(l, old)
+	l[id] = bs.newOne(addr)
+	bs.more.Store(&l)
+	return l[id]
+}
+
+// breaker stops a limiter from calling a failing counter, or one failing
+// node of it. While it is closed it costs an atomic load per request, and
+// a second one after a failure.
 type breaker struct {
 	threshold int64
 	cooldown  time.Duration
 	clock     clock
 	log       func(level slog.Level, msg string, attrs ...slog.Attr)
 	metrics   *Metrics
+	node      string // the address of the breaker's node, for the log; "" for the whole counter
 
 	state    atomic.Int32
 	failures atomic.Int64  // consecutive failures while closed
@@ -59,8 +109,8 @@ type sharedFailure interface {
 	roundTrip() uint64
 }
 
-func newBreaker(threshold int, cooldown time.Duration, clk clock, log func(slog.Level, string, ...slog.Attr), m *Metrics) *breaker {
-	return &breaker{threshold: int64(threshold), cooldown: cooldown, clock: clk, log: log, metrics: m}
+func newBreaker(threshold int, cooldown time.Duration, clk clock, log func(slog.Level, string, ...slog.Attr), m *Metrics, node string) *breaker {
+	return &breaker{threshold: int64(threshold), cooldown: cooldown, clock: clk, log: log, metrics: m, node: node}
 }
 
 // allow reports whether a request may call the counter, and whether it is
@@ -74,7 +124,7 @@ func (b *breaker) allow() (ok, probe bool) {
 			!b.state.CompareAndSwap(int32(BreakerOpen), int32(BreakerHalfOpen)) {
 			return false, false
 		}
-		b.changed(BreakerHalfOpen, slog.String("cause", "cool-down of "+b.cooldown.String()+" over; probing the counter"))
+		b.changed(BreakerOpen, BreakerHalfOpen, slog.String("cause", "cool-down of "+b.cooldown.String()+" over; probing the counter"))
 		return true, true
 	}
 	return false, false // half-open: the probe is out
@@ -89,7 +139,7 @@ func (b *breaker) success(probe bool) {
 	if probe {
 		b.failures.Store(0)
 		b.state.Store(int32(BreakerClosed))
-		b.changed(BreakerClosed, slog.String("cause", "probe succeeded"))
+		b.changed(BreakerHalfOpen, BreakerClosed, slog.String("cause", "probe succeeded"))
 		return
 	}
 	if b.failures.Load() != 0 { // a load, not a store, on the hot path
@@ -124,12 +174,13 @@ func (b *breaker) open(from BreakerState, attrs ...slog.Attr) {
 	if !b.state.CompareAndSwap(int32(from), int32(BreakerOpen)) {
 		return
 	}
-	b.changed(BreakerOpen, append(attrs, slog.Duration("cooldown", b.cooldown))...)
+	b.changed(from, BreakerOpen, append(attrs, slog.Duration("cooldown", b.cooldown))...)
 }
 
-func (b *breaker) changed(to BreakerState, attrs ...slog.Attr) {
-	if b.metrics != nil {
-		b.metrics.breaker.Store(int32(to))
+func (b *breaker) changed(from, to BreakerState, attrs ...slog.Attr) {
+	b.metrics.breakerChanged(from, to)
+	if b.node != "" {
+		attrs = append(attrs, slog.String("node", b.node))
 	}
 	level := slog.LevelInfo
 	switch to {

@@ -74,25 +74,3 @@ func (*dialWatch) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return
 func (*dialWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
-
-// watchDials returns a dialWatch hooked into rdb's dials: a single
-// client's, every shard's of a Ring, and the nodes' of a cluster client
-// that it makes from now on.
-func watchDials(rdb redis.UniversalClient) *dialWatch {
-	w := &dialWatch{}
-	switch c := rdb.(type) {
-	case *redis.Client:
-		c.AddHook(w)
-	case *redis.Ring:
-		c.OnNewNode(func(shard *redis.Client) { shard.AddHook(w) })
-		_ = c.ForEachShard(context.Background(), func(_ context.Context, shard *redis.Client) error {
-			shard.AddHook(w)
-			return nil
-		})
-	case *redis.ClusterClient:
-		// Nodes are made as the client meets them; those it made before
-		// this counter keep go-redis's dial retries.
-		c.OnNewNode(func(node *redis.Client) { node.AddHook(w) })
-	}
-	return w
-}

@@ -161,7 +161,7 @@ func TestBreakerSendsOneProbe(t *testing.T) {
 		BreakerFailures: 1, BreakerCooldown: time.Second,
 		Logger: slog.New(slog.DiscardHandler),
 	}, clock.Now)
-	l.breaker.failure(false, errors.New("down")) // open it
+	l.breakers.first.failure(false, errors.New("down")) // open it
 	clock.Advance(time.Second)
 	app := newApp(h, nil)
 	send := func() int { return get(t, app, "").StatusCode }
@@ -183,7 +183,7 @@ func TestBreakerSendsOneProbe(t *testing.T) {
 	if store.callsNow() != 1 {
 		t.Fatalf("store called %d times while half-open, want 1 (the probe)", store.callsNow())
 	}
-	if got := BreakerState(l.breaker.state.Load()); got != BreakerClosed {
+	if got := BreakerState(l.breakers.first.state.Load()); got != BreakerClosed {
 		t.Fatalf("breaker %v after the probe succeeded, want closed", got)
 	}
 }
@@ -233,9 +233,9 @@ func TestOpenBreakerFailsOpenOrClosed(t *testing.T) {
 		check("failed probe", 4, BreakerOpen)
 		check("breaker open again", 4, BreakerOpen)
 
-		wantMetrics := MetricsSnapshot{FailedOpen: 10, Breaker: BreakerOpen}
+		wantMetrics := MetricsSnapshot{FailedOpen: 10, Breaker: BreakerOpen, BreakersOpen: 1}
 		if failClosed {
-			wantMetrics = MetricsSnapshot{FailedClosed: 10, Breaker: BreakerOpen}
+			wantMetrics = MetricsSnapshot{FailedClosed: 10, Breaker: BreakerOpen, BreakersOpen: 1}
 		}
 		if s := m.Snapshot(); s != wantMetrics {
 			t.Errorf("FailClosed=%v: metrics %+v, want %+v", failClosed, s, wantMetrics)
@@ -563,5 +563,59 @@ func TestRedisCounterReturnsAtTheDeadline(t *testing.T) {
 			t.Logf("Incr with a deadline %v away: %s", deadline, d)
 			checkLatencies(t, fmt.Sprintf("Incr with a deadline %v away", deadline), d, deadline, deadline*6/5, deadline+tailSlack)
 		})
+	}
+}
+
+// twoNodes is a counter of two nodes, as a cluster's primaries are: keys
+// starting "rl:a" live on node 1, the others on node 2, and node 1 fails
+// while down is set.
+type twoNodes struct {
+	switchable
+	down bool
+}
+
+func (n *twoNodes) manyNodes() bool { return true }
+
+func (n *twoNodes) nodeOf(key string) (int, string) {
+	if strings.HasPrefix(key, "rl:a") {
+		return 1, "10.0.0.1:6379"
+	}
+	return 2, "10.0.0.2:6379"
+}
+
+func (n *twoNodes) Incr(ctx context.Context, key string, window time.Duration) (int64, error) {
+	if id, _ := n.nodeOf(key); id == 1 && n.down {
+		return 0, errors.New("dial tcp 10.0.0.1:6379: connect: connection refused")
+	}
+	return n.switchable.Incr(ctx, key, window)
+}
+
+// Each node of a counter has a breaker of its own: the failures of one
+// node open its breaker alone, and the other node's tenants are still
+// counted.
+func TestBreakerPerNode(t *testing.T) {
+	store, m, rec := &twoNodes{down: true}, &Metrics{}, newLogRecorder()
+	app := newApp(fiberHandler(Config{
+		Counter: store, Limit: 100, Window: time.Minute, BreakerFailures: 3,
+		Metrics: m, Logger: rec.logger(),
+	}, newFakeClock().Now), nil)
+	for range 5 {
+		get(t, app, "acme") // rl:acme: node 1
+	}
+	if s := m.Snapshot(); s.Breaker != BreakerOpen || s.BreakersOpen != 1 || s.FailedOpen != 5 {
+		t.Fatalf("after 5 failures on node 1: %+v; want its breaker open, 5 failed open", s)
+	}
+	calls := store.count()
+	for range 5 {
+		if resp := get(t, app, "globex"); resp.Header.Get("X-Ratelimit-Remaining") == "" {
+			t.Fatal("a tenant of node 2 was not counted while node 1's breaker was open")
+		}
+	}
+	if s := m.Snapshot(); s.Allowed != 5 || s.BreakersOpen != 1 || store.count() != calls+5 {
+		t.Fatalf("node 2's tenant: %+v after %d calls; want 5 allowed, one breaker open, 5 calls", s, store.count()-calls)
+	}
+	opened := rec.withMsg("ratelimit: circuit breaker open")
+	if len(opened) != 1 || opened[0].str("node") != "10.0.0.1:6379" {
+		t.Fatalf("breaker lines %v; want one, for node 10.0.0.1:6379", opened)
 	}
 }

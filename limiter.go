@@ -17,7 +17,8 @@ import (
 type Limiter struct {
 	opts      Options
 	mem       *MemoryCounter // opts.Counter, when it is one
-	breaker   *breaker
+	breakers  *breakers
+	nodes     nodeCounter // opts.Counter, when its keys live on several nodes
 	failLog   failureLog
 	rule      timeRule
 	refusals  *refusals // nil when off, or for a MemoryCounter
@@ -126,7 +127,12 @@ func newLimiter(opts Options, now func() time.Time) *Limiter {
 	if l.mem == nil && !opts.DisableOverLimitCache {
 		l.refusals = newRefusals()
 	}
-	l.breaker = newBreaker(opts.BreakerFailures, opts.BreakerCooldown, clk, l.failLog.write, opts.Metrics)
+	l.breakers = newBreakers(func(node string) *breaker {
+		return newBreaker(opts.BreakerFailures, opts.BreakerCooldown, clk, l.failLog.write, opts.Metrics, node)
+	})
+	if nc, ok := opts.Counter.(nodeCounter); ok && nc.manyNodes() {
+		l.nodes = nc
+	}
 	l.failLog.last.Store(-int64(time.Second)) // the first failure is logged
 	return l
 }
@@ -260,9 +266,14 @@ func (l *Limiter) counted(d *Decision, p *policyHeaders, by Decider, count int64
 	}
 }
 
-// ask counts the request in opts.Counter, through the breaker.
+// ask counts the request in opts.Counter, through the breaker of key's
+// node.
 func (l *Limiter) ask(ctx context.Context, key string, now time.Time) (int64, time.Duration, error) {
-	ok, probe := l.breaker.allow()
+	b := l.breakers.first
+	if l.nodes != nil {
+		b = l.breakers.of(l.nodes.nodeOf(key))
+	}
+	ok, probe := b.allow()
 	if !ok {
 		return 0, 0, errBreakerOpen
 	}
@@ -271,9 +282,9 @@ func (l *Limiter) ask(ctx context.Context, key string, now time.Time) (int64, ti
 		err = fmt.Errorf("increment rate limit key %s: counter returned %d", key, n)
 	}
 	if err != nil {
-		l.breaker.failure(probe, err)
+		b.failure(probe, err)
 	} else {
-		l.breaker.success(probe)
+		b.success(probe)
 	}
 	return n, ttl, err
 }

@@ -9,7 +9,9 @@ import "sync/atomic"
 type Metrics struct {
 	attached atomic.Bool
 	counts   [numOutcomes]atomic.Uint64
-	breaker  atomic.Int32
+	// The limiter's breakers (one per node of a cluster or ring) that are
+	// open and half-open; the others are closed.
+	open, halfOpen atomic.Int64
 }
 
 type outcome int
@@ -32,20 +34,49 @@ type MetricsSnapshot struct {
 	FailedClosed    uint64       // refused with 503: no counter could decide
 	FallbackAllowed uint64       // within Options.FallbackLimit, by Options.Fallback
 	FallbackLimited uint64       // over Options.FallbackLimit, by Options.Fallback
-	Breaker         BreakerState // the circuit breaker's state
+	Breaker         BreakerState // open if any breaker is, else half-open if any is, else closed
+	BreakersOpen    int64        // breakers open: one per node (cluster primary, ring shard) that fails
+	BreakersHalf    int64        // breakers half-open, probing their node
 }
 
 // Snapshot reads the counts. It is safe to call at any time from any
 // goroutine; the fields are read one by one, not as one atomic unit.
 func (m *Metrics) Snapshot() MetricsSnapshot {
-	return MetricsSnapshot{
+	s := MetricsSnapshot{
 		Allowed:         m.counts[allowed].Load(),
 		Limited:         m.counts[limited].Load(),
 		FailedOpen:      m.counts[failedOpen].Load(),
 		FailedClosed:    m.counts[failedClosed].Load(),
 		FallbackAllowed: m.counts[fallbackAllowed].Load(),
 		FallbackLimited: m.counts[fallbackLimited].Load(),
-		Breaker:         BreakerState(m.breaker.Load()),
+		BreakersOpen:    m.open.Load(),
+		BreakersHalf:    m.halfOpen.Load(),
+	}
+	switch {
+	case s.BreakersOpen > 0:
+		s.Breaker = BreakerOpen
+	case s.BreakersHalf > 0:
+		s.Breaker = BreakerHalfOpen
+	}
+	return s
+}
+
+// breakerChanged records that a breaker went from one state to another; a
+// nil Metrics records nothing.
+func (m *Metrics) breakerChanged(from, to BreakerState) {
+	if m == nil {
+		return
+	}
+	for _, c := range []struct {
+		s BreakerState
+		d int64
+	}{{from, -1}, {to, 1}} {
+		switch c.s {
+		case BreakerOpen:
+			m.open.Add(c.d)
+		case BreakerHalfOpen:
+			m.halfOpen.Add(c.d)
+		}
 	}
 }
 

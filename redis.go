@@ -28,19 +28,26 @@ import (
 // RedisCounter works with a *redis.Client, a *redis.ClusterClient and a
 // *redis.Ring. On a single server one script call carries the whole round
 // trip; on a Ring one per shard; on a cluster one per key, pipelined per
-// node by the client. It needs a server that runs Lua scripts (EVAL), which
-// every Redis since 2.6, Valkey and KeyDB do. It is safe for concurrent use
-// by multiple goroutines.
+// node by the client. Each server, a cluster's primary or a ring's shard,
+// has round trips of its own, so that a server that is stuck or gone holds
+// up and fails only the calls of its own keys, and a limiter keeps a
+// circuit breaker for each. When a cluster node stops answering, the
+// counter has the cluster client reload its slot map at once, so that the
+// calls of that node's keys go to the replica that takes its place as soon
+// as the cluster has promoted it. It needs a server that runs Lua scripts
+// (EVAL), which every Redis since 2.6, Valkey and KeyDB do. It is safe for
+// concurrent use by multiple goroutines.
 //
 // A call returns when its context is done, whatever the client's options;
 // a call that gives up before its round trip left is not counted, one that
-// gives up while its round trip is in flight may be. So that a store that
+// gives up while its round trip is in flight may be. So that a server that
 // cannot be reached (connection refused, an unknown host) fails calls at
-// once, with that cause, rather than after go-redis's dial retries,
-// NewRedisCounter adds a dial hook to the client: a failed dial ends the
-// counter's round trips in flight with the dial's error.
+// once, with that cause, rather than after go-redis's dial retries, the
+// counter adds a dial hook to the client of each server it sends to: a
+// failed dial ends the round trips in flight to that server with the
+// dial's error.
 type RedisCounter struct {
-	batch  *batcher
+	nodes  *nodes
 	owners keyOwners
 }
 
@@ -48,36 +55,30 @@ var (
 	_ Counter        = (*RedisCounter)(nil)
 	_ TTLCounter     = (*RedisCounter)(nil)
 	_ boundedCounter = (*RedisCounter)(nil)
+	_ nodeCounter    = (*RedisCounter)(nil)
 	_ ownedCounter   = (*RedisCounter)(nil)
 )
 
 func (r *RedisCounter) keyOwners() *keyOwners { return &r.owners }
 
 // NewRedisCounter returns a counter that keeps its windows in rdb. The client
-// stays the caller's to configure and close; NewRedisCounter adds a dial
-// hook to it (see RedisCounter).
+// stays the caller's to configure and close; the counter adds dial hooks
+// to it (see RedisCounter).
 func NewRedisCounter(rdb redis.UniversalClient) *RedisCounter {
 	if rdb == nil {
 		panic("ratelimit: NewRedisCounter: rdb is nil")
 	}
-	s := newScripter(rdb, watchDials(rdb))
-	return &RedisCounter{batch: newBatcher(s.send, contextDeadlines(rdb))}
+	return &RedisCounter{nodes: newNodes(rdb)}
 }
 
-// contextDeadlines reports whether rdb puts its contexts' deadlines on its
-// sockets (ContextTimeoutEnabled), and so bounds a round trip by its
-// context itself.
-func contextDeadlines(rdb redis.UniversalClient) bool {
-	switch c := rdb.(type) {
-	case *redis.Client:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.Ring:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
-	}
-	return false
+// nodeOf is the limiter's: the number and address of key's node, and
+// whether the counter has several.
+func (r *RedisCounter) nodeOf(key string) (id int, addr string) {
+	n := r.nodes.of(key)
+	return n.id, n.addr
 }
+
+func (r *RedisCounter) manyNodes() bool { return r.nodes.manyNodes() }
 
 // Incr bumps the counter for key and returns the count after the increment.
 func (r *RedisCounter) Incr(ctx context.Context, key string, window time.Duration) (int64, error) {
@@ -100,7 +101,7 @@ func (r *RedisCounter) incrWithin(ctx context.Context, key string, window time.D
 		return 0, 0, fmt.Errorf("increment rate limit key %s: window %v is not positive", key, window)
 	}
 	ms := ceilDiv(window, time.Millisecond)
-	n, left, err := r.batch.incr(ctx, key, ms, deadline, wait)
+	n, left, err := r.nodes.of(key).batch.incr(ctx, key, ms, deadline, wait)
 	if err != nil {
 		return 0, 0, fmt.Errorf("increment rate limit key %s: %w", key, err)
 	}

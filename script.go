@@ -64,20 +64,7 @@ type scripter struct {
 	dials *dialWatch
 }
 
-// newScripter returns the scripter of rdb, whose failed dials dials
-// reports.
-func newScripter(rdb redis.UniversalClient, dials *dialWatch) *scripter {
-	s := &scripter{rdb: rdb, route: byKey, dials: dials}
-	switch c := rdb.(type) {
-	case *redis.Client:
-		s.route = allKeys
-	case *redis.Ring:
-		s.route, s.ring = byShard, c
-	}
-	return s
-}
-
-// send is the batcher's: it carries one round trip's ops.
+// send carries one round trip's ops, as a batcher's sendFunc.
 func (s *scripter) send(ctx context.Context, cancel context.CancelFunc, ops []*incrOp) {
 	cut := &roundTrip{cancel: cancel}
 	s.dials.add(cut)

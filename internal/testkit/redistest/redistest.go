@@ -159,13 +159,23 @@ func (s *Server) Log() string {
 // returns once it answers PING. A port found free can be taken before the
 // server binds it; that failure is retried on another port.
 func Start(cluster bool, extraArgs ...string) (*Server, error) {
+	return start(cluster, nil, extraArgs)
+}
+
+// startFirst is Start for a server whose command line starts with first,
+// such as a configuration file.
+func startFirst(first string, extraArgs ...string) (*Server, error) {
+	return start(false, []string{first}, extraArgs)
+}
+
+func start(cluster bool, first, extraArgs []string) (*Server, error) {
 	var lastErr error
 	for range 3 {
 		port, err := FreePort(cluster)
 		if err != nil {
 			return nil, err
 		}
-		s, portTaken, err := StartOn(port, cluster, extraArgs...)
+		s, portTaken, err := startOn(port, cluster, first, extraArgs)
 		if err == nil || !portTaken {
 			return s, err
 		}
@@ -178,6 +188,10 @@ func Start(cluster bool, extraArgs ...string) (*Server, error) {
 // that the error is another process holding the port. Starting a server on
 // the port of one a test stopped brings that server back.
 func StartOn(port int, cluster bool, extraArgs ...string) (s *Server, portTaken bool, err error) {
+	return startOn(port, cluster, nil, extraArgs)
+}
+
+func startOn(port int, cluster bool, first, extraArgs []string) (s *Server, portTaken bool, err error) {
 	dir, err := os.MkdirTemp("", "ratelimit-redis-")
 	if err != nil {
 		return nil, false, fmt.Errorf("redis-server directory: %w", err)
@@ -187,10 +201,10 @@ func StartOn(port int, cluster bool, extraArgs ...string) (s *Server, portTaken 
 		os.RemoveAll(dir)
 		return nil, false, fmt.Errorf("redis-server log: %w", err)
 	}
-	args := []string{
+	args := append(first,
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", dir,
-	}
+	)
 	if cluster {
 		args = append(args,
 			"--cluster-enabled", "yes",

@@ -1,0 +1,421 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/gatewaykit/ratelimit/internal/testkit/redistest"
+)
+
+// The failover tests kill a server of the store under load, or have the
+// store fail over on purpose, and measure what the operator of a gateway
+// sees: the tenants whose keys live on the other servers go on being
+// counted, and the tenants of the server that went are counted again once
+// the store has replaced it. Each runs on servers of its own, with the
+// client's default options and the limiter's, and its clock starts at the
+// kill.
+
+const (
+	// failoverRecovery is how long after the kill the tenants of the
+	// server that went may go uncounted.
+	failoverRecovery = 10 * time.Second
+	// failoverLoss is the share of the other tenants' decisions after the
+	// kill that may go uncounted.
+	failoverLoss    = 0.01
+	failoverTenants = 30
+)
+
+// TestFailoverCluster kills one of three primaries of a cluster whose
+// primaries each have a replica.
+func TestFailoverCluster(t *testing.T) {
+	cluster := redistest.StartOwnCluster(t)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs()})
+	t.Cleanup(func() { rdb.Close() })
+	// The client meets every primary before the counter exists: the
+	// counter must treat the nodes it made before as those it makes after.
+	ctx := context.Background()
+	if err := rdb.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() }); err != nil {
+		t.Fatal(err)
+	}
+	victim := cluster.Primaries[0]
+	tenants, onVictim := failoverTenantsBy(t, func(key string) (string, error) {
+		c, err := rdb.MasterForKey(ctx, key)
+		if err != nil {
+			return "", err
+		}
+		return c.Options().Addr, nil
+	}, victim.Addr(), len(cluster.Primaries))
+	f := runFailover(t, rdb, tenants, onVictim, kill(victim))
+	f.checkOthers(t)
+	f.checkRecovery(t)
+	f.checkFailsFast(t)
+	f.checkBreakers(t, victim.Addr())
+}
+
+// kill returns runFailover's kill for s: SIGKILL.
+func kill(s *redistest.Server) func() time.Time {
+	return func() time.Time { s.Stop(); return time.Time{} }
+}
+
+// TestFailoverRing kills one of the three shards of a ring. The ring finds
+// it down after three failed heartbeats and moves its keys to the others.
+func TestFailoverRing(t *testing.T) {
+	addrs := map[string]string{}
+	var shards []*redistest.Server
+	for _, name := range []string{"a", "b", "c"} {
+		s := startChaosRedis(t, 0)
+		shards = append(shards, s)
+		addrs[name] = s.Addr()
+	}
+	ring := redis.NewRing(&redis.RingOptions{Addrs: addrs})
+	t.Cleanup(func() { ring.Close() })
+	victim := shards[0]
+	tenants, onVictim := failoverTenantsBy(t, func(key string) (string, error) {
+		c, err := ring.GetShardClientForKey(key)
+		if err != nil {
+			return "", err
+		}
+		return c.Options().Addr, nil
+	}, victim.Addr(), len(shards))
+	f := runFailover(t, ring, tenants, onVictim, kill(victim))
+	f.checkOthers(t)
+	f.checkRecovery(t)
+	f.checkFailsFast(t)
+	f.checkBreakers(t, victim.Addr())
+}
+
+// TestFailoverSentinel kills the primary that a sentinel watches, and has
+// the sentinel fail over on purpose.
+func TestFailoverSentinel(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		planned bool
+	}{{"primary killed", false}, {"planned failover", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := redistest.StartSentinel(t)
+			rdb := redis.NewFailoverClient(&redis.FailoverOptions{
+				MasterName: s.MasterName, SentinelAddrs: []string{s.Addr},
+			})
+			t.Cleanup(func() { rdb.Close() })
+			tenants := make([]string, failoverTenants)
+			all := make([]bool, len(tenants))
+			for i := range tenants {
+				tenants[i], all[i] = uniqueTenant(t), true
+			}
+			failover := func() time.Time { s.Primary.Stop(); return time.Time{} }
+			if tc.planned {
+				// The sentinel answers at once and fails over after;
+				// the tenants must be counted again after it has.
+				failover = func() time.Time {
+					sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr})
+					defer sc.Close()
+					ctx := context.Background()
+					if err := sc.Failover(ctx, s.MasterName).Err(); err != nil {
+						t.Fatalf("SENTINEL FAILOVER: %v", err)
+					}
+					if err := redistest.Poll(failoverRecovery, func() error {
+						addr, err := sc.GetMasterAddrByName(ctx, s.MasterName).Result()
+						if err == nil && strings.Join(addr, ":") != s.Replica.Addr() {
+							err = fmt.Errorf("the sentinel's primary is %v, not %s", addr, s.Replica.Addr())
+						}
+						return err
+					}); err != nil {
+						t.Fatal(err)
+					}
+					return time.Now()
+				}
+			}
+			f := runFailover(t, rdb, tenants, all, failover)
+			f.checkRecovery(t)
+			if !tc.planned {
+				f.checkFailsFast(t)
+			}
+		})
+	}
+}
+
+// failoverTenantsBy returns failoverTenants tenants spread evenly over
+// servers servers, by the address nodeOf gives their keys, and which of
+// them live on the server at victim.
+func failoverTenantsBy(t *testing.T, nodeOf func(key string) (string, error), victim string, servers int) ([]string, []bool) {
+	t.Helper()
+	per := failoverTenants / servers
+	count := map[string]int{}
+	var tenants []string
+	var onVictim []bool
+	for range 100 * failoverTenants {
+		id := uniqueTenant(t)
+		addr, err := nodeOf(tenantKey(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if count[addr] == per {
+			continue
+		}
+		count[addr]++
+		tenants, onVictim = append(tenants, id), append(onVictim, addr == victim)
+		if len(tenants) == per*servers {
+			return tenants, onVictim
+		}
+	}
+	t.Fatalf("tenants per server: %v; want %d on each of %d", count, per, servers)
+	return nil, nil
+}
+
+// failoverSample is one decision, its times since the kill.
+type failoverSample struct {
+	tenant     int
+	start, end time.Duration
+	counted    bool // ByCounter
+	asked      bool // the counter was asked (the breaker was not open)
+}
+
+type failoverRun struct {
+	tenants  []string
+	victim   []bool // the tenants of the server that went
+	samples  []failoverSample
+	breakers []logLine
+	timeout  time.Duration
+	over     time.Duration // since the kill, when the store said the failover was over
+}
+
+// runFailover runs callers through a limiter over rdb, with every tenant
+// counted, then calls kill and runs on until every tenant of victim has
+// been counted again, and a second more, or failoverRecovery and two
+// seconds have passed. kill returns when the store said the failover was
+// over, or the zero time for the kill itself: a tenant is counted again by
+// a decision that starts after that.
+func runFailover(t *testing.T, rdb redis.UniversalClient, tenants []string, victim []bool, kill func() time.Time) *failoverRun {
+	t.Helper()
+	rec := newLogRecorder()
+	lim := NewLimiter(Options{Counter: NewRedisCounter(rdb), Limit: 1 << 30, Window: time.Minute, Logger: rec.logger()})
+	f := &failoverRun{tenants: tenants, victim: victim, timeout: lim.opts.StoreTimeout}
+
+	var (
+		mu       sync.Mutex
+		t0       time.Time // the kill; zero before
+		lastSeen = make([]time.Time, len(tenants))
+		stop     = make(chan struct{})
+		wg       sync.WaitGroup
+	)
+	const callers = 6
+	for c := range callers {
+		wg.Go(func() {
+			var mine []failoverSample
+			for i := c; ; i = (i + callers) % len(tenants) {
+				select {
+				case <-stop:
+					mu.Lock()
+					f.samples = append(f.samples, mine...)
+					mu.Unlock()
+					return
+				default:
+				}
+				start := time.Now()
+				d := lim.Take(context.Background(), tenants[i])
+				end := time.Now()
+				counted := d.By == ByCounter
+				mu.Lock()
+				kill := t0
+				if counted && (kill.IsZero() || start.After(kill)) {
+					lastSeen[i] = start
+				}
+				mu.Unlock()
+				if !kill.IsZero() {
+					mine = append(mine, failoverSample{i, start.Sub(kill), end.Sub(kill), counted, !errors.Is(d.Err, errBreakerOpen)})
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
+	// waitCounted waits until every tenant chosen by which has been counted
+	// since after.
+	waitCounted := func(which func(i int) bool, after time.Time, within time.Duration) bool {
+		deadline := time.Now().Add(within)
+		for time.Now().Before(deadline) {
+			mu.Lock()
+			all := true
+			for i := range tenants {
+				if which(i) && !lastSeen[i].After(after) {
+					all = false
+				}
+			}
+			mu.Unlock()
+			if all {
+				return true
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return false
+	}
+	if !waitCounted(func(int) bool { return true }, time.Time{}, 10*time.Second) {
+		close(stop)
+		wg.Wait()
+		t.Fatal("not every tenant was counted before the kill")
+	}
+
+	mu.Lock()
+	t0 = time.Now()
+	mu.Unlock()
+	over := kill()
+	if over.IsZero() {
+		over = t0
+	}
+	f.over = over.Sub(t0)
+	t.Logf("failover over %v after the kill", f.over.Round(time.Millisecond))
+	recovered := waitCounted(func(i int) bool { return victim[i] }, over, failoverRecovery+2*time.Second)
+	if recovered {
+		time.Sleep(time.Second)
+	}
+	close(stop)
+	wg.Wait()
+	for _, l := range rec.lines() {
+		if strings.HasPrefix(l.msg, "ratelimit: circuit breaker ") {
+			f.breakers = append(f.breakers, l)
+		}
+	}
+	f.log(t)
+	return f
+}
+
+// recovery returns, for each tenant of the server that went, when it was
+// first counted after the kill; -1 if never.
+func (f *failoverRun) recovery() map[int]time.Duration {
+	first := map[int]time.Duration{}
+	for i, v := range f.victim {
+		if v {
+			first[i] = -1
+		}
+	}
+	for _, s := range f.samples {
+		if at, ok := first[s.tenant]; ok && s.counted && s.start >= f.over && (at < 0 || s.start < at) {
+			first[s.tenant] = s.start
+		}
+	}
+	return first
+}
+
+// others returns how many decisions of the other tenants were made after
+// the kill, and how many of them went uncounted.
+func (f *failoverRun) others() (decided, lost int) {
+	for _, s := range f.samples {
+		if !f.victim[s.tenant] && s.start >= 0 {
+			decided++
+			if !s.counted {
+				lost++
+			}
+		}
+	}
+	return decided, lost
+}
+
+func (f *failoverRun) log(t *testing.T) {
+	t.Helper()
+	var lats latencies
+	for _, s := range f.samples {
+		lats = append(lats, s.end-s.start)
+	}
+	decided, lost := f.others()
+	var victims, victimsLost int
+	for _, s := range f.samples {
+		if f.victim[s.tenant] && s.start >= 0 {
+			victims++
+			if !s.counted {
+				victimsLost++
+			}
+		}
+	}
+	var rec []string
+	for i, at := range f.recovery() {
+		rec = append(rec, fmt.Sprintf("%s %v", f.tenants[i], at.Round(10*time.Millisecond)))
+	}
+	sort.Strings(rec)
+	t.Logf("decisions since the kill %s; uncounted: %d of %d of the tenants of the server that went, %d of %d of the others",
+		lats, victimsLost, victims, lost, decided)
+	t.Logf("counted again after the kill: %s", strings.Join(rec, ", "))
+	t.Logf("the decisions of its tenants that asked the counter and failed: %s", f.failed())
+	for _, l := range f.breakers {
+		t.Logf("log: %s", l)
+	}
+}
+
+// checkOthers checks that the tenants of the servers that stayed lost at
+// most failoverLoss of their decisions, and that no decision waited past
+// the time rule's bound.
+func (f *failoverRun) checkOthers(t *testing.T) {
+	t.Helper()
+	decided, lost := f.others()
+	if decided == 0 {
+		t.Fatal("no decision for the other tenants after the kill")
+	}
+	if float64(lost) > failoverLoss*float64(decided) {
+		t.Errorf("the tenants of the servers that stayed lost %d of %d decisions, want at most %.0f%%",
+			lost, decided, 100*failoverLoss)
+	}
+}
+
+// checkRecovery checks that every tenant of the server that went was
+// counted again within failoverRecovery of the kill, and that no decision
+// waited past the time rule's bound.
+func (f *failoverRun) checkRecovery(t *testing.T) {
+	t.Helper()
+	for i, at := range f.recovery() {
+		switch {
+		case at < 0:
+			t.Errorf("tenant %s not counted again after the kill, want within %v", f.tenants[i], failoverRecovery)
+		case at > failoverRecovery:
+			t.Errorf("tenant %s counted again %v after the kill, want within %v", f.tenants[i], at, failoverRecovery)
+		}
+	}
+	var slow latencies
+	for _, s := range f.samples {
+		if d := s.end - s.start; d > f.timeout+tailSlack {
+			slow = append(slow, d)
+		}
+	}
+	if len(slow) > 0 {
+		t.Errorf("%d decisions waited past StoreTimeout (%v) and %v of slack: %s", len(slow), f.timeout, tailSlack, slow)
+	}
+}
+
+// failed returns the latencies of the decisions after the kill, of the
+// tenants of the server that went, that asked the counter and failed.
+func (f *failoverRun) failed() latencies {
+	var failed latencies
+	for _, s := range f.samples {
+		if f.victim[s.tenant] && s.start >= 0 && s.asked && !s.counted {
+			failed = append(failed, s.end-s.start)
+		}
+	}
+	return failed
+}
+
+// checkFailsFast checks that the tenants of the killed server failed at
+// once, with their dial's error, rather than after StoreTimeout: go-redis
+// retries a refused dial for half a second, and a counter that did not
+// watch the dials of that server's client would wait it out.
+func (f *failoverRun) checkFailsFast(t *testing.T) {
+	t.Helper()
+	if failed := f.failed(); len(failed) == 0 || failed.median() > f.timeout/4 {
+		t.Errorf("the killed server's tenants that asked the counter failed in %s; want a median under %v", failed, f.timeout/4)
+	}
+}
+
+// checkBreakers checks that only the breaker of the server at victim
+// opened.
+func (f *failoverRun) checkBreakers(t *testing.T, victim string) {
+	t.Helper()
+	for _, l := range f.breakers {
+		if l.msg == "ratelimit: circuit breaker open" && l.str("node") != victim {
+			t.Errorf("a breaker opened for another node than %s: %s", victim, l)
+		}
+	}
+}
