@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,9 +24,9 @@ import (
 // therefore carries everything that arrived during the one before, and the
 // goroutines are per round trip, never per call.
 //
-// Calls to one key in one batch become one increment of n (an op): the i-th
-// of them gets total - n + i, what n increments one after another would
-// have returned, so every caller of a window still gets a count of its own.
+// Calls to one key in one batch become one op, which the store decides
+// caller by caller in the order they joined, each with its own cost, so
+// every caller of a window still gets a decision and a count of its own.
 type batcher struct {
 	send   sendFunc
 	rounds int  // round trips in flight at most
@@ -51,7 +52,7 @@ const rounds = 4
 // sendFunc carries one batch to the store and fills in each op's answer;
 // it must never send an op twice. ctx ends at the latest of the callers'
 // deadlines, if they all have one, or when the function calls cancel.
-type sendFunc func(ctx context.Context, cancel context.CancelFunc, ops []*incrOp)
+type sendFunc func(ctx context.Context, cancel context.CancelFunc, ops []*takeOp)
 
 // newBatcher returns a batcher whose round trips send carries. deadlines
 // says that send bounds a round trip by its context's deadline (a Redis
@@ -64,7 +65,7 @@ func newBatcher(send sendFunc, deadlines bool) *batcher {
 // batch is the ops of one round trip.
 type batch struct {
 	ctx      context.Context // its first caller's, whose values (a trace) it carries
-	ops      []incrOp
+	ops      []takeOp
 	index    map[opKey]int // ops by key, once there are several
 	waiting  int           // callers that still wait for the answer
 	deadline time.Time     // the latest of its callers' deadlines
@@ -81,49 +82,74 @@ type batch struct {
 	lateAt time.Time
 }
 
+// opKey is what makes calls one op: one key, counted alike.
 type opKey struct {
-	key string
-	ms  int64
+	key   string
+	ms    int64
+	limit int64
+	algo  Algorithm
 }
 
-// incrOp is one key's increment in a batch.
-type incrOp struct {
-	key  string
-	ms   int64   // the window, in milliseconds
-	n    int64   // callers that joined
-	gone []int64 // ordinals of callers that left before the batch was sent
+// takeOp is the calls to one key in a batch.
+type takeOp struct {
+	opKey         // the window is ms milliseconds
+	n     int64   // callers that joined; their ordinals are 1 to n
+	first int64   // the cost of caller 1
+	more  []int64 // the costs of callers 2 to n
+	gone  []int64 // ordinals of callers that left before the batch was sent
 
-	// The answer: the key's count after the increment, the milliseconds its
-	// window has left, or the error.
-	count, ttl int64
-	err        error
+	// The answer: for each caller that stayed, in order, the key's count
+	// after its decision, or -count-1 for a refusal; and for the key, a
+	// (the milliseconds a fixed window has left, or how far a sliding
+	// window has run) and prev (a sliding window's previous count).
+	res     []int64
+	a, prev int64
+	err     error
 }
 
-// inc is what the op adds to the key: one per caller still waiting.
-func (op *incrOp) inc() int64 { return op.n - int64(len(op.gone)) }
+// stayed is how many of the op's callers still wait for its answer.
+func (op *takeOp) stayed() int64 { return op.n - int64(len(op.gone)) }
 
-// countFor is the count of the caller with ordinal i, among those that
+// costs appends the costs of the callers that stayed, in order, to dst.
+func (op *takeOp) costs(dst []any) []any {
+	for ord := int64(1); ord <= op.n; ord++ {
+		if !slices.Contains(op.gone, ord) {
+			dst = append(dst, op.cost(ord))
+		}
+	}
+	return dst
+}
+
+func (op *takeOp) cost(ord int64) int64 {
+	if ord == 1 {
+		return op.first
+	}
+	return op.more[ord-2]
+}
+
+// resultOf is the answer of the caller with ordinal ord, among those that
 // stayed.
-func (op *incrOp) countFor(i int64) int64 {
-	rank := i
+func (op *takeOp) resultOf(ord int64) int64 {
+	rank := ord
 	for _, g := range op.gone {
-		if g < i {
+		if g < ord {
 			rank--
 		}
 	}
-	return op.count - op.inc() + rank
+	return op.res[rank-1]
 }
 
-// incr counts one call to key, whose window is ms milliseconds, and waits
-// for the answer until ctx is done or, when wait is positive, for wait,
-// which ends at deadline. A zero deadline is none. The round trip gets the
-// latest of its callers' deadlines, which a client that applies deadlines
-// to its sockets enforces.
-func (b *batcher) incr(ctx context.Context, key string, ms int64, deadline time.Time, wait time.Duration) (count, ttl int64, err error) {
+// take has the store decide one call of cost to k, and waits for the
+// answer until ctx is done or, when wait is positive, for wait, which ends
+// at deadline. A zero deadline is none. The round trip gets the latest of
+// its callers' deadlines, which a client that applies deadlines to its
+// sockets enforces. The answer is the call's result and the op's a and
+// prev (see takeOp).
+func (b *batcher) take(ctx context.Context, k opKey, cost int64, deadline time.Time, wait time.Duration) (res, a, prev int64, err error) {
 	// Inline only when nothing but the wait can end the call: the store
 	// bounds a round trip by its deadline, not by a cancellation.
 	inline := b.inline && wait > 0 && ctx.Done() == nil
-	bt, pos, ord, start := b.join(ctx, key, ms, deadline, wait, inline)
+	bt, pos, ord, start := b.join(ctx, k, cost, deadline, wait, inline)
 	if start && inline {
 		b.flush(bt)
 		if next := b.next(); next != nil {
@@ -134,16 +160,16 @@ func (b *batcher) incr(ctx context.Context, key string, ms int64, deadline time.
 			b.start(bt)
 		}
 		if err := b.await(ctx, bt, pos, ord, deadline, wait); err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 	}
-	count, ttl, err = bt.answer(pos, ord)
+	res, a, prev, err = bt.answer(pos, ord)
 	if wait > 0 && isTimeout(err) {
 		// The round trip's deadline, the latest of its callers', passed
 		// on the socket before this caller's timer fired.
 		err = fmt.Errorf("%w (%w)", errTimedOut, err)
 	}
-	return count, ttl, err
+	return res, a, prev, err
 }
 
 // await waits for bt's answer. When the wait or ctx ends first, it
@@ -186,12 +212,12 @@ func (b *batcher) await(ctx context.Context, bt *batch, pos int, ord int64, dead
 }
 
 // answer is the answer of the caller with ordinal ord in the op at pos.
-func (bt *batch) answer(pos int, ord int64) (count, ttl int64, err error) {
+func (bt *batch) answer(pos int, ord int64) (res, a, prev int64, err error) {
 	op := &bt.ops[pos]
 	if op.err != nil {
-		return 0, 0, op.err
+		return 0, 0, 0, op.err
 	}
-	return op.countFor(ord), op.ttl, nil
+	return op.resultOf(ord), op.a, op.prev, nil
 }
 
 // fired reports whether the timer channel c has been closed.
@@ -224,7 +250,7 @@ func after(d time.Duration) <-chan struct{} {
 // call's ordinal in the op, and whether the caller must start a round trip.
 // The batch gets a timer when it may have to wait for the first caller's
 // wait: unless the caller starts it and makes the round trip inline.
-func (b *batcher) join(ctx context.Context, key string, ms int64, deadline time.Time, wait time.Duration, inline bool) (bt *batch, pos int, ord int64, start bool) {
+func (b *batcher) join(ctx context.Context, k opKey, cost int64, deadline time.Time, wait time.Duration, inline bool) (bt *batch, pos int, ord int64, start bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	bt = b.filling
@@ -233,13 +259,15 @@ func (b *batcher) join(ctx context.Context, key string, ms int64, deadline time.
 		bt = &batch{ctx: ctx, done: make(chan struct{})}
 		b.filling = bt
 	}
-	pos = bt.find(key, ms)
+	pos = bt.find(k)
 	if pos < 0 {
 		pos = len(bt.ops)
-		bt.ops = append(bt.ops, incrOp{key: key, ms: ms})
+		bt.ops = append(bt.ops, takeOp{opKey: k, first: cost})
 		if bt.index != nil {
-			bt.index[opKey{key, ms}] = pos
+			bt.index[k] = pos
 		}
+	} else {
+		bt.ops[pos].more = append(bt.ops[pos].more, cost)
 	}
 	bt.ops[pos].n++
 	ord = bt.ops[pos].n
@@ -263,25 +291,25 @@ func (b *batcher) join(ctx context.Context, key string, ms int64, deadline time.
 	return bt, pos, ord, start
 }
 
-// find returns the position of key's op in the batch, or -1. A batch looks
+// find returns the position of k's op in the batch, or -1. A batch looks
 // through its first few ops and indexes them when there are more.
-func (bt *batch) find(key string, ms int64) int {
+func (bt *batch) find(k opKey) int {
 	const scan = 8
 	if bt.index != nil {
-		if pos, ok := bt.index[opKey{key, ms}]; ok {
+		if pos, ok := bt.index[k]; ok {
 			return pos
 		}
 		return -1
 	}
 	for i := range bt.ops {
-		if bt.ops[i].key == key && bt.ops[i].ms == ms {
+		if bt.ops[i].opKey == k {
 			return i
 		}
 	}
 	if len(bt.ops) == scan {
 		bt.index = make(map[opKey]int, 2*scan)
 		for i := range bt.ops {
-			bt.index[opKey{bt.ops[i].key, bt.ops[i].ms}] = i
+			bt.index[bt.ops[i].opKey] = i
 		}
 	}
 	return -1
@@ -357,9 +385,9 @@ func (b *batcher) next() *batch {
 // flush sends bt's ops that still count anything, and closes done.
 func (b *batcher) flush(bt *batch) {
 	defer bt.finish()
-	ops := make([]*incrOp, 0, len(bt.ops))
+	ops := make([]*takeOp, 0, len(bt.ops))
 	for i := range bt.ops {
-		if bt.ops[i].inc() > 0 { // else each of its callers left
+		if bt.ops[i].stayed() > 0 { // else each of its callers left
 			ops = append(ops, &bt.ops[i])
 		}
 	}

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"math"
 	"runtime"
 	"slices"
 	"strings"
@@ -17,16 +18,16 @@ import (
 type fakeStore struct {
 	mu     sync.Mutex
 	counts map[string]int64
-	trips  [][]incrOp // copies of the ops of each round trip, as sent
+	trips  [][]takeOp // copies of the ops of each round trip, as sent
 	hold   chan struct{}
 	sent   chan struct{} // when set, told of each round trip as it starts
 	inside int           // round trips under way
 	most   int           // the most round trips at once
 }
 
-func (f *fakeStore) send(_ context.Context, _ context.CancelFunc, ops []*incrOp) {
+func (f *fakeStore) send(_ context.Context, _ context.CancelFunc, ops []*takeOp) {
 	f.mu.Lock()
-	trip := make([]incrOp, len(ops))
+	trip := make([]takeOp, len(ops))
 	for i, op := range ops {
 		trip[i] = *op
 	}
@@ -48,12 +49,36 @@ func (f *fakeStore) send(_ context.Context, _ context.CancelFunc, ops []*incrOp)
 		f.counts = map[string]int64{}
 	}
 	for _, op := range ops {
-		f.counts[op.key] += op.inc()
-		op.count, op.ttl = f.counts[op.key], op.ms
+		op.a, op.prev, op.res = op.ms, 0, nil
+		for _, c := range op.costs(nil) {
+			count := f.counts[op.key]
+			if count+c.(int64) > op.limit {
+				op.res = append(op.res, -count-1)
+				continue
+			}
+			f.counts[op.key] = count + c.(int64)
+			op.res = append(op.res, count+c.(int64))
+		}
 	}
 }
 
-func (f *fakeStore) tripsNow() [][]incrOp {
+// incrIn is a call of b as RedisCounter.IncrTTL makes it: cost 1, no
+// limit. It returns the count and the op's a.
+func incrIn(b *batcher, ctx context.Context, key string, ms int64, deadline time.Time, wait time.Duration) (int64, int64, error) {
+	res, a, _, err := b.take(ctx, opKey{key: key, ms: ms, limit: math.MaxInt64}, 1, deadline, wait)
+	return res, a, err
+}
+
+// total is what op adds to its key when every caller that stayed fits.
+func (op *takeOp) total() int64 {
+	var n int64
+	for _, c := range op.costs(nil) {
+		n += c.(int64)
+	}
+	return n
+}
+
+func (f *fakeStore) tripsNow() [][]takeOp {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.trips)
@@ -88,7 +113,7 @@ func heldBatcher() (store *fakeStore, b *batcher, wg *sync.WaitGroup) {
 	store = &fakeStore{hold: make(chan struct{}), sent: make(chan struct{}, 10)}
 	b = &batcher{send: store.send, rounds: 1}
 	wg = &sync.WaitGroup{}
-	wg.Go(func() { b.incr(context.Background(), "rl:first", 1000, time.Time{}, 0) })
+	wg.Go(func() { incrIn(b, context.Background(), "rl:first", 1000, time.Time{}, 0) })
 	<-store.sent
 	return store, b, wg
 }
@@ -97,7 +122,7 @@ func TestBatcherSendsALoneCallAtOnce(t *testing.T) {
 	store := &fakeStore{}
 	b := &batcher{send: store.send, rounds: 4}
 	for i := range int64(3) {
-		n, ttl, err := b.incr(context.Background(), "rl:a", 1000, time.Time{}, 0)
+		n, ttl, err := incrIn(b, context.Background(), "rl:a", 1000, time.Time{}, 0)
 		if err != nil || n != i+1 || ttl != 1000 {
 			t.Fatalf("call %d = %d, %d, %v; want %d, 1000, nil", i, n, ttl, err, i+1)
 		}
@@ -119,7 +144,7 @@ func TestBatcherCoalescesCallsToOneKey(t *testing.T) {
 	var mu sync.Mutex
 	call := func(key string) {
 		wg.Go(func() {
-			n, _, err := b.incr(context.Background(), key, 1000, time.Time{}, 0)
+			n, _, err := incrIn(b, context.Background(), key, 1000, time.Time{}, 0)
 			if err != nil {
 				t.Error(err)
 			}
@@ -144,7 +169,7 @@ func TestBatcherCoalescesCallsToOneKey(t *testing.T) {
 	incs := map[string]int64{}
 	if len(trips) == 2 {
 		for _, op := range trips[1] {
-			incs[op.key] += op.inc()
+			incs[op.key] += op.total()
 		}
 	}
 	if len(trips) != 2 || len(trips[1]) != 2 || incs["rl:a"] != 5 || incs["rl:b"] != 3 {
@@ -166,7 +191,7 @@ func TestBatcherWithdrawsACallerThatLeavesBeforeTheSend(t *testing.T) {
 	b := &batcher{send: store.send, rounds: 1}
 
 	var wg sync.WaitGroup
-	wg.Go(func() { b.incr(context.Background(), "rl:first", 1000, time.Time{}, 0) })
+	wg.Go(func() { incrIn(b, context.Background(), "rl:first", 1000, time.Time{}, 0) })
 	<-store.sent
 
 	// Three callers of rl:a; the second leaves early.
@@ -177,7 +202,7 @@ func TestBatcherWithdrawsACallerThatLeavesBeforeTheSend(t *testing.T) {
 	for i := range 3 {
 		ctxs[i], cancels[i] = context.WithCancel(context.Background())
 		defer cancels[i]()
-		wg.Go(func() { results[i], _, errs[i] = b.incr(ctxs[i], "rl:a", 1000, time.Time{}, 0) })
+		wg.Go(func() { results[i], _, errs[i] = incrIn(b, ctxs[i], "rl:a", 1000, time.Time{}, 0) })
 		waitFor(t, "the caller to join", func() bool { return b.pendingCallers() == i+1 })
 	}
 	cancels[1]()
@@ -191,7 +216,7 @@ func TestBatcherWithdrawsACallerThatLeavesBeforeTheSend(t *testing.T) {
 	if errs[0] != nil || errs[2] != nil || results[0] != 1 || results[2] != 2 {
 		t.Errorf("the callers that stayed got %v, %v and %v, %v; want 1 and 2", results[0], errs[0], results[2], errs[2])
 	}
-	if trips := store.tripsNow(); len(trips) != 2 || len(trips[1]) != 1 || trips[1][0].inc() != 2 {
+	if trips := store.tripsNow(); len(trips) != 2 || len(trips[1]) != 1 || trips[1][0].total() != 2 {
 		t.Fatalf("round trips %+v; want the second to add 2 to rl:a", trips)
 	}
 }
@@ -203,7 +228,7 @@ func TestBatcherDropsABatchEveryoneLeft(t *testing.T) {
 	store, b, wg := heldBatcher()
 
 	start := time.Now()
-	_, _, err := b.incr(context.Background(), "rl:a", 1000, start.Add(20*time.Millisecond), 20*time.Millisecond)
+	_, _, err := incrIn(b, context.Background(), "rl:a", 1000, start.Add(20*time.Millisecond), 20*time.Millisecond)
 	if !errors.Is(err, errTimedOut) {
 		t.Fatalf("a caller whose wait ended got %v, want errTimedOut", err)
 	}
@@ -223,12 +248,12 @@ func TestBatcherLateJoinerWaitsItsOwnTime(t *testing.T) {
 	const wait = 50 * time.Millisecond
 	now := time.Now()
 	var firstErr error
-	wg.Go(func() { _, _, firstErr = b.incr(context.Background(), "rl:a", 1000, now.Add(wait), wait) })
+	wg.Go(func() { _, _, firstErr = incrIn(b, context.Background(), "rl:a", 1000, now.Add(wait), wait) })
 	waitFor(t, "the first caller to join", func() bool { return b.pendingCallers() == 1 })
 	// The second caller's deadline is 200ms past the first's.
 	n, _, err := func() (int64, int64, error) {
 		time.AfterFunc(wait+100*time.Millisecond, func() { close(store.hold) })
-		return b.incr(context.Background(), "rl:b", 1000, now.Add(wait+200*time.Millisecond), wait+200*time.Millisecond)
+		return incrIn(b, context.Background(), "rl:b", 1000, now.Add(wait+200*time.Millisecond), wait+200*time.Millisecond)
 	}()
 	wg.Wait()
 	if !errors.Is(firstErr, errTimedOut) {
@@ -244,7 +269,7 @@ func TestBatcherKeepsToItsRounds(t *testing.T) {
 	b := &batcher{send: store.send, rounds: 3}
 	var wg sync.WaitGroup
 	for i := range 50 {
-		wg.Go(func() { b.incr(context.Background(), "rl:"+string(rune('a'+i%26)), 1000, time.Time{}, 0) })
+		wg.Go(func() { incrIn(b, context.Background(), "rl:"+string(rune('a'+i%26)), 1000, time.Time{}, 0) })
 	}
 	waitFor(t, "3 round trips in flight", func() bool {
 		store.mu.Lock()
@@ -259,7 +284,7 @@ func TestBatcherKeepsToItsRounds(t *testing.T) {
 	var calls int64
 	for _, trip := range store.tripsNow() {
 		for _, op := range trip {
-			calls += op.inc()
+			calls += op.total()
 		}
 	}
 	if calls != 50 {
@@ -274,10 +299,10 @@ func TestBatcherCallerWithoutWaitIgnoresTheBatchTimer(t *testing.T) {
 	store, b, wg := heldBatcher()
 
 	const wait = 20 * time.Millisecond
-	wg.Go(func() { b.incr(context.Background(), "rl:a", 1000, time.Now().Add(wait), wait) })
+	wg.Go(func() { incrIn(b, context.Background(), "rl:a", 1000, time.Now().Add(wait), wait) })
 	waitFor(t, "the timed caller to join", func() bool { return b.pendingCallers() == 1 })
 	time.AfterFunc(5*wait, func() { close(store.hold) })
-	n, _, err := b.incr(context.Background(), "rl:b", 1000, time.Time{}, 0)
+	n, _, err := incrIn(b, context.Background(), "rl:b", 1000, time.Time{}, 0)
 	wg.Wait()
 	if err != nil || n != 1 {
 		t.Fatalf("a caller without a wait = %d, %v; want 1, nil", n, err)
@@ -297,20 +322,19 @@ func goid() string {
 // costs a lone request's latency. A caller without a deadline does not.
 func TestBatcherInlineRoundTrip(t *testing.T) {
 	var sender string
-	b := &batcher{rounds: 4, inline: true, send: func(_ context.Context, _ context.CancelFunc, ops []*incrOp) {
+	store := &fakeStore{}
+	b := &batcher{rounds: 4, inline: true, send: func(ctx context.Context, cancel context.CancelFunc, ops []*takeOp) {
 		sender = goid()
-		for _, op := range ops {
-			op.count, op.ttl = op.inc(), op.ms
-		}
+		store.send(ctx, cancel, ops)
 	}}
 	const wait = time.Second
-	if n, _, err := b.incr(context.Background(), "rl:a", 1000, time.Now().Add(wait), wait); err != nil || n != 1 {
+	if n, _, err := incrIn(b, context.Background(), "rl:a", 1000, time.Now().Add(wait), wait); err != nil || n != 1 {
 		t.Fatalf("incr = %d, %v; want 1, nil", n, err)
 	}
 	if me := goid(); sender != me {
 		t.Errorf("the round trip ran on goroutine %s, the caller is %s", sender, me)
 	}
-	if _, _, err := b.incr(context.Background(), "rl:a", 1000, time.Time{}, 0); err != nil {
+	if _, _, err := incrIn(b, context.Background(), "rl:a", 1000, time.Time{}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if sender == goid() {
@@ -325,14 +349,14 @@ func TestBatcherJoinerAfterTheTimerWaitsItsOwnTime(t *testing.T) {
 	defer func() { close(store.hold); wg.Wait() }()
 
 	const first = 20 * time.Millisecond
-	if _, _, err := b.incr(context.Background(), "rl:a", 1000, time.Now().Add(first), first); !errors.Is(err, errTimedOut) {
+	if _, _, err := incrIn(b, context.Background(), "rl:a", 1000, time.Now().Add(first), first); !errors.Is(err, errTimedOut) {
 		t.Fatalf("first caller: %v, want errTimedOut", err)
 	}
 	time.Sleep(200 * time.Millisecond) // the batch's timer is long over
 
 	const wait = 50 * time.Millisecond
 	start := time.Now()
-	_, _, err := b.incr(context.Background(), "rl:b", 1000, start.Add(wait), wait)
+	_, _, err := incrIn(b, context.Background(), "rl:b", 1000, start.Add(wait), wait)
 	if d := time.Since(start); !errors.Is(err, errTimedOut) || d < wait || d > 4*wait {
 		t.Errorf("a caller joining late: %v after %v; want errTimedOut after about %v", err, d, wait)
 	}
@@ -343,7 +367,7 @@ func TestBatcherJoinerAfterTheTimerWaitsItsOwnTime(t *testing.T) {
 func TestBatcherFailureIsSharedByItsRoundTrip(t *testing.T) {
 	store := &fakeStore{hold: make(chan struct{}), sent: make(chan struct{}, 10)}
 	failing := errors.New("EOF")
-	b := &batcher{rounds: 1, send: func(ctx context.Context, cancel context.CancelFunc, ops []*incrOp) {
+	b := &batcher{rounds: 1, send: func(ctx context.Context, cancel context.CancelFunc, ops []*takeOp) {
 		store.send(ctx, cancel, ops)
 		for _, op := range ops {
 			op.err = failing
@@ -351,11 +375,11 @@ func TestBatcherFailureIsSharedByItsRoundTrip(t *testing.T) {
 	}}
 	var wg sync.WaitGroup
 	errs := make([]error, 4)
-	wg.Go(func() { _, _, errs[0] = b.incr(context.Background(), "rl:first", 1000, time.Time{}, 0) })
+	wg.Go(func() { _, _, errs[0] = incrIn(b, context.Background(), "rl:first", 1000, time.Time{}, 0) })
 	<-store.sent
 	for i := 1; i < len(errs); i++ {
 		key := []string{"rl:a", "rl:a", "rl:b"}[i-1]
-		wg.Go(func() { _, _, errs[i] = b.incr(context.Background(), key, 1000, time.Time{}, 0) })
+		wg.Go(func() { _, _, errs[i] = incrIn(b, context.Background(), key, 1000, time.Time{}, 0) })
 	}
 	waitFor(t, "3 callers in the next batch", func() bool { return b.pendingCallers() == 3 })
 	close(store.hold)
@@ -371,5 +395,27 @@ func TestBatcherFailureIsSharedByItsRoundTrip(t *testing.T) {
 	}
 	if trips[0] == trips[1] || trips[1] != trips[2] || trips[2] != trips[3] {
 		t.Fatalf("round trips of the failures: %v; want the first apart and the next three one", trips)
+	}
+}
+
+// Callers of one key in one round trip are decided one by one in the order
+// they came, each with its own cost: a refused one spends nothing, so a
+// cheaper one after it may pass.
+func TestBatcherDecidesEachCallerInOrder(t *testing.T) {
+	store, b, wg := heldBatcher()
+	k := opKey{key: "rl:a", ms: 1000, limit: 10}
+	costs := []int64{4, 4, 4, 1, 1, 1}
+	res := make([]int64, len(costs))
+	for i, c := range costs {
+		wg.Go(func() { res[i], _, _, _ = b.take(context.Background(), k, c, time.Time{}, 0) })
+		waitFor(t, "the caller to join", func() bool { return b.pendingCallers() == i+1 })
+	}
+	close(store.hold)
+	wg.Wait()
+	if want := []int64{4, 8, -9, 9, 10, -11}; !slices.Equal(res, want) {
+		t.Fatalf("results %v, want %v: allowed, allowed, refused at 8, allowed, allowed, refused at 10", res, want)
+	}
+	if trips := store.tripsNow(); len(trips) != 2 || len(trips[1]) != 1 || trips[1][0].n != 6 {
+		t.Fatalf("round trips %+v; want one op of the six callers", trips)
 	}
 }

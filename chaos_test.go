@@ -242,18 +242,18 @@ kill:
 	t.Logf("%d rounds of kills closed %d connections (%d kills failed)", int(duration/every), kills, killErrs)
 	logChaosFigures(t, load, samples, snap, lc)
 
-	// The window outlasts the test, so each key holds every increment that
-	// ran on it. A call whose reply a kill cut off may have counted (its
-	// request then failed open), but no call may count twice, as one that
-	// go-redis sent again after a lost reply would. So each key's count
-	// lies between the calls that got a count back and the calls made,
-	// which are at most the requests the tenant sent.
+	// The window outlasts the test, so each key holds every request that
+	// Redis allowed on it. A call whose reply a kill cut off may have
+	// counted (its request then failed open), but no call may count twice,
+	// as one that go-redis sent again after a lost reply would. So each
+	// key's count lies between the calls that got an allowed answer back
+	// and the calls made, which are at most the requests the tenant sent.
 	sent := make([]uint64, len(ids))
 	for _, s := range samples {
 		sent[s.tenant]++
 	}
 	calls := counter.snapshot()
-	var counted, made, answered uint64
+	var counted, made, answered, allowed uint64
 	for i, id := range ids {
 		key := "rl:" + id
 		n, err := rdb.Get(context.Background(), key).Uint64()
@@ -265,13 +265,14 @@ kill:
 		if n > sent[i] {
 			t.Errorf("Redis counted %d requests of tenant %s, which sent %d", n, id, sent[i])
 		}
-		if n < c.answered || n > c.made {
-			t.Errorf("Redis counted %d on %s; want between the %d calls that got a count back and the %d calls made",
-				n, key, c.answered, c.made)
+		if n < c.allowed || n > c.made {
+			t.Errorf("Redis counted %d on %s; want between the %d calls that were allowed and the %d calls made",
+				n, key, c.allowed, c.made)
 		}
+		allowed += c.allowed
 	}
-	t.Logf("Redis counted %d requests; the counter was called %d times: %d answered, %d failed, of which %d counted",
-		counted, made, answered, made-answered, counted-min(counted, answered))
+	t.Logf("Redis counted %d requests; the counter was called %d times: %d answered (%d allowed), %d failed, of which %d counted",
+		counted, made, answered, allowed, made-answered, counted-min(counted, allowed))
 	if answered != snap.Allowed+snap.Limited {
 		t.Errorf("%d counter calls got a count back, but Redis decided %d requests", answered, snap.Allowed+snap.Limited)
 	}
@@ -298,39 +299,35 @@ kill:
 	checkLatencies(t, "after the first answer", warm, 0, defaultStoreTimeout*6/5, defaultStoreTimeout+tailSlack)
 }
 
-// callCountingCounter counts, per key, the calls made to a RedisCounter and
-// those that got a count back. It passes on everything by which the limiter
-// chooses how to call its counter (TTLCounter, boundedCounter), so that the
-// limiter calls Redis as it would without it.
+// callCountingCounter counts, per key, the calls made to a RedisCounter,
+// those that got an answer and those that were allowed. It passes on everything by which the limiter
+// chooses how to call its counter (TTLCounter, boundedTaker, nodeCounter),
+// so that the limiter calls Redis as it would without it.
 type callCountingCounter struct {
 	*RedisCounter
 	mu    sync.Mutex
 	calls map[string]keyCalls
 }
 
-type keyCalls struct{ made, answered uint64 }
+type keyCalls struct{ made, answered, allowed uint64 }
 
 var (
-	_ TTLCounter     = (*callCountingCounter)(nil)
-	_ boundedCounter = (*callCountingCounter)(nil)
+	_ boundedTaker = (*callCountingCounter)(nil)
+	_ nodeCounter  = (*callCountingCounter)(nil)
 )
 
-func (c *callCountingCounter) Incr(ctx context.Context, key string, window time.Duration) (int64, error) {
-	n, _, err := c.IncrTTL(ctx, key, window)
-	return n, err
-}
-
-func (c *callCountingCounter) IncrTTL(ctx context.Context, key string, window time.Duration) (int64, time.Duration, error) {
-	return c.incrWithin(ctx, key, window, time.Time{}, 0)
-}
-
-func (c *callCountingCounter) incrWithin(ctx context.Context, key string, window time.Duration, deadline time.Time, wait time.Duration) (int64, time.Duration, error) {
-	c.count(key, func(k *keyCalls) { k.made++ })
-	n, ttl, err := c.RedisCounter.incrWithin(ctx, key, window, deadline, wait)
-	if err == nil && n > 0 {
-		c.count(key, func(k *keyCalls) { k.answered++ })
+func (c *callCountingCounter) takeWithin(ctx context.Context, t *take, deadline time.Time, wait time.Duration) error {
+	c.count(t.key, func(k *keyCalls) { k.made++ })
+	err := c.RedisCounter.takeWithin(ctx, t, deadline, wait)
+	if err == nil {
+		c.count(t.key, func(k *keyCalls) {
+			k.answered++
+			if t.allowed {
+				k.allowed++
+			}
+		})
 	}
-	return n, ttl, err
+	return err
 }
 
 func (c *callCountingCounter) count(key string, f func(*keyCalls)) {
@@ -365,15 +362,15 @@ type counterCall struct {
 	err   error
 }
 
-var _ boundedCounter = (*watchedCounter)(nil)
+var _ boundedTaker = (*watchedCounter)(nil)
 
-func (w *watchedCounter) incrWithin(ctx context.Context, key string, window time.Duration, deadline time.Time, wait time.Duration) (int64, time.Duration, error) {
+func (w *watchedCounter) takeWithin(ctx context.Context, t *take, deadline time.Time, wait time.Duration) error {
 	start := time.Now()
-	n, ttl, err := w.RedisCounter.incrWithin(ctx, key, window, deadline, wait)
+	err := w.RedisCounter.takeWithin(ctx, t, deadline, wait)
 	w.mu.Lock()
 	w.calls = append(w.calls, counterCall{start, time.Since(start), err})
 	w.mu.Unlock()
-	return n, ttl, err
+	return err
 }
 
 // since returns the calls that started at from or later.

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -36,6 +37,64 @@ func incrTTL(ctx context.Context, c Counter, key string, window time.Duration) (
 	}
 	n, err := c.Incr(ctx, key, window)
 	return n, window, err
+}
+
+// A take asks a counter to decide one request: in one atomic step, add
+// cost to key unless that takes it past limit, and say what is left. The
+// built-in counters decide it in the store, so that a refused request
+// spends nothing, and costs and the sliding window are exact across
+// replicas. A Counter of your own is asked for Incr, at cost 1 and in fixed
+// windows only, and takeByIncr compares.
+type take struct {
+	key    string // a MemoryCounter is given its key as bytes instead
+	cost   int64
+	limit  int64
+	window time.Duration
+	algo   Algorithm
+	node   int // key's node, when the counter has several (see nodeCounter)
+
+	// The answer.
+	allowed   bool
+	remaining int64         // units left after the decision
+	reset     time.Duration // until one more unit than remaining is available
+	retry     time.Duration // when refused: until cost would fit
+	slide     sliding       // a sliding window's key after the decision
+}
+
+// decided fills in t's answer for a fixed window whose count is count
+// after the decision, with ttl left.
+func (t *take) decided(allowed bool, count int64, ttl time.Duration) {
+	t.allowed, t.remaining, t.reset = allowed, max(t.limit-count, 0), ttl
+	if !allowed {
+		t.retry = ttl
+	}
+}
+
+// decidedSliding fills in t's answer from a sliding window's key after
+// the decision.
+func (t *take) decidedSliding(allowed bool, s sliding) {
+	t.allowed, t.slide, t.remaining = allowed, s, s.remaining(t.limit)
+	t.reset, t.retry = s.resetAndRetry(t.limit, t.remaining, t.cost, allowed)
+}
+
+// takeByIncr decides t with Incr, for a Counter of your own: the count
+// after the increment against the limit. A refused request has been
+// counted all the same.
+func takeByIncr(ctx context.Context, c Counter, t *take) error {
+	n, ttl, err := incrTTL(ctx, c, t.key, t.window)
+	if err == nil && n <= 0 {
+		err = fmt.Errorf("increment rate limit key %s: counter returned %d", t.key, n)
+	}
+	if err != nil {
+		return err
+	}
+	// A counter may report a nonsensical ttl; the window is then an upper
+	// bound.
+	if ttl < 0 {
+		ttl = t.window
+	}
+	t.decided(n <= t.limit, n, ttl)
+	return nil
 }
 
 // ErrClosed is returned by a counter's Incr after its Close.

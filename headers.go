@@ -34,15 +34,16 @@ const (
 // figures returns what the fields report: the requests remaining (-1 when
 // nothing counted) and the seconds until the window ends, rounded up.
 func (d *Decision) figures() (remaining, reset int64) {
-	if d.By == ByNone {
+	if d.Remaining < 0 { // nothing counted, or a cost past the limit
 		return -1, 0
 	}
 	return int64(d.Remaining), ceilDiv(d.Reset, time.Second)
 }
 
 // retryAfter reports whether the response to d carries Retry-After: a
-// refusal by a counter, not by FailClosed.
-func (d *Decision) retryAfter() bool { return !d.Allowed && d.By != ByNone }
+// refusal by a counter of a request that can fit later, not one by
+// FailClosed, nor one whose cost passes the limit.
+func (d *Decision) retryAfter() bool { return !d.Allowed && d.By != ByNone && d.Remaining >= 0 }
 
 // The fields a Decision writes, in the order plan decides them.
 const (
@@ -78,37 +79,50 @@ type fieldValues struct {
 // fewest requests left and of those the latest reset, compared through the
 // X-RateLimit-* fields already in the response (so with
 // DisableLegacyHeaders each Retry-After is its own). When nothing counted
-// the request, only the limit and the policy are known.
+// the request, only the limit and the policy are known. A limiter in
+// shadow mode writes nothing.
 func plan[T string | []byte](d *Decision, buf []byte, earlier func(i int) T) fieldValues {
 	v := fieldValues{buf: buf}
 	p := d.policy
-	if p == nil {
-		return v // the zero Decision
+	if p == nil || p.shadow {
+		return v // the zero Decision, or nothing to write
 	}
 	remaining, reset := d.figures()
-	retry := reset
+	retry := ceilDiv(d.RetryAfter, time.Second)
 	add := func(i int, b []byte) { // field i's value is what b appended to v.buf
 		v.vals[i], v.buf = b[len(v.buf):], b
+	}
+	// A tenant's own plan, or the fallback's budget for it, is formatted
+	// for the request; the policy's own budget was formatted once.
+	limit, item := p.limitBytes, p.policyItemBytes
+	if int64(d.Limit) != p.limit || d.Window != p.window {
+		start := len(v.buf)
+		v.buf = strconv.AppendInt(v.buf, int64(d.Limit), 10)
+		limit = v.buf[start:]
+		start = len(v.buf)
+		v.buf = appendPolicyItem(v.buf, p.name, int64(d.Limit), d.Window)
+		item = v.buf[start:]
 	}
 	if p.legacy {
 		switch prev, ok := parseCount(earlier(fRemaining)); {
 		case remaining < 0:
 			if len(earlier(fLimit)) == 0 {
-				v.vals[fLimit] = p.limitBytes
+				v.vals[fLimit] = limit
 			}
 		case ok && earlierWins(prev, earlier(fReset), remaining, reset):
-			retry, _ = parseCount(earlier(fReset))
+			r, _ := parseCount(earlier(fReset))
+			retry = max(retry, r)
 		default:
-			v.vals[fLimit] = p.limitBytes
+			v.vals[fLimit] = limit
 			add(fRemaining, strconv.AppendInt(v.buf, remaining, 10))
 			add(fReset, strconv.AppendInt(v.buf, reset, 10))
 		}
 	}
 	if p.draft {
 		if prev := earlier(fPolicy); len(prev) == 0 {
-			v.vals[fPolicy] = p.policyItemBytes
+			v.vals[fPolicy] = item
 		} else {
-			add(fPolicy, append(appendList(v.buf, prev), p.policyItem...))
+			add(fPolicy, append(appendList(v.buf, prev), item...))
 		}
 		if remaining >= 0 {
 			add(fRateLimit, appendRateLimitItem(appendList(v.buf, earlier(fRateLimit)), p, remaining, reset))

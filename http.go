@@ -43,6 +43,13 @@ type HTTPConfig struct {
 	//
 	// Optional. Default: 429 with the text "rate limit exceeded"
 	LimitReached http.Handler
+
+	// Cost returns how many units of the budget a request costs, as
+	// Config.Cost does; setup panics when the Limiter cannot count costs
+	// (see Limiter.CheckCost).
+	//
+	// Optional. Default: every request costs 1
+	Cost func(r *http.Request) int
 }
 
 // HTTPMiddleware returns net/http middleware that decides each request with
@@ -54,6 +61,11 @@ type HTTPConfig struct {
 func HTTPMiddleware(lim *Limiter, cfg HTTPConfig) func(http.Handler) http.Handler {
 	if lim == nil {
 		panic("ratelimit: HTTPMiddleware needs a Limiter, got nil")
+	}
+	if cfg.Cost != nil {
+		if err := lim.CheckCost(); err != nil {
+			panic("ratelimit: Cost: " + err.Error())
+		}
 	}
 	if cfg.Tenant == nil {
 		cfg.Tenant = func(r *http.Request) (string, bool) { return TenantFromContext(r.Context()) }
@@ -72,13 +84,17 @@ func HTTPMiddleware(lim *Limiter, cfg HTTPConfig) func(http.Handler) http.Handle
 				next.ServeHTTP(w, r)
 				return
 			}
+			cost := 1
+			if cfg.Cost != nil {
+				cost = cfg.Cost(r)
+			}
 			var d Decision
 			if id, ok := cfg.Tenant(r); ok && id != "" {
-				d = lim.Take(r.Context(), id)
+				d = lim.TakeN(r.Context(), id, cost)
 			} else if cfg.AnonymousByIP {
-				d = lim.TakeAddr(r.Context(), cfg.ClientIP(r))
+				d = lim.TakeAddrN(r.Context(), cfg.ClientIP(r), cost)
 			} else {
-				d = lim.Take(r.Context(), "")
+				d = lim.TakeN(r.Context(), "", cost)
 			}
 			d.SetHeaders(w.Header())
 			switch {

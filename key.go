@@ -32,6 +32,10 @@ import (
 //     under "#ip:" and the address, or for IPv6 the prefix
 //     ("#ip:2001:db8:1:2::/64"). No tenant's part starts with "#i": a
 //     digest's next byte is a hex digit.
+//   - A sliding window's key is the fixed window's in braces,
+//     "{rl:<tenant>}": the tag of the two keys the store counts it in, one
+//     per window (see takeScript), so that both are in one cluster hash
+//     slot. The key inside holds no brace, so no tenant can move the tag.
 //
 // An ID of safe bytes, as most are, costs one scan and a copy.
 
@@ -53,7 +57,7 @@ const unknownKey = unnamedPrefix + unknownTenant
 
 // maxKeyLen bounds every key appendKey builds, so that a caller can build
 // it in a stack buffer.
-const maxKeyLen = len("rl:") + 3*maxName + len("#") + maxTenantKey
+const maxKeyLen = len("{rl:") + 3*maxName + len("#") + maxTenantKey + len("}")
 
 // safeKeyByte reports whether a byte goes into a key unescaped.
 var safeKeyByte = func() (t [256]bool) {
@@ -95,8 +99,16 @@ func keyPrefix(name string) string {
 }
 
 // appendKey appends to dst the key of tenant id under a limiter's prefix
-// (from keyPrefix); id "" is a request without a tenant.
-func appendKey(dst []byte, prefix, id string) []byte {
+// (from keyPrefix), counted by algo; id "" is a request without a tenant.
+func appendKey(dst []byte, prefix, id string, algo Algorithm) []byte {
+	if algo == SlidingWindow {
+		return append(appendTenantKey(append(dst, '{'), prefix, id), '}')
+	}
+	return appendTenantKey(dst, prefix, id)
+}
+
+// appendTenantKey appends the key of tenant id under prefix.
+func appendTenantKey(dst []byte, prefix, id string) []byte {
 	dst = append(dst, prefix...)
 	if id == "" {
 		return append(dst, unknownTenant...)
@@ -129,16 +141,24 @@ func appendKey(dst []byte, prefix, id string) []byte {
 // appendAddrKey appends to dst the key of a request without a tenant from
 // the client at addr, under a limiter's prefix: IPv4 by address, IPv6 by
 // its first v6Bits bits. An invalid address is the key of no tenant.
-func appendAddrKey(dst []byte, prefix string, addr netip.Addr, v6Bits int) []byte {
+func appendAddrKey(dst []byte, prefix string, addr netip.Addr, v6Bits int, algo Algorithm) []byte {
 	addr = addr.Unmap()
 	if !addr.IsValid() {
-		return appendKey(dst, prefix, "")
+		return appendKey(dst, prefix, "", algo)
+	}
+	if algo == SlidingWindow {
+		dst = append(dst, '{')
 	}
 	dst = append(dst, prefix...)
 	dst = append(dst, "#ip:"...)
 	if addr.Is4() {
-		return addr.AppendTo(dst)
+		dst = addr.AppendTo(dst)
+	} else {
+		p, _ := addr.WithZone("").Prefix(v6Bits) // v6Bits is within 1..128
+		dst = p.AppendTo(dst)
 	}
-	p, _ := addr.WithZone("").Prefix(v6Bits) // v6Bits is within 1..128
-	return p.AppendTo(dst)
+	if algo == SlidingWindow {
+		dst = append(dst, '}')
+	}
+	return dst
 }

@@ -12,7 +12,7 @@ import (
 // tenantKey is the unnamed limiter's key of id.
 func tenantKey(id string) string {
 	var buf [maxKeyLen]byte
-	return string(appendKey(buf[:0], unnamedPrefix, id))
+	return string(appendKey(buf[:0], unnamedPrefix, id, FixedWindow))
 }
 
 func TestTenantKey(t *testing.T) {
@@ -85,14 +85,14 @@ func TestNamedKeys(t *testing.T) {
 	}
 	for _, tt := range tests {
 		var buf [maxKeyLen]byte
-		if got := string(appendKey(buf[:0], keyPrefix(tt.name), tt.id)); got != tt.want {
+		if got := string(appendKey(buf[:0], keyPrefix(tt.name), tt.id, FixedWindow)); got != tt.want {
 			t.Errorf("key of name %q, tenant %.20q = %q, want %q", tt.name, tt.id, got, tt.want)
 		}
 	}
 	// The longest name, all escaped, and the longest tenant part stay
 	// within the stack buffer's bound.
 	var buf [maxKeyLen]byte
-	k := appendKey(buf[:0], keyPrefix(strings.Repeat("#", maxName)), strings.Repeat("b", maxTenantKey))
+	k := appendKey(buf[:0], keyPrefix(strings.Repeat("#", maxName)), strings.Repeat("b", maxTenantKey), SlidingWindow)
 	if len(k) != maxKeyLen {
 		t.Errorf("longest key is %d bytes, want maxKeyLen %d", len(k), maxKeyLen)
 	}
@@ -111,7 +111,7 @@ func TestNamedKeysDoNotCollide(t *testing.T) {
 	seen := map[string][2]string{}
 	for _, p := range pairs {
 		var buf [maxKeyLen]byte
-		k := string(appendKey(buf[:0], keyPrefix(p[0]), p[1]))
+		k := string(appendKey(buf[:0], keyPrefix(p[0]), p[1], FixedWindow))
 		if prev, ok := seen[k]; ok {
 			t.Errorf("name %q tenant %q and name %q tenant %q share key %q", prev[0], prev[1], p[0], p[1], k)
 		}
@@ -236,8 +236,8 @@ func TestAddrKey(t *testing.T) {
 		if tt.addr != "" {
 			addr = netip.MustParseAddr(tt.addr)
 		}
-		if got := string(appendAddrKey(nil, tt.prefix, addr, tt.bits)); got != tt.want {
-			t.Errorf("appendAddrKey(%q, %s, /%d) = %q, want %q", tt.prefix, tt.addr, tt.bits, got, tt.want)
+		if got := string(appendAddrKey(nil, tt.prefix, addr, tt.bits, FixedWindow)); got != tt.want {
+			t.Errorf("appendAddrKey(%q, %s, /%d, FixedWindow) = %q, want %q", tt.prefix, tt.addr, tt.bits, got, tt.want)
 		}
 	}
 }

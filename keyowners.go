@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"fmt"
 	"sync"
 	"time"
 )
@@ -22,6 +23,16 @@ type keyOwners struct {
 type budget struct {
 	limit  int
 	window time.Duration
+	algo   Algorithm
+	plans  bool // PlanFor is set
+}
+
+func (b budget) String() string {
+	s := fmt.Sprintf("Limit %d and Window %v, %v", b.limit, b.window, b.algo)
+	if b.plans {
+		s += ", with PlanFor"
+	}
+	return s
 }
 
 // ownedCounter is a counter that records its key owners.

@@ -4,25 +4,32 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"math"
 	"net/netip"
 	"time"
 )
 
 // Limiter decides whether a request is within its tenant's budget: Limit
-// requests per fixed Window, counted in Options.Counter. It holds the whole
-// decision (keys, time budget, breaker, fallback, log, metrics); a front
-// door only reads the tenant from a request and writes the Decision into
-// the response. A Limiter is safe for concurrent use by multiple
-// goroutines.
+// requests (or units of cost) per Window, or the tenant's own Plan,
+// counted in Options.Counter by Options.Algorithm. It holds the whole
+// decision (keys, plans, time budget, breaker, fallback, shadow mode, log,
+// metrics); a front door only reads the tenant and the cost from a
+// request and writes the Decision into the response. A Limiter is safe for
+// concurrent use by multiple goroutines.
 type Limiter struct {
-	opts      Options
-	mem       *MemoryCounter // opts.Counter, when it is one
-	breakers  *breakers
-	nodes     nodeCounter // opts.Counter, when its keys live on several nodes
-	failLog   failureLog
-	rule      timeRule
-	refusals  *refusals // nil when off, or for a MemoryCounter
-	keyPrefix string    // from keyPrefix(opts.Name)
+	opts     Options
+	mem      *MemoryCounter // opts.Counter, when it is one
+	fallback *MemoryCounter // opts.Fallback, when it is one
+	breakers *breakers
+	nodes    nodeCounter // opts.Counter, when its keys live on several nodes
+	rule     timeRule
+
+	// The throttled logs: counter failures, the gateway's own mistakes (a
+	// bad plan, a cost below 1), and shadow mode's would-be refusals.
+	failures, mistakes, shadowed *throttledLog
+	refusals                     *refusals // nil when off, or for a MemoryCounter
+	keyPrefix                    string    // from keyPrefix(opts.Name)
 
 	// Read once per request that asks a counter other than a
 	// MemoryCounter.
@@ -42,17 +49,34 @@ type Decision struct {
 	// By says what decided.
 	By Decider
 
-	// Limit is the budget the request was counted against: Options.Limit,
-	// or Options.FallbackLimit when the fallback decided.
+	// Limit is the budget the request was counted against, in units:
+	// Options.Limit or the tenant's Plan, or the fallback's budget when the
+	// fallback decided.
 	Limit int
 
-	// Remaining is how many more requests the window allows, 0 once over
-	// budget; -1 when nothing counted the request (By is ByNone).
+	// Window is the window of that budget.
+	Window time.Duration
+
+	// Remaining is how many more units the budget allows now, 0 once
+	// spent; -1 when nothing counted the request (By is ByNone) or its
+	// cost passed Limit, so that it was refused without asking the counter.
 	Remaining int
 
-	// Reset is the time the window has left; 0 when nothing counted the
-	// request.
+	// Reset is how long until more than Remaining is available: the time a
+	// fixed window has left, or for a sliding window until one more unit
+	// is; 0 when nothing counted the request.
 	Reset time.Duration
+
+	// RetryAfter is, for a request that a counter refused, how long until
+	// a request of the same cost would fit: the time the fixed window has
+	// left, or until the sliding window's count has fallen enough. 0 when
+	// allowed, or when the cost passes Limit and never fits.
+	RetryAfter time.Duration
+
+	// Shadowed reports that the limiter, in Options.Shadow mode, let
+	// through a request it would have refused (429, or 503 with
+	// FailClosed). Allowed is then true.
+	Shadowed bool
 
 	// Err is why Options.Counter could not decide, when By is not
 	// ByCounter; the Limiter has logged it. It is for logs and metrics,
@@ -66,8 +90,9 @@ type Decision struct {
 type Decider int
 
 const (
-	// ByCounter: Options.Counter counted the request (or the over-limit
-	// cache refused it, from what the counter reported).
+	// ByCounter: Options.Counter decided the request (or the over-limit
+	// cache refused it, from what the counter reported, or its cost passed
+	// its limit).
 	ByCounter Decider = iota
 	// ByFallback: the counter failed or the breaker is open, and
 	// Options.Fallback counted the request against FallbackLimit.
@@ -116,24 +141,26 @@ func newLimiter(opts Options, now func() time.Time) *Limiter {
 	l := &Limiter{
 		opts:      opts,
 		rule:      timeRule{timeout: opts.StoreTimeout},
-		failLog:   failureLog{logger: opts.Logger, clock: clk},
+		failures:  newThrottledLog(opts.Logger, clk),
+		mistakes:  newThrottledLog(opts.Logger, clk),
+		shadowed:  newThrottledLog(opts.Logger, clk),
 		keyPrefix: keyPrefix(opts.Name),
 		clock:     clk,
 	}
-	h := headerSwitches{legacy: !opts.DisableLegacyHeaders, draft: !opts.DisableDraftHeaders}
+	h := headerSwitches{legacy: !opts.DisableLegacyHeaders, draft: !opts.DisableDraftHeaders, shadow: opts.Shadow}
 	l.policy = newPolicyHeaders(opts.Name, opts.Limit, opts.Window, h)
 	l.fallbackPolicy = newPolicyHeaders(opts.Name, opts.FallbackLimit, opts.Window, h)
 	l.mem, _ = opts.Counter.(*MemoryCounter)
+	l.fallback, _ = opts.Fallback.(*MemoryCounter)
 	if l.mem == nil && !opts.DisableOverLimitCache {
 		l.refusals = newRefusals()
 	}
 	l.breakers = newBreakers(func(node string) *breaker {
-		return newBreaker(opts.BreakerFailures, opts.BreakerCooldown, clk, l.failLog.write, opts.Metrics, node)
+		return newBreaker(opts.BreakerFailures, opts.BreakerCooldown, clk, l.failures.write, opts.Metrics, node)
 	})
 	if nc, ok := opts.Counter.(nodeCounter); ok && nc.manyNodes() {
 		l.nodes = nc
 	}
-	l.failLog.last.Store(-int64(time.Second)) // the first failure is logged
 	return l
 }
 
@@ -146,17 +173,29 @@ func newLimiter(opts Options, now func() time.Time) *Limiter {
 // or closed, as Options say, and logs. It never blocks past the time rule
 // of Options.StoreTimeout.
 func (l *Limiter) Take(ctx context.Context, tenant string) (d Decision) {
-	l.takeTenant(ctx, &d, tenant)
+	l.takeTenant(ctx, &d, tenant, 1)
 	return d
 }
 
-// takeTenant is Take into d, for the doors of this package, which keep
+// TakeN is Take for a request that costs n units of the budget: it is
+// allowed when n fits in what is left, and a refused one spends nothing. A
+// cost above the limit is refused at once, without asking the counter. A
+// cost below 1 is the gateway's mistake: it counts as 1, and is logged. A
+// cost above 1 needs a MemoryCounter or a RedisCounter (see CheckCost);
+// with a Counter of your own, such a request is decided as a counter
+// failure.
+func (l *Limiter) TakeN(ctx context.Context, tenant string, n int) (d Decision) {
+	l.takeTenant(ctx, &d, tenant, n)
+	return d
+}
+
+// takeTenant is TakeN into d, for the doors of this package, which keep
 // their Decision on their own stack.
-func (l *Limiter) takeTenant(ctx context.Context, d *Decision, tenant string) {
+func (l *Limiter) takeTenant(ctx context.Context, d *Decision, tenant string, cost int) {
 	// The key is built on the stack: a MemoryCounter looks it up without
 	// allocating, and any other counter gets a copy of its own.
 	var buf [maxKeyLen]byte
-	l.take(ctx, d, tenant, appendKey(buf[:0], l.keyPrefix, tenant))
+	l.take(ctx, d, tenant, appendKey(buf[:0], l.keyPrefix, tenant, l.opts.Algorithm), cost)
 }
 
 // TakeAddr is Take for a request without a tenant, keyed by its client's
@@ -166,49 +205,107 @@ func (l *Limiter) takeTenant(ctx context.Context, d *Decision, tenant string) {
 // Only an address the gateway can vouch for belongs here (see the README
 // on proxies): a client that picks its address picks its budget.
 func (l *Limiter) TakeAddr(ctx context.Context, addr netip.Addr) (d Decision) {
+	return l.TakeAddrN(ctx, addr, 1)
+}
+
+// TakeAddrN is TakeAddr for a request that costs n units, as TakeN is.
+func (l *Limiter) TakeAddrN(ctx context.Context, addr netip.Addr, n int) (d Decision) {
 	var buf [maxKeyLen]byte
-	l.take(ctx, &d, "", appendAddrKey(buf[:0], l.keyPrefix, addr, l.opts.IPv6Prefix))
+	l.take(ctx, &d, "", appendAddrKey(buf[:0], l.keyPrefix, addr, l.opts.IPv6Prefix, l.opts.Algorithm), n)
 	return d
 }
 
-// take decides into d the request of tenant (for the log) counted under
-// key kb. It fills d in place: copying a Decision out of each call cost the
-// in-memory path about 40 instructions a request.
-func (l *Limiter) take(ctx context.Context, d *Decision, tenant string, kb []byte) {
-	var (
-		key   string
-		count int64
-		ttl   time.Duration
-		err   error
-	)
+// CheckCost returns nil when the limiter can count requests of any cost
+// (TakeN), and otherwise an error that names the counter that cannot: a
+// Counter of your own counts one request at a time, by Incr. A front door
+// with a Cost function calls it at setup and panics with the error.
+func (l *Limiter) CheckCost() error {
+	for _, c := range []struct {
+		field string
+		c     Counter
+	}{{"Counter", l.opts.Counter}, {"Fallback", l.opts.Fallback}} {
+		if c.c != nil && !decides(c.c) {
+			return fmt.Errorf("ratelimit: costs need %s to be a MemoryCounter or a RedisCounter; %T counts one request at a time", c.field, c.c)
+		}
+	}
+	return nil
+}
+
+// take decides into d the request of tenant (for its plan and the log), of
+// cost, counted under key kb. It fills d in place: copying a Decision out
+// of each call cost the in-memory path about 40 instructions a request.
+func (l *Limiter) take(ctx context.Context, d *Decision, tenant string, kb []byte, cost int) {
+	t := take{cost: 1, limit: int64(l.opts.Limit), window: l.opts.Window, algo: l.opts.Algorithm}
+	if cost != 1 {
+		if cost < 1 {
+			l.mistakes.record(slog.LevelError, "ratelimit: a request's cost is below 1; it counts as 1",
+				slog.String("tenant", logTenant(tenant)), slog.Int("cost", cost))
+		} else {
+			t.cost = int64(cost)
+		}
+	}
+	if l.opts.PlanFor != nil {
+		if err := l.plan(tenant, &t); err != nil {
+			l.mistakes.record(slog.LevelError, "ratelimit: PlanFor returned an invalid plan; the request is decided as a counter failure",
+				slog.String("tenant", logTenant(tenant)), slog.Any("err", err))
+			l.failed(ctx, d, tenant, kb, &t, err)
+			return
+		}
+	}
+	if t.cost > t.limit {
+		// It never fits: no need to ask.
+		*d = Decision{By: ByCounter, Limit: int(t.limit), Window: t.window, Remaining: -1, policy: &l.policy}
+		l.decided(d, tenant, kb)
+		return
+	}
+	var err error
 	if l.mem != nil {
 		// Nothing to time or break: it never waits, and fails only once
 		// closed.
-		count, ttl, err = l.mem.incr(kb, int64(l.opts.Window))
+		err = l.mem.take(kb, &t)
 	} else {
 		now := l.clock.Now()
 		since := l.clock.since(now)
-		if l.refusals != nil {
-			if left, ok := l.refusals.left(kb, since); ok {
-				l.counted(d, &l.policy, ByCounter, int64(l.opts.Limit)+1, left, nil)
-				return
-			}
+		if l.refusals != nil && l.refusals.refuse(kb, &t, since) {
+			l.counted(d, &l.policy, ByCounter, &t, nil)
+			l.decided(d, tenant, kb)
+			return
 		}
-		key = string(kb)
-		count, ttl, err = l.ask(ctx, key, now)
-		if err == nil && count > int64(l.opts.Limit) && l.refusals != nil && ttl > 0 {
-			l.refusals.add(kb, since+ttl, since)
+		t.key = string(kb)
+		err = l.ask(ctx, &t, now)
+		if err == nil && !t.allowed && l.refusals != nil {
+			l.refusals.add(kb, &t, since)
 		}
 	}
-	if err == nil {
-		l.counted(d, &l.policy, ByCounter, count, ttl, nil)
+	if err != nil {
+		l.failed(ctx, d, tenant, kb, &t, err)
 		return
 	}
+	l.counted(d, &l.policy, ByCounter, &t, nil)
+	l.decided(d, tenant, kb)
+}
 
-	// The counter could not decide.
-	if key == "" {
-		key = string(kb)
+// plan sets t's limit and window to tenant's plan.
+func (l *Limiter) plan(tenant string, t *take) error {
+	p := l.opts.PlanFor(tenant)
+	if p == (Plan{}) {
+		return nil
 	}
+	if err := p.check(); err != nil {
+		return err
+	}
+	if p.Limit != 0 {
+		t.limit = int64(p.Limit)
+	}
+	if p.Window != 0 {
+		t.window = p.Window
+	}
+	return nil
+}
+
+// failed decides into d the request t that Options.Counter could not
+// decide, for err: by the fallback, or failing open or closed.
+func (l *Limiter) failed(ctx context.Context, d *Decision, tenant string, kb []byte, t *take, err error) {
 	lastResort := "fail open"
 	if l.opts.FailClosed {
 		lastResort = "fail closed"
@@ -218,73 +315,118 @@ func (l *Limiter) take(ctx context.Context, d *Decision, tenant string, kb []byt
 		if l.opts.Fallback != nil {
 			action = "fallback"
 		}
-		l.failLog.record(err, tenant, key, action)
+		l.failures.record(slog.LevelError, "ratelimit: counter failed, request decided by "+action,
+			slog.String("tenant", logTenant(tenant)), slog.String("key", string(kb)), slog.Any("err", err))
 	}
 	if l.opts.Fallback != nil {
-		n, ttl, ferr := incrTTL(ctx, l.opts.Fallback, key, l.opts.Window)
-		if ferr == nil && n <= 0 {
-			ferr = fmt.Errorf("fallback counter returned %d for key %s", n, key)
-		}
+		f := take{key: string(kb), cost: t.cost, window: t.window, algo: t.algo, limit: l.fallbackLimit(t.limit)}
+		ferr := l.askFallback(ctx, kb, &f)
 		if ferr == nil {
-			l.counted(d, &l.fallbackPolicy, ByFallback, n, ttl, err)
+			l.counted(d, &l.fallbackPolicy, ByFallback, &f, err)
+			l.decided(d, tenant, kb)
 			return
 		}
-		l.failLog.record(ferr, tenant, key, lastResort)
+		l.failures.record(slog.LevelError, "ratelimit: counter failed, request decided by "+lastResort,
+			slog.String("tenant", logTenant(tenant)), slog.String("key", string(kb)), slog.Any("err", ferr))
 		err = fmt.Errorf("%w; fallback: %w", err, ferr)
 	}
 	// Nobody counted: only the limit and the policy are known.
-	*d = Decision{Allowed: !l.opts.FailClosed, By: ByNone, Limit: l.opts.Limit, Remaining: -1,
+	*d = Decision{Allowed: !l.opts.FailClosed, By: ByNone, Limit: int(t.limit), Window: t.window, Remaining: -1,
 		Err: err, policy: &l.policy}
-	if d.Allowed {
-		l.opts.Metrics.count(failedOpen)
-	} else {
-		l.opts.Metrics.count(failedClosed)
+	l.decided(d, tenant, kb)
+}
+
+// fallbackLimit is the fallback's budget for a request whose budget is
+// limit: FallbackLimit, in the proportion of a tenant's plan to Limit.
+func (l *Limiter) fallbackLimit(limit int64) int64 {
+	if limit == int64(l.opts.Limit) {
+		return int64(l.opts.FallbackLimit)
+	}
+	scaled := math.Ceil(float64(limit) * float64(l.opts.FallbackLimit) / float64(l.opts.Limit))
+	return int64(min(max(scaled, 1), maxLimit))
+}
+
+// askFallback decides f in Options.Fallback, which waits only as ctx lets
+// it.
+func (l *Limiter) askFallback(ctx context.Context, kb []byte, f *take) error {
+	if f.cost > f.limit {
+		f.decided(false, 0, 0)
+		f.remaining, f.reset, f.retry = 0, f.window, 0
+		return nil
+	}
+	switch c := l.opts.Fallback.(type) {
+	case *MemoryCounter:
+		return c.take(kb, f)
+	case boundedTaker:
+		deadline, _ := ctx.Deadline()
+		return c.takeWithin(ctx, f, deadline, 0)
+	}
+	if f.cost != 1 {
+		return fmt.Errorf("fallback %T counts one request at a time, not a cost of %d", l.opts.Fallback, f.cost)
+	}
+	return takeByIncr(ctx, l.opts.Fallback, f)
+}
+
+// counted decides into d a request that a counter decided against p, as t
+// says.
+func (l *Limiter) counted(d *Decision, p *policyHeaders, by Decider, t *take, err error) {
+	d.Allowed, d.By, d.Limit, d.Window = t.allowed, by, int(t.limit), t.window
+	d.Remaining, d.Reset, d.RetryAfter = int(t.remaining), t.reset, t.retry
+	d.Err, d.policy = err, p
+}
+
+// decided counts d in the metrics and, in shadow mode, lets a request
+// that d refuses through.
+func (l *Limiter) decided(d *Decision, tenant string, kb []byte) {
+	if l.opts.Shadow && !d.Allowed {
+		d.Allowed, d.Shadowed = true, true
+		l.opts.Metrics.count(shadowLimited)
+		l.shadowed.record(slog.LevelInfo, "ratelimit: shadow mode let through a request it would have refused",
+			slog.String("tenant", logTenant(tenant)), slog.String("key", string(kb)),
+			slog.Int("limit", d.Limit), slog.Int("remaining", d.Remaining), slog.String("decided by", d.By.String()))
+		return
+	}
+	m := l.opts.Metrics
+	if m == nil {
+		return
+	}
+	switch {
+	case d.By == ByNone && d.Allowed:
+		m.count(failedOpen)
+	case d.By == ByNone:
+		m.count(failedClosed)
+	case d.Allowed && d.By == ByCounter:
+		m.count(allowed)
+	case d.Allowed:
+		m.count(fallbackAllowed)
+	case d.By == ByFallback:
+		m.count(fallbackLimited)
+	default:
+		m.count(limited)
 	}
 }
 
-// counted decides into d a request that a counter counted against p: count
-// is its count and ttl the time its window has left.
-func (l *Limiter) counted(d *Decision, p *policyHeaders, by Decider, count int64, ttl time.Duration, err error) {
-	// A counter may report a nonsensical ttl; the window is then an upper
-	// bound.
-	if ttl < 0 {
-		ttl = l.opts.Window
-	}
-	d.Allowed, d.By, d.Limit, d.Remaining = count <= p.limit, by, int(p.limit), int(max(p.limit-count, 0))
-	d.Reset, d.Err, d.policy = ttl, err, p
-	if m := l.opts.Metrics; m != nil {
-		o := limited
-		switch {
-		case d.Allowed && by == ByCounter:
-			o = allowed
-		case d.Allowed:
-			o = fallbackAllowed
-		case by == ByFallback:
-			o = fallbackLimited
-		}
-		m.count(o)
-	}
-}
-
-// ask counts the request in opts.Counter, through the breaker of key's
-// node.
-func (l *Limiter) ask(ctx context.Context, key string, now time.Time) (int64, time.Duration, error) {
+// ask decides t in opts.Counter, through the breaker of its key's node.
+func (l *Limiter) ask(ctx context.Context, t *take, now time.Time) error {
 	b := l.breakers.first
 	if l.nodes != nil {
-		b = l.breakers.of(l.nodes.nodeOf(key))
+		var addr string
+		t.node, addr = l.nodes.nodeOf(t.key)
+		b = l.breakers.of(t.node, addr)
+	}
+	if t.cost > 1 && !decides(l.opts.Counter) {
+		// The gateway's mistake, not the counter's: the breaker is not told.
+		return fmt.Errorf("ratelimit: Counter %T counts one request at a time, not a cost of %d", l.opts.Counter, t.cost)
 	}
 	ok, probe := b.allow()
 	if !ok {
-		return 0, 0, errBreakerOpen
+		return errBreakerOpen
 	}
-	n, ttl, err := l.rule.call(ctx, l.opts.Counter, key, l.opts.Window, now)
-	if err == nil && n <= 0 {
-		err = fmt.Errorf("increment rate limit key %s: counter returned %d", key, n)
-	}
+	err := l.rule.call(ctx, l.opts.Counter, t, now)
 	if err != nil {
 		b.failure(probe, err)
 	} else {
 		b.success(probe)
 	}
-	return n, ttl, err
+	return err
 }

@@ -75,13 +75,32 @@ type memTable struct {
 	used  int                         // slots holding a window; under the shard's lock
 }
 
-// memWindow is one key's window. key, hash and end never change once the
-// window is in a table; count is bumped without the shard's lock.
+// memWindow is one key's window. Every field but count is set before the
+// window is in a table and never changes; count is bumped without the
+// shard's lock. Times are nanoseconds on the counter's clock.
 type memWindow struct {
-	key   string
-	hash  uint64
-	end   int64 // nanoseconds on the counter's clock
-	count atomic.Int64
+	key        string
+	hash       uint64
+	start, end int64 // the window counts requests in [start, end)
+	keep       int64 // when it may be dropped: end, or a window later for a sliding one
+	count      atomic.Int64
+
+	// A sliding window's length, and the count of the window before it.
+	slide       bool
+	width, prev int64
+}
+
+// liveFor reports whether w counts a request at now in windows of width
+// by algo. A fixed window keeps the width it began with; a sliding one
+// of another width starts afresh.
+func (w *memWindow) liveFor(now, width int64, algo Algorithm) bool {
+	if now >= w.end {
+		return false
+	}
+	if algo == SlidingWindow {
+		return w.slide && w.width == width
+	}
+	return !w.slide
 }
 
 var (
@@ -121,12 +140,58 @@ func (m *MemoryCounter) IncrTTL(_ context.Context, key string, window time.Durat
 	return m.incr(unsafe.Slice(unsafe.StringData(key), len(key)), int64(window))
 }
 
-// incr is IncrTTL for a key held in a byte slice, which the limiter builds
-// on its stack: comparing string(key) does not allocate, so a live window
-// costs no allocation.
+// incr is IncrTTL for a key held in a byte slice.
 func (m *MemoryCounter) incr(key []byte, window int64) (int64, time.Duration, error) {
+	w, now, err := m.window(key, window, FixedWindow)
+	if err != nil {
+		return 0, 0, err
+	}
+	return w.count.Add(1), time.Duration(w.end - now), nil
+}
+
+// take decides t for key, held in a byte slice, which the limiter builds
+// on its stack: comparing string(key) does not allocate, so a live window
+// costs no allocation. The count changes by compare-and-swap, only when
+// the cost fits.
+func (m *MemoryCounter) take(key []byte, t *take) error {
+	w, now, err := m.window(key, int64(t.window), t.algo)
+	if err != nil {
+		return err
+	}
+	if t.algo == SlidingWindow {
+		s := sliding{prev: w.prev, elapsed: time.Duration(now - w.start), window: t.window}
+		for {
+			s.cur = w.count.Load()
+			if !s.fits(t.cost, t.limit) {
+				t.decidedSliding(false, s)
+				return nil
+			}
+			if w.count.CompareAndSwap(s.cur, s.cur+t.cost) {
+				s.cur += t.cost
+				t.decidedSliding(true, s)
+				return nil
+			}
+		}
+	}
+	left := time.Duration(w.end - now)
+	for {
+		c := w.count.Load()
+		if c+t.cost > t.limit {
+			t.decided(false, c, left)
+			return nil
+		}
+		if w.count.CompareAndSwap(c, c+t.cost) {
+			t.decided(true, c+t.cost, left)
+			return nil
+		}
+	}
+}
+
+// window returns key's window that counts a request at now, in windows of
+// width by algo, made when there is none.
+func (m *MemoryCounter) window(key []byte, width int64, algo Algorithm) (*memWindow, int64, error) {
 	if m.closed.Load() {
-		return 0, 0, ErrClosed
+		return nil, 0, ErrClosed
 	}
 	now := int64(m.clock.elapsed())
 	if now >= m.sweepAt.Load() {
@@ -135,14 +200,15 @@ func (m *MemoryCounter) incr(key []byte, window int64) (int64, time.Duration, er
 	h := maphash.Bytes(memSeed, key)
 	s := &m.shards[memShardOf(h)]
 	if t := s.table.Load(); t != nil {
-		// A window is only ever replaced once it has ended, so adding to
-		// one that is live at now is counted in the right window even if
-		// it is replaced a moment later.
-		if _, w := t.find(h, key); w != nil && now < w.end {
-			return w.count.Add(1), time.Duration(w.end - now), nil
+		// A window is only ever replaced once it has ended, so counting in
+		// one that is live at now counts in the right window even if it is
+		// replaced a moment later.
+		if _, w := t.find(h, key); w != nil && w.liveFor(now, width, algo) {
+			return w, now, nil
 		}
 	}
-	return m.incrLocked(s, h, key, now, window)
+	w, err := m.windowLocked(s, h, key, now, width, algo)
+	return w, now, err
 }
 
 // memShardOf is the shard of a key hash: its top bits, so that the low bits,
@@ -161,17 +227,22 @@ func (t *memTable) find(h uint64, key []byte) (int, *memWindow) {
 	}
 }
 
-// incrLocked handles a new key, an ended window, and rebuilding.
-func (m *MemoryCounter) incrLocked(s *memShard, h uint64, key []byte, now, window int64) (int64, time.Duration, error) {
+// windowLocked handles a new key, an ended window, and rebuilding.
+func (m *MemoryCounter) windowLocked(s *memShard, h uint64, key []byte, now, width int64, algo Algorithm) (*memWindow, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if m.closed.Load() {
-		return 0, 0, ErrClosed
+		return nil, ErrClosed
 	}
-	if window > s.span {
-		s.span = window
-		for span := m.sweepSpan.Load(); window > span; span = m.sweepSpan.Load() {
-			if m.sweepSpan.CompareAndSwap(span, window) {
+	// A sliding window is kept a window past its end, for the next one.
+	life := width
+	if algo == SlidingWindow {
+		life = 2 * width
+	}
+	if life > s.span {
+		s.span = life
+		for span := m.sweepSpan.Load(); life > span; span = m.sweepSpan.Load() {
+			if m.sweepSpan.CompareAndSwap(span, life) {
 				break
 			}
 		}
@@ -182,8 +253,8 @@ func (m *MemoryCounter) incrLocked(s *memShard, h uint64, key []byte, now, windo
 	}
 
 	i, w := t.find(h, key)
-	if w != nil && now < w.end {
-		return w.count.Add(1), time.Duration(w.end - now), nil
+	if w != nil && w.liveFor(now, width, algo) {
+		return w, nil
 	}
 	if w == nil && 2*(t.used+1) > len(t.slots) {
 		t = s.rebuild(t, now)
@@ -199,14 +270,28 @@ func (m *MemoryCounter) incrLocked(s *memShard, h uint64, key []byte, now, windo
 		k = string(key)
 		t.used++
 	}
-	end := now + window
-	if end < now {
-		end = math.MaxInt64
+	nw := &memWindow{key: k, hash: h, start: now}
+	if algo == SlidingWindow {
+		nw.slide, nw.width, nw.start = true, width, now-now%width
+		if w != nil && w.slide && w.width == width && w.end == nw.start {
+			nw.prev = w.count.Load()
+		}
 	}
-	nw := &memWindow{key: k, hash: h, end: end}
-	nw.count.Store(1)
+	nw.end = addClamped(nw.start, width)
+	nw.keep = nw.end
+	if nw.slide {
+		nw.keep = addClamped(nw.end, width)
+	}
 	t.slots[i].Store(nw)
-	return 1, time.Duration(end - now), nil
+	return nw, nil
+}
+
+// addClamped is a+b, or the largest time for one past it.
+func addClamped(a, b int64) int64 {
+	if a+b < a {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // sweep takes the shards' turns that are due at now, so that a shard no
@@ -258,7 +343,7 @@ func (s *memShard) rebuild(old *memTable, now int64) *memTable {
 	var live []*memWindow
 	if old != nil {
 		for i := range old.slots {
-			if w := old.slots[i].Load(); w != nil && now < w.end {
+			if w := old.slots[i].Load(); w != nil && now < w.keep {
 				live = append(live, w)
 			}
 		}

@@ -23,6 +23,7 @@ const (
 	failedClosed
 	fallbackAllowed
 	fallbackLimited
+	shadowLimited
 	numOutcomes
 )
 
@@ -34,6 +35,7 @@ type MetricsSnapshot struct {
 	FailedClosed    uint64       // refused with 503: no counter could decide
 	FallbackAllowed uint64       // within Options.FallbackLimit, by Options.Fallback
 	FallbackLimited uint64       // over Options.FallbackLimit, by Options.Fallback
+	ShadowLimited   uint64       // let through by Options.Shadow, that would have been refused
 	Breaker         BreakerState // open if any breaker is, else half-open if any is, else closed
 	BreakersOpen    int64        // breakers open: one per node (cluster primary, ring shard) that fails
 	BreakersHalf    int64        // breakers half-open, probing their node
@@ -49,6 +51,7 @@ func (m *Metrics) Snapshot() MetricsSnapshot {
 		FailedClosed:    m.counts[failedClosed].Load(),
 		FallbackAllowed: m.counts[fallbackAllowed].Load(),
 		FallbackLimited: m.counts[fallbackLimited].Load(),
+		ShadowLimited:   m.counts[shadowLimited].Load(),
 		BreakersOpen:    m.open.Load(),
 		BreakersHalf:    m.halfOpen.Load(),
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -63,7 +64,8 @@ type nodes struct {
 	ready atomic.Bool
 
 	byClient atomic.Pointer[map[*redis.Client]*node] // replaced, never changed
-	mu       sync.Mutex                              // held to replace byClient
+	byNumber atomic.Pointer[[]*node]                 // replaced, never changed
+	mu       sync.Mutex                              // held to replace byClient and byNumber
 	byAddr   map[string]*node                        // every node but first, under mu
 }
 
@@ -90,6 +92,7 @@ func newNodes(rdb redis.UniversalClient) *nodes {
 	default:
 		ns.first = ns.newNode("")
 	}
+	ns.byNumber.Store(&[]*node{ns.first})
 	return ns
 }
 
@@ -120,6 +123,14 @@ func (ns *nodes) of(key string) *node {
 	return ns.add(c)
 }
 
+// byID returns the node numbered id, as of gave it.
+func (ns *nodes) byID(id int) *node {
+	if id == 0 {
+		return ns.first
+	}
+	return (*ns.byNumber.Load())[id]
+}
+
 // add returns the node of the server of client c, made if it is new. A
 // client the cluster client made anew for a server it had dropped gets
 // that server's node, hooked into the new client.
@@ -135,6 +146,8 @@ func (ns *nodes) add(c *redis.Client) *node {
 	if !ok {
 		n = ns.newNode(addr)
 		ns.byAddr[addr] = n
+		list := append(slices.Clone(*ns.byNumber.Load()), n)
+		ns.byNumber.Store(&list)
 	}
 	ns.hook(n, c)
 	m := make(map[*redis.Client]*node, len(ns.byAddr))
@@ -155,7 +168,7 @@ func (ns *nodes) newNode(addr string) *node {
 		n.id = len(ns.byAddr) + 1
 	}
 	s := &scripter{rdb: ns.rdb, route: ns.route, ring: ns.ring, dials: n.dials}
-	n.batch = newBatcher(func(ctx context.Context, cancel context.CancelFunc, ops []*incrOp) {
+	n.batch = newBatcher(func(ctx context.Context, cancel context.CancelFunc, ops []*takeOp) {
 		s.send(ctx, cancel, ops)
 		ns.learn(ops)
 	}, ns.deadlines)
@@ -173,7 +186,7 @@ func (ns *nodes) hook(n *node, c *redis.Client) {
 // learn follows a cluster from the answers of a round trip. One answer
 // says the client has loaded its slot map. A failure that says a node may
 // be gone has the client reload it.
-func (ns *nodes) learn(ops []*incrOp) {
+func (ns *nodes) learn(ops []*takeOp) {
 	if ns.cluster == nil {
 		return
 	}

@@ -31,17 +31,57 @@ type Options struct {
 	// Optional. Default: "" (keys "rl:<tenant>", as before names existed)
 	Name string
 
-	// Limit is how many requests a tenant may make per window. Request
-	// number Limit+1 of a window is refused.
+	// Limit is how many requests a tenant may make per window, or how many
+	// units when requests have a cost (Limiter.TakeN, Config.Cost): a
+	// request is allowed when its cost fits in what the window has left. A
+	// refused request spends nothing.
 	//
-	// Required: must be positive.
+	// Required: between 1 and 2^53.
 	Limit int
 
-	// Window is the length of a fixed window. A tenant's window starts at
-	// its first request and lasts Window; the count then starts again.
+	// Window is the length of a window. In a fixed window, a tenant's
+	// window starts at its first request and lasts Window; the count then
+	// starts again. See Algorithm for the sliding window.
 	//
 	// Required: between 1ms and 24h.
 	Window time.Duration
+
+	// Algorithm is how requests are counted in time: FixedWindow, or
+	// SlidingWindow, which lets no tenant spend two budgets around a
+	// window's end (see Algorithm). SlidingWindow needs Counter (and
+	// Fallback, if set) to be a MemoryCounter or a RedisCounter: setup
+	// panics for a Counter of your own.
+	//
+	// Optional. Default: FixedWindow
+	Algorithm Algorithm
+
+	// PlanFor returns a tenant's own budget, for a gateway whose tenants are
+	// not all on one plan: its Plan's Limit per Window, a zero field taking
+	// the field of Options. It runs on every request, with the tenant ID,
+	// or "" for a request without a tenant (keyed by address or not), so it
+	// must be cheap: a map read, not a database query. A plan applies from
+	// the tenant's next request: its count so far is measured against the
+	// new limit, so a downgrade refuses at once what passes it and an
+	// upgrade allows at once what fits. A new Window applies to a fixed
+	// window from the tenant's next window (the one running keeps its
+	// length), and a sliding window starts afresh in it. A plan with a
+	// negative Limit, or a Window outside Window's bounds, is the gateway's
+	// mistake: that request is decided as a counter failure is (Fallback,
+	// else failing open or closed), and logged, never a panic. The headers
+	// report the tenant's own plan.
+	//
+	// Optional. Default: nil (every tenant has Limit per Window)
+	PlanFor func(tenant string) Plan
+
+	// Shadow counts and decides requests as usual but never refuses one:
+	// the limiter leaves the response as it was (no rate limit headers, no
+	// 429 or 503), counts would-be refusals in Metrics (ShadowLimited) and
+	// logs them, one line a second at most, so that an operator can watch a
+	// new limit before enforcing it. The counts are real: an enforcing
+	// limiter with the same Name on the same Counter spends from them.
+	//
+	// Optional. Default: false
+	Shadow bool
 
 	// IPv6Prefix is the prefix length by which Limiter.TakeAddr keys IPv6
 	// clients: one client is usually given a whole /64, so keying by full
@@ -149,16 +189,37 @@ const (
 	defaultIPv6Prefix      = 64
 )
 
+// Limit's and Window's bounds: Redis counts in Lua numbers, which hold
+// integers exactly up to 2^53, and keeps expiries in milliseconds; a
+// window past a day is a quota, which a window limiter keeps badly (one
+// lost key loses it all).
+const (
+	maxLimit  = 1 << 53
+	minWindow = time.Millisecond
+	maxWindow = 24 * time.Hour
+)
+
 // withDefaults checks opts and fills in the defaults of the fields left
 // zero. Every mistake panics with the field's name: a limiter that quietly
 // counts something other than what its operator wrote is worse than none.
 func withDefaults(opts Options) Options {
-	if opts.Limit <= 0 {
-		panic(fmt.Sprintf("ratelimit: Limit must be positive, got %d", opts.Limit))
+	if opts.Limit <= 0 || opts.Limit > maxLimit {
+		panic(fmt.Sprintf("ratelimit: Limit must be between 1 and 2^53, got %d", opts.Limit))
 	}
-	// Redis keeps expiries in milliseconds; a window past a day is a quota,
-	// which a fixed-window limiter keeps badly (one lost key loses it all).
-	checkDuration("Window", opts.Window, time.Millisecond, 24*time.Hour, false)
+	checkDuration("Window", opts.Window, minWindow, maxWindow, false)
+	if opts.Algorithm != FixedWindow && opts.Algorithm != SlidingWindow {
+		panic(fmt.Sprintf("ratelimit: Algorithm must be FixedWindow or SlidingWindow, got %d", int(opts.Algorithm)))
+	}
+	if opts.Algorithm == SlidingWindow {
+		if opts.Counter != nil && !decides(opts.Counter) {
+			panic(fmt.Sprintf("ratelimit: Algorithm: SlidingWindow needs Counter to be a MemoryCounter or a RedisCounter; "+
+				"%T counts by Incr alone", opts.Counter))
+		}
+		if opts.Fallback != nil && !decides(opts.Fallback) {
+			panic(fmt.Sprintf("ratelimit: Algorithm: SlidingWindow needs Fallback to be a MemoryCounter or a RedisCounter; "+
+				"%T counts by Incr alone", opts.Fallback))
+		}
+	}
 	checkDuration("StoreTimeout", opts.StoreTimeout, minStoreTimeout, maxStoreTimeout, true)
 	checkDuration("BreakerCooldown", opts.BreakerCooldown, time.Millisecond, time.Hour, true)
 	if opts.IPv6Prefix < 0 || opts.IPv6Prefix > 128 {
@@ -167,18 +228,18 @@ func withDefaults(opts Options) Options {
 	if opts.BreakerFailures < 0 {
 		panic(fmt.Sprintf("ratelimit: BreakerFailures must not be negative, got %d", opts.BreakerFailures))
 	}
-	if opts.FallbackLimit < 0 {
-		panic(fmt.Sprintf("ratelimit: FallbackLimit must not be negative, got %d", opts.FallbackLimit))
+	if opts.FallbackLimit < 0 || opts.FallbackLimit > maxLimit {
+		panic(fmt.Sprintf("ratelimit: FallbackLimit must be between 0 and 2^53, got %d", opts.FallbackLimit))
 	}
 	if opts.FallbackLimit != 0 && opts.Fallback == nil {
 		panic("ratelimit: FallbackLimit is set but Fallback is nil")
 	}
 	prefix := keyPrefix(opts.Name) // panics on a bad name
 	if o, ok := opts.Counter.(ownedCounter); ok {
-		if prev, ok := o.keyOwners().claim(prefix, budget{opts.Limit, opts.Window}); !ok {
+		b := budget{opts.Limit, opts.Window, opts.Algorithm, opts.PlanFor != nil}
+		if prev, ok := o.keyOwners().claim(prefix, b); !ok {
 			panic(fmt.Sprintf("ratelimit: Name %q: another limiter counts in the same keys of this Counter "+
-				"with Limit %d and Window %v, not %d and %v; give the limiters different names",
-				opts.Name, prev.limit, prev.window, opts.Limit, opts.Window))
+				"with %v, not %v; give the limiters different names", opts.Name, prev, b))
 		}
 	}
 	if opts.Metrics != nil && !opts.Metrics.attached.CompareAndSwap(false, true) {
@@ -213,4 +274,14 @@ func checkDuration(field string, d, lo, hi time.Duration, optional bool) {
 	if d < lo || d > hi {
 		panic(fmt.Sprintf("ratelimit: %s must be between %v and %v, got %v", field, lo, hi, d))
 	}
+}
+
+// decides reports whether c decides requests itself (see take): the
+// built-in counters do, a Counter of your own counts by Incr.
+func decides(c Counter) bool {
+	switch c.(type) {
+	case *MemoryCounter, boundedTaker:
+		return true
+	}
+	return false
 }

@@ -6,19 +6,23 @@ import (
 	"time"
 )
 
-// refusals is a limiter's over-limit cache. Once the counter has counted a
-// key past its limit, every further request in that window is refused
-// anyway, so the limiter refuses them itself until the window ends, without
-// asking the counter: a tenant flooding at many times its limit then costs
-// the store nothing more once its budget is spent.
+// refusals is a limiter's over-limit cache. Once the counter has refused a
+// request of a key, the limiter refuses the key's further requests that
+// could only be refused too, itself, without asking the counter: a tenant
+// flooding at many times its limit then costs the store nothing more once
+// its budget is spent. A request that might fit (a cheaper one, or one
+// after a sliding window's count has fallen enough) still asks the
+// counter.
 //
-// The end of a window is the time the counter reported it had left, added
-// to the moment the request that learned it arrived, on the limiter's
-// monotonic clock: never later than the end the store keeps, so the cache
-// refuses nothing the store would allow. A cache belongs to one limiter,
-// whose Name, Limit and Window are fixed, so its entries are keyed by the
-// tenant's key alone; a limiter built with another limit starts empty. It
-// holds at most refusalShards × refusalsPerShard keys.
+// An entry is what the counter reported, taken at the moment the request
+// that learned it arrived, on the limiter's monotonic clock: a fixed
+// window's count and end, or a sliding window's counts and position. The
+// store's count can only be higher than that (other replicas spend too),
+// and its window ends no sooner, so the cache refuses nothing the store
+// would allow. An entry holds for the limit, window and algorithm it was
+// learned under: a request counted under another (a tenant whose plan
+// changed) asks the counter. It holds at most refusalShards ×
+// refusalsPerShard keys.
 type refusals struct {
 	seed   maphash.Seed
 	shards [refusalShards]refusalShard
@@ -29,10 +33,21 @@ const (
 	refusalsPerShard = 1024
 )
 
+// refusal is one key's entry.
+type refusal struct {
+	limit  int64
+	window time.Duration
+	algo   Algorithm
+	at     time.Duration // when it was learned, since the limiter's epoch
+	end    time.Duration // when it stops being of use, since the epoch
+	count  int64         // a fixed window's count
+	slide  sliding       // a sliding window's key
+}
+
 type refusalShard struct {
 	mu   sync.Mutex
-	ends map[string]time.Duration // window ends, since the limiter's epoch
-	_    [64]byte                 // keeps shards off each other's cache lines
+	ends map[string]refusal
+	_    [64]byte // keeps shards off each other's cache lines
 }
 
 func newRefusals() *refusals { return &refusals{seed: maphash.MakeSeed()} }
@@ -41,33 +56,55 @@ func (r *refusals) shard(key []byte) *refusalShard {
 	return &r.shards[maphash.Bytes(r.seed, key)%refusalShards]
 }
 
-// left reports how long key's window has left when the cache holds a
-// refusal for it at now.
-func (r *refusals) left(key []byte, now time.Duration) (time.Duration, bool) {
+// refuse reports whether the cache refuses t at now, and then fills in
+// t's answer.
+func (r *refusals) refuse(key []byte, t *take, now time.Duration) bool {
 	s := r.shard(key)
 	s.mu.Lock()
-	end, ok := s.ends[string(key)]
-	if ok && end <= now {
+	e, ok := s.ends[string(key)]
+	if ok && (now >= e.end || e.limit != t.limit || e.window != t.window || e.algo != t.algo) {
 		delete(s.ends, string(key))
 		ok = false
 	}
 	s.mu.Unlock()
-	return end - now, ok
+	if !ok {
+		return false
+	}
+	if e.algo == SlidingWindow {
+		state := e.slide.after(now - e.at)
+		if state.fits(t.cost, t.limit) {
+			return false
+		}
+		t.decidedSliding(false, state)
+		return true
+	}
+	if e.count+t.cost <= t.limit {
+		return false
+	}
+	t.decided(false, e.count, e.end-now)
+	return true
 }
 
-// add records that key is over its limit until end. A full shard first
-// drops the windows that have ended, and then, if it is still full, an
-// eighth of its keys, which then ask the counter once more.
-func (r *refusals) add(key []byte, end, now time.Duration) {
+// add records the refusal t, learned at now. A full shard first drops the
+// entries that have ended, and then, if it is still full, an eighth of its
+// keys, which then ask the counter once more.
+func (r *refusals) add(key []byte, t *take, now time.Duration) {
+	e := refusal{limit: t.limit, window: t.window, algo: t.algo, at: now, count: t.limit - t.remaining, end: now + t.reset}
+	if t.algo == SlidingWindow {
+		e.slide, e.end = t.slide, now+t.slide.until(0)
+	}
+	if e.end <= now {
+		return
+	}
 	s := r.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ends == nil {
-		s.ends = make(map[string]time.Duration)
+		s.ends = make(map[string]refusal)
 	}
 	if len(s.ends) >= refusalsPerShard {
-		for k, e := range s.ends {
-			if e <= now {
+		for k, old := range s.ends {
+			if old.end <= now {
 				delete(s.ends, k)
 			}
 		}
@@ -78,5 +115,5 @@ func (r *refusals) add(key []byte, end, now time.Duration) {
 			delete(s.ends, k)
 		}
 	}
-	s.ends[string(key)] = end
+	s.ends[string(key)] = e
 }

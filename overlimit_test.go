@@ -144,8 +144,11 @@ func TestOverLimitCacheIsOffForAMemoryCounter(t *testing.T) {
 func TestOverLimitCacheIsBounded(t *testing.T) {
 	r := newRefusals()
 	const keys = 20 * refusalShards * refusalsPerShard
+	refused := func() *take {
+		return &take{cost: 1, limit: 5, window: time.Hour, remaining: 0, reset: time.Hour}
+	}
 	for i := range keys {
-		r.add([]byte("rl:t"+strconv.Itoa(i)), time.Hour, 0)
+		r.add([]byte("rl:t"+strconv.Itoa(i)), refused(), 0)
 	}
 	total := 0
 	for i := range r.shards {
@@ -156,10 +159,10 @@ func TestOverLimitCacheIsBounded(t *testing.T) {
 			total, keys, refusalShards*refusalsPerShard/2, refusalShards*refusalsPerShard)
 	}
 	last := []byte("rl:t" + strconv.Itoa(keys-1))
-	if left, ok := r.left(last, time.Minute); !ok || left != time.Hour-time.Minute {
-		t.Errorf("the last key added: left %v, %v; want %v, true", left, ok, time.Hour-time.Minute)
+	if tk := refused(); !r.refuse(last, tk, time.Minute) || tk.reset != time.Hour-time.Minute {
+		t.Errorf("the last key added: refused %v, left %v; want refused, %v", !tk.allowed, tk.reset, time.Hour-time.Minute)
 	}
-	if _, ok := r.left(last, time.Hour); ok {
+	if r.refuse(last, refused(), time.Hour) {
 		t.Error("a refusal outlived its window")
 	}
 }

@@ -1,18 +1,41 @@
 package ratelimit
 
 import (
+	"fmt"
 	"strconv"
 	"time"
 )
 
 // A policy is a budget that a limiter decides requests against, as the
 // response reports it: the limiter's own (Options.Limit per
-// Options.Window) and its fallback's (Options.FallbackLimit).
+// Options.Window, or a tenant's Plan) and its fallback's
+// (Options.FallbackLimit).
+
+// Plan is one tenant's budget, which Options.PlanFor returns: Limit
+// requests (or units of cost) per Window. A zero field takes the Options
+// field of the same name.
+type Plan struct {
+	Limit  int
+	Window time.Duration
+}
+
+// check returns why p cannot be a plan, or nil: a negative limit, or a
+// window outside Options.Window's bounds.
+func (p Plan) check() error {
+	if p.Limit < 0 {
+		return fmt.Errorf("ratelimit: plan %+v: Limit is negative", p)
+	}
+	if p.Window != 0 && (p.Window < minWindow || p.Window > maxWindow) {
+		return fmt.Errorf("ratelimit: plan %+v: Window must be between %v and %v", p, minWindow, maxWindow)
+	}
+	return nil
+}
 
 // headerSwitches are the header families a limiter writes.
 type headerSwitches struct {
 	legacy bool // X-RateLimit-*
 	draft  bool // RateLimit-Policy and RateLimit
+	shadow bool // none at all: the limiter is in shadow mode
 }
 
 // policyHeaders is one policy, with the header values that never change
@@ -20,6 +43,7 @@ type headerSwitches struct {
 type policyHeaders struct {
 	headerSwitches
 	limit      int64
+	window     time.Duration
 	policy     string // the policy's name: Options.Name, or "default"
 	limitValue string // X-RateLimit-Limit
 	policyItem string // the item of RateLimit-Policy: "name";q=limit;w=window
@@ -38,11 +62,22 @@ func newPolicyHeaders(name string, limit int, window time.Duration, h headerSwit
 	p := policyHeaders{
 		headerSwitches: h,
 		limit:          int64(limit),
+		window:         window,
 		policy:         name,
 		limitValue:     strconv.Itoa(limit),
-		policyItem:     quoted + ";q=" + strconv.Itoa(limit) + ";w=" + strconv.FormatInt(ceilDiv(window, time.Second), 10),
+		policyItem:     string(appendPolicyItem(nil, quoted, int64(limit), window)),
 		name:           quoted,
 	}
 	p.limitBytes, p.policyItemBytes = []byte(p.limitValue), []byte(p.policyItem)
 	return p
+}
+
+// appendPolicyItem appends the item of RateLimit-Policy for a policy named
+// name (an sf-string) of limit per window: "name";q=limit;w=seconds.
+func appendPolicyItem(b []byte, name string, limit int64, window time.Duration) []byte {
+	b = append(b, name...)
+	b = append(b, ";q="...)
+	b = strconv.AppendInt(b, limit, 10)
+	b = append(b, ";w="...)
+	return strconv.AppendInt(b, ceilDiv(window, time.Second), 10)
 }

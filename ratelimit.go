@@ -60,24 +60,35 @@ type Config struct {
 	// so the app's ErrorHandler shapes the response
 	LimitReached fiber.Handler
 
+	// Cost returns how many units of the budget a request costs (see
+	// Limiter.TakeN): an expensive route can cost more than a cheap one.
+	// It needs Counter (and Fallback) to be a MemoryCounter or a
+	// RedisCounter: setup panics for a Counter of your own.
+	//
+	// Optional. Default: every request costs 1
+	Cost func(c *fiber.Ctx) int
+
 	// The fields of Options, each with the meaning and default documented
 	// on the Options field of the same name.
-	Counter               Counter       // where requests count; default: a new MemoryCounter
-	Name                  string        // the limiter's keys and policy name; default: ""
-	Limit                 int           // required: requests per tenant per window
-	Window                time.Duration // required: the fixed window, 1ms to 24h
-	IPv6Prefix            int           // how anonymous IPv6 clients are keyed; default: 64
-	FailClosed            bool          // 503 rather than let through when nothing counts
-	Logger                *slog.Logger  // failure lines, one per second at most; default: slog.Default()
-	DisableLegacyHeaders  bool          // no X-RateLimit-*
-	DisableDraftHeaders   bool          // no RateLimit-Policy, RateLimit
-	StoreTimeout          time.Duration // the most a request waits for Counter; default: 100ms
-	BreakerFailures       int           // failures in a row that open the breaker; default: 5
-	BreakerCooldown       time.Duration // how long the breaker stays open; default: 1s
-	Fallback              Counter       // decides while Counter fails; default: nil
-	FallbackLimit         int           // Fallback's budget per replica; default: Limit
-	Metrics               *Metrics      // counts decisions; default: nil
-	DisableOverLimitCache bool          // ask Counter even for a tenant already over Limit
+	Counter               Counter                  // where requests count; default: a new MemoryCounter
+	Name                  string                   // the limiter's keys and policy name; default: ""
+	Limit                 int                      // required: requests per tenant per window
+	Window                time.Duration            // required: the window, 1ms to 24h
+	Algorithm             Algorithm                // FixedWindow (default) or SlidingWindow
+	PlanFor               func(tenant string) Plan // a tenant's own budget; default: nil
+	Shadow                bool                     // count and decide, but never refuse
+	IPv6Prefix            int                      // how anonymous IPv6 clients are keyed; default: 64
+	FailClosed            bool                     // 503 rather than let through when nothing counts
+	Logger                *slog.Logger             // failure lines, one per second at most; default: slog.Default()
+	DisableLegacyHeaders  bool                     // no X-RateLimit-*
+	DisableDraftHeaders   bool                     // no RateLimit-Policy, RateLimit
+	StoreTimeout          time.Duration            // the most a request waits for Counter; default: 100ms
+	BreakerFailures       int                      // failures in a row that open the breaker; default: 5
+	BreakerCooldown       time.Duration            // how long the breaker stays open; default: 1s
+	Fallback              Counter                  // decides while Counter fails; default: nil
+	FallbackLimit         int                      // Fallback's budget per replica; default: Limit
+	Metrics               *Metrics                 // counts decisions; default: nil
+	DisableOverLimitCache bool                     // ask Counter even for a tenant already over Limit
 }
 
 // options returns the Options fields of cfg.
@@ -87,6 +98,9 @@ func (cfg *Config) options() Options {
 		Name:                  cfg.Name,
 		Limit:                 cfg.Limit,
 		Window:                cfg.Window,
+		Algorithm:             cfg.Algorithm,
+		PlanFor:               cfg.PlanFor,
+		Shadow:                cfg.Shadow,
 		IPv6Prefix:            cfg.IPv6Prefix,
 		FailClosed:            cfg.FailClosed,
 		Logger:                cfg.Logger,
@@ -107,12 +121,18 @@ type fiberDoor struct {
 	lim           *Limiter
 	next          func(c *fiber.Ctx) bool
 	tenant        func(c *fiber.Ctx) (string, bool)
+	cost          func(c *fiber.Ctx) int
 	anonymousByIP bool
 	limitReached  fiber.Handler
 }
 
 func newFiberDoor(lim *Limiter, cfg Config) *fiberDoor {
-	d := &fiberDoor{lim: lim, next: cfg.Next, tenant: cfg.Tenant,
+	if cfg.Cost != nil {
+		if err := lim.CheckCost(); err != nil {
+			panic("ratelimit: Cost: " + err.Error())
+		}
+	}
+	d := &fiberDoor{lim: lim, next: cfg.Next, tenant: cfg.Tenant, cost: cfg.Cost,
 		anonymousByIP: cfg.AnonymousByIP, limitReached: cfg.LimitReached}
 	if d.tenant == nil {
 		d.tenant = tenantFromLocals
@@ -147,14 +167,18 @@ func (d *fiberDoor) handle(c *fiber.Ctx) error {
 	if d.lim.mem == nil {
 		ctx = c.UserContext()
 	}
+	cost := 1
+	if d.cost != nil {
+		cost = d.cost(c)
+	}
 	var dec Decision
 	if id, ok := d.tenant(c); ok && id != "" {
-		d.lim.takeTenant(ctx, &dec, id)
+		d.lim.takeTenant(ctx, &dec, id, cost)
 	} else if d.anonymousByIP {
 		addr, _ := netip.ParseAddr(c.IP())
-		dec = d.lim.TakeAddr(ctx, addr)
+		dec = d.lim.TakeAddrN(ctx, addr, cost)
 	} else {
-		d.lim.takeTenant(ctx, &dec, "")
+		d.lim.takeTenant(ctx, &dec, "", cost)
 	}
 	dec.SetFastHTTPHeaders(&c.Response().Header)
 	switch {

@@ -579,6 +579,15 @@ func TestConfigPanics(t *testing.T) {
 		{"another window in the same keys", Config{Counter: claimedCounter(""), Limit: 10, Window: time.Minute}, "Name"},
 		{"another limit under the same name", Config{Counter: claimedCounter("route"), Name: "route", Limit: 3, Window: time.Second}, "Name"},
 		{"another limit in the same Redis keys", Config{Counter: claimedRedisCounter(), Limit: 11, Window: time.Second}, "Name"},
+		{"another algorithm in the same keys", Config{Counter: claimedCounter(""), Limit: 10, Window: time.Second, Algorithm: SlidingWindow}, "Name"},
+		{"plans in the same keys as none", Config{Counter: claimedCounter(""), Limit: 10, Window: time.Second, PlanFor: func(string) Plan { return Plan{} }}, "Name"},
+		{"limit past 2^53", Config{Limit: 1<<53 + 1, Window: time.Second}, "Limit"},
+		{"fallback limit past 2^53", Config{Limit: 1, Window: time.Second, Fallback: NewMemoryCounter(), FallbackLimit: 1<<53 + 1}, "FallbackLimit"},
+		{"unknown algorithm", Config{Limit: 1, Window: time.Second, Algorithm: 2}, "Algorithm"},
+		{"sliding window on a counter of your own", Config{Counter: &fakeCounter{}, Limit: 1, Window: time.Second, Algorithm: SlidingWindow}, "Counter"},
+		{"sliding window with a fallback of your own", Config{Limit: 1, Window: time.Second, Algorithm: SlidingWindow, Fallback: &fakeCounter{}}, "Fallback"},
+		{"cost on a counter of your own", Config{Counter: &fakeCounter{}, Limit: 1, Window: time.Second, Cost: func(*fiber.Ctx) int { return 2 }}, "Cost"},
+		{"cost with a fallback of your own", Config{Limit: 1, Window: time.Second, Fallback: &fakeCounter{}, Cost: func(*fiber.Ctx) int { return 2 }}, "Fallback"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -622,7 +631,7 @@ func TestConfigBoundsAreAccepted(t *testing.T) {
 	for _, cfg := range []Config{
 		{Limit: 1, Window: time.Millisecond},
 		{Limit: 1, Window: 24 * time.Hour},
-		{Limit: math.MaxInt64, Window: time.Second, StoreTimeout: time.Millisecond, BreakerCooldown: time.Millisecond},
+		{Limit: 1 << 53, Window: time.Second, StoreTimeout: time.Millisecond, BreakerCooldown: time.Millisecond},
 		{Limit: 1, Window: time.Second, StoreTimeout: time.Minute, BreakerCooldown: time.Hour, BreakerFailures: 1},
 		{Limit: 1, Window: time.Second, Fallback: NewMemoryCounter(), FallbackLimit: 1},
 		{Limit: 1, Window: time.Second, Next: nil, Tenant: nil, LimitReached: nil, Counter: nil, Logger: nil},
@@ -912,13 +921,27 @@ func TestConfigOptions(t *testing.T) {
 			v.Set(reflect.New(f.Type.Elem()))
 		case reflect.Interface:
 			v.Set(reflect.ValueOf(NewMemoryCounter()))
+		case reflect.Func:
+			v.Set(reflect.MakeFunc(f.Type, func([]reflect.Value) []reflect.Value { panic("not called") }))
 		default:
 			t.Fatalf("Options.%s: no test value for a %v", f.Name, f.Type)
 		}
 		want.Field(i).Set(v)
 		dst.FieldByIndex(cf.Index).Set(v)
 	}
-	if got := cfg.options(); !reflect.DeepEqual(got, want.Interface()) {
-		t.Fatalf("Config.options() = %+v, want %+v", got, want.Interface())
+	// Functions are equal only when nil, for DeepEqual: compare them by
+	// address, then the rest.
+	got := reflect.ValueOf(cfg.options())
+	for i := range want.NumField() {
+		g, w := got.Field(i), want.Field(i)
+		if w.Kind() == reflect.Func {
+			if g.Pointer() != w.Pointer() {
+				t.Errorf("Config.options().%s is not Config.%[1]s", want.Type().Field(i).Name)
+			}
+			continue
+		}
+		if !reflect.DeepEqual(g.Interface(), w.Interface()) {
+			t.Errorf("Config.options().%s = %v, want %v", want.Type().Field(i).Name, g, w)
+		}
 	}
 }

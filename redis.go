@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -52,11 +53,11 @@ type RedisCounter struct {
 }
 
 var (
-	_ Counter        = (*RedisCounter)(nil)
-	_ TTLCounter     = (*RedisCounter)(nil)
-	_ boundedCounter = (*RedisCounter)(nil)
-	_ nodeCounter    = (*RedisCounter)(nil)
-	_ ownedCounter   = (*RedisCounter)(nil)
+	_ Counter      = (*RedisCounter)(nil)
+	_ TTLCounter   = (*RedisCounter)(nil)
+	_ boundedTaker = (*RedisCounter)(nil)
+	_ nodeCounter  = (*RedisCounter)(nil)
+	_ ownedCounter = (*RedisCounter)(nil)
 )
 
 func (r *RedisCounter) keyOwners() *keyOwners { return &r.owners }
@@ -90,20 +91,33 @@ func (r *RedisCounter) Incr(ctx context.Context, key string, window time.Duratio
 // the same round trip. Redis keeps expiries in milliseconds, so a window that
 // is not a whole number of milliseconds is rounded up to the next one.
 func (r *RedisCounter) IncrTTL(ctx context.Context, key string, window time.Duration) (int64, time.Duration, error) {
+	t := take{key: key, cost: 1, limit: math.MaxInt64, window: window, node: r.nodes.of(key).id}
 	deadline, _ := ctx.Deadline()
-	return r.incrWithin(ctx, key, window, deadline, 0)
+	if err := r.takeWithin(ctx, &t, deadline, 0); err != nil {
+		return 0, 0, err
+	}
+	return math.MaxInt64 - t.remaining, t.reset, nil
 }
 
-// incrWithin is IncrTTL that also gives up with errTimedOut after wait,
+// takeWithin decides t in t.node, giving up with errTimedOut after wait,
 // when it is positive, which ends at deadline.
-func (r *RedisCounter) incrWithin(ctx context.Context, key string, window time.Duration, deadline time.Time, wait time.Duration) (int64, time.Duration, error) {
-	if window <= 0 {
-		return 0, 0, fmt.Errorf("increment rate limit key %s: window %v is not positive", key, window)
+func (r *RedisCounter) takeWithin(ctx context.Context, t *take, deadline time.Time, wait time.Duration) error {
+	if t.window <= 0 {
+		return fmt.Errorf("increment rate limit key %s: window %v is not positive", t.key, t.window)
 	}
-	ms := ceilDiv(window, time.Millisecond)
-	n, left, err := r.nodes.of(key).batch.incr(ctx, key, ms, deadline, wait)
+	k := opKey{key: t.key, ms: ceilDiv(t.window, time.Millisecond), limit: t.limit, algo: t.algo}
+	res, a, prev, err := r.nodes.byID(t.node).batch.take(ctx, k, t.cost, deadline, wait)
 	if err != nil {
-		return 0, 0, fmt.Errorf("increment rate limit key %s: %w", key, err)
+		return fmt.Errorf("increment rate limit key %s: %w", t.key, err)
 	}
-	return n, ttlOr(left, ms), nil
+	allowed, count := res >= 0, res
+	if !allowed {
+		count = -res - 1
+	}
+	if t.algo == SlidingWindow {
+		t.decidedSliding(allowed, sliding{prev: prev, cur: count, elapsed: msDuration(a), window: time.Duration(k.ms) * time.Millisecond})
+	} else {
+		t.decided(allowed, count, msDuration(a))
+	}
+	return nil
 }

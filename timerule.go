@@ -66,38 +66,34 @@ func (r *timeRule) ended(wait time.Duration, err error) error {
 	return fmt.Errorf("ratelimit: counter did not answer within StoreTimeout (%v) (%w)", wait, err)
 }
 
-// boundedCounter is a counter that bounds its own wait: a call returns
-// errTimedOut once wait has passed (deadline being when that is), or
-// ctx's error once ctx is done. wait must be positive.
-type boundedCounter interface {
-	incrWithin(ctx context.Context, key string, window time.Duration, deadline time.Time, wait time.Duration) (int64, time.Duration, error)
+// boundedTaker is a counter that decides a take itself and bounds its own
+// wait: a call returns errTimedOut once wait has passed (deadline being
+// when that is), or ctx's error once ctx is done. wait must be positive.
+type boundedTaker interface {
+	takeWithin(ctx context.Context, t *take, deadline time.Time, wait time.Duration) error
 }
 
-// call counts key in c under the time rule; now is when the request
+// call decides t in c under the time rule; now is when the request
 // arrived.
-func (r *timeRule) call(ctx context.Context, c Counter, key string, window time.Duration, now time.Time) (int64, time.Duration, error) {
+func (r *timeRule) call(ctx context.Context, c Counter, t *take, now time.Time) error {
 	wait, deadline := r.budget(ctx, now)
 	if wait <= 0 {
 		// The request's own deadline has passed.
-		return 0, 0, fmt.Errorf("increment rate limit key %s: %w", key, context.DeadlineExceeded)
+		return fmt.Errorf("increment rate limit key %s: %w", t.key, context.DeadlineExceeded)
 	}
-	var (
-		n   int64
-		ttl time.Duration
-		err error
-	)
-	if b, ok := c.(boundedCounter); ok {
-		n, ttl, err = b.incrWithin(ctx, key, window, deadline, wait)
+	var err error
+	if b, ok := c.(boundedTaker); ok {
+		err = b.takeWithin(ctx, t, deadline, wait)
 	} else {
-		// A Counter of the user's own returns when its context is done.
+		// A Counter of your own returns when its context is done.
 		cctx, cancel := context.WithTimeoutCause(ctx, wait, errTimedOut)
-		n, ttl, err = incrTTL(cctx, c, key, window)
+		err = takeByIncr(cctx, c, t)
 		if err != nil && context.Cause(cctx) == errTimedOut {
-			err = fmt.Errorf("increment rate limit key %s: %w (%w)", key, errTimedOut, err)
+			err = fmt.Errorf("increment rate limit key %s: %w (%w)", t.key, errTimedOut, err)
 		}
 		cancel()
 	}
-	return n, ttl, r.ended(wait, err)
+	return r.ended(wait, err)
 }
 
 // errTimedOut: the caller's wait ended before the answer came.

@@ -17,17 +17,18 @@ type ruleProbe struct {
 }
 
 func (p *ruleProbe) Incr(ctx context.Context, key string, window time.Duration) (int64, error) {
-	panic("the limiter must call incrWithin")
+	panic("the limiter must call takeWithin")
 }
 
-func (p *ruleProbe) incrWithin(_ context.Context, key string, _ time.Duration, deadline time.Time, wait time.Duration) (int64, time.Duration, error) {
+func (p *ruleProbe) takeWithin(_ context.Context, t *take, deadline time.Time, wait time.Duration) error {
 	p.waits, p.ends = append(p.waits, wait), append(p.ends, deadline)
 	err := p.outcomes[0]
 	p.outcomes = p.outcomes[1:]
 	if err != nil {
-		return 0, 0, err
+		return err
 	}
-	return 1, time.Second, nil
+	t.decided(true, 1, time.Second)
+	return nil
 }
 
 // The time rule, call by call, on a fake clock: the wait each call gets,
@@ -88,7 +89,7 @@ func TestTimeRule(t *testing.T) {
 					ctx, cancel = context.WithDeadline(ctx, now.Add(c.reqDeadline))
 					defer cancel()
 				}
-				_, _, err := rule.call(ctx, probe, "rl:a", time.Minute, now)
+				err := rule.call(ctx, probe, &take{key: "rl:a", cost: 1, limit: 10, window: time.Minute}, now)
 				if probe.waits[i] != c.wait || !probe.ends[i].Equal(now.Add(c.wait)) {
 					t.Errorf("call %d: wait %v until %v; want %v until %v",
 						i, probe.waits[i], probe.ends[i].Sub(now), c.wait, c.wait)
@@ -111,7 +112,7 @@ func TestTimeRuleExpiredRequest(t *testing.T) {
 	rule := &timeRule{timeout: defaultStoreTimeout}
 	ctx, cancel := context.WithDeadline(context.Background(), clock.Now().Add(-time.Millisecond))
 	defer cancel()
-	if _, _, err := rule.call(ctx, probe, "rl:a", time.Minute, clock.Now()); !errors.Is(err, context.DeadlineExceeded) || len(probe.waits) != 0 {
+	if err := rule.call(ctx, probe, &take{key: "rl:a", cost: 1, limit: 10, window: time.Minute}, clock.Now()); !errors.Is(err, context.DeadlineExceeded) || len(probe.waits) != 0 {
 		t.Fatalf("call = %v after %d counter calls; want context.DeadlineExceeded and none", err, len(probe.waits))
 	}
 }

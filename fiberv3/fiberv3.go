@@ -94,6 +94,13 @@ type Config struct {
 	// Optional. Default: returns fiber.NewError(429, "rate limit exceeded"),
 	// so the app's ErrorHandler shapes the response
 	LimitReached fiber.Handler
+
+	// Cost returns how many units of the budget a request costs (see
+	// ratelimit.Limiter.TakeN). New panics when the Limiter cannot count
+	// costs (see ratelimit.Limiter.CheckCost).
+	//
+	// Optional. Default: every request costs 1
+	Cost func(c fiber.Ctx) int
 }
 
 var (
@@ -143,18 +150,27 @@ func New(lim *ratelimit.Limiter, config ...Config) fiber.Handler {
 		panic("fiberv3: New needs a *ratelimit.Limiter, got nil")
 	}
 	cfg := configDefault(config...)
+	if cfg.Cost != nil {
+		if err := lim.CheckCost(); err != nil {
+			panic("fiberv3: Cost: " + err.Error())
+		}
+	}
 	return func(c fiber.Ctx) error {
 		if cfg.Next != nil && cfg.Next(c) {
 			return c.Next()
 		}
+		cost := 1
+		if cfg.Cost != nil {
+			cost = cfg.Cost(c)
+		}
 		var dec ratelimit.Decision
 		if id, ok := cfg.Tenant(c); ok && id != "" {
-			dec = lim.Take(c.Context(), id)
+			dec = lim.TakeN(c.Context(), id, cost)
 		} else if cfg.AnonymousByIP {
 			addr, _ := netip.ParseAddr(c.IP())
-			dec = lim.TakeAddr(c.Context(), addr)
+			dec = lim.TakeAddrN(c.Context(), addr, cost)
 		} else {
-			dec = lim.Take(c.Context(), "")
+			dec = lim.TakeN(c.Context(), "", cost)
 		}
 		dec.SetFastHTTPHeaders(&c.Response().Header)
 		switch {
