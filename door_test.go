@@ -23,6 +23,9 @@ func TestBehaviourTable(t *testing.T) {
 func newFiberV2Door(t testing.TB, s doortest.Settings) func(*http.Request) *http.Response {
 	cfg := configFrom(t, s.Options)
 	cfg.AnonymousByIP = s.AnonymousByIP
+	if s.Cost {
+		cfg.Cost = func(c *fiber.Ctx) int { return doortest.CostOf(c.Get("X-Cost")) }
+	}
 	if s.Skip != "" {
 		cfg.Next = func(c *fiber.Ctx) bool { return c.Path() == s.Skip }
 	}
@@ -41,7 +44,7 @@ func newFiberV2Door(t testing.TB, s doortest.Settings) func(*http.Request) *http
 	app.Use(RateLimitShared(cfg))
 	if s.Then != nil {
 		then := configFrom(t, *s.Then)
-		then.AnonymousByIP, then.Next, then.LimitReached = cfg.AnonymousByIP, cfg.Next, cfg.LimitReached
+		then.AnonymousByIP, then.Next, then.LimitReached, then.Cost = cfg.AnonymousByIP, cfg.Next, cfg.LimitReached, cfg.Cost
 		app.Use(RateLimitShared(then))
 	}
 	app.Use(func(c *fiber.Ctx) error { return c.SendString("ok") })
@@ -64,6 +67,9 @@ func newHTTPDoor(t testing.TB, s doortest.Settings) func(*http.Request) *http.Re
 	}
 	if s.Skip != "" {
 		cfg.Next = func(r *http.Request) bool { return r.URL.Path == s.Skip }
+	}
+	if s.Cost {
+		cfg.Cost = func(r *http.Request) int { return doortest.CostOf(r.Header.Get("X-Cost")) }
 	}
 	if s.CustomLimitReached {
 		cfg.LimitReached = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

@@ -65,7 +65,7 @@ type Options struct {
 	// upgrade allows at once what fits. A new Window applies to a fixed
 	// window from the tenant's next window (the one running keeps its
 	// length), and a sliding window starts afresh in it. A plan with a
-	// negative Limit, or a Window outside Window's bounds, is the gateway's
+	// Limit or a Window outside the bounds of those fields is the gateway's
 	// mistake: that request is decided as a counter failure is (Fallback,
 	// else failing open or closed), and logged, never a panic. The headers
 	// report the tenant's own plan.

@@ -22,8 +22,8 @@ type Plan struct {
 // check returns why p cannot be a plan, or nil: a negative limit, or a
 // window outside Options.Window's bounds.
 func (p Plan) check() error {
-	if p.Limit < 0 {
-		return fmt.Errorf("ratelimit: plan %+v: Limit is negative", p)
+	if p.Limit < 0 || p.Limit > maxLimit {
+		return fmt.Errorf("ratelimit: plan %+v: Limit must be between 1 and 2^53, or 0 for Options.Limit", p)
 	}
 	if p.Window != 0 && (p.Window < minWindow || p.Window > maxWindow) {
 		return fmt.Errorf("ratelimit: plan %+v: Window must be between %v and %v", p, minWindow, maxWindow)

@@ -29,6 +29,9 @@ func newTableDoor(t testing.TB, s doortest.Settings) func(*http.Request) *http.R
 	if s.Skip != "" {
 		cfg.Next = func(c fiber.Ctx) bool { return c.Path() == s.Skip }
 	}
+	if s.Cost {
+		cfg.Cost = func(c fiber.Ctx) int { return doortest.CostOf(c.Get("X-Cost")) }
+	}
 	if s.CustomLimitReached {
 		cfg.LimitReached = func(c fiber.Ctx) error {
 			return c.Status(http.StatusTeapot).SendString(doortest.CustomBody + c.GetRespHeader("Retry-After"))

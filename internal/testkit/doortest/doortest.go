@@ -42,6 +42,19 @@ type Settings struct {
 	// Then, when set, builds a second door after the first, with the same
 	// settings but these Options: two limiters decide each request.
 	Then *ratelimit.Options
+	// Cost, when set, gives the door a Cost that reads the request's
+	// X-Cost header, a number (1 when there is none).
+	Cost bool
+}
+
+// CostOf is the cost a door with Settings.Cost gives a request whose X-Cost
+// header is v.
+func CostOf(v string) int {
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 1
+	}
+	return n
 }
 
 // Door is one front door under test.
@@ -135,13 +148,19 @@ func (r *run) serve(s Settings) func(req request) *http.Response {
 		if req.client != "" {
 			hr.Header.Set("X-Client-IP", req.client)
 		}
+		if req.cost != 0 {
+			hr.Header.Set("X-Cost", strconv.Itoa(req.cost))
+		}
 		resp := srv(hr)
 		r.t.Cleanup(func() { resp.Body.Close() })
 		return resp
 	}
 }
 
-type request struct{ tenant, client, path string }
+type request struct {
+	tenant, client, path string
+	cost                 int // 0: no X-Cost header
+}
 
 // count returns the count key holds in c, by one more increment: a case
 // calls it once it sends no more requests under key.
@@ -355,6 +374,84 @@ var cases = []struct {
 		if n := r.count(o.Counter, r.key("acme")); n != 1 {
 			r.t.Errorf("%s counted %d, want 1: skipped requests count nothing", r.key("acme"), n)
 		}
+	}},
+	{"a request's cost, and a refused one spends nothing", func(r *run) {
+		send := r.serve(Settings{Options: r.opts(10), Cost: true})
+		for i, step := range []struct {
+			cost, status int
+			remaining    string
+		}{{4, 200, "6"}, {4, 200, "2"}, {4, 429, "2"}, {1, 200, "1"}, {1, 200, "0"}, {1, 429, "0"}} {
+			r.expect("request "+strconv.Itoa(i+1)+" of cost "+strconv.Itoa(step.cost), send(request{tenant: "acme", cost: step.cost}),
+				step.status, map[string]string{"X-RateLimit-Limit": "10", "X-RateLimit-Remaining": step.remaining})
+		}
+		r.expect("a cost above the limit", send(request{tenant: "globex", cost: 11}), 429, map[string]string{
+			"X-RateLimit-Limit": "10", "X-RateLimit-Remaining": "", "Retry-After": "",
+		})
+	}},
+	{"sliding window", func(r *run) {
+		o := r.opts(2)
+		o.Algorithm = ratelimit.SlidingWindow
+		send := r.serve(Settings{Options: o})
+		r.expect("first", send(request{tenant: "acme"}), 200, map[string]string{
+			"X-RateLimit-Limit": "2", "X-RateLimit-Remaining": "1", "RateLimit-Policy": `"` + o.Name + `";q=2;w=60`,
+		})
+		r.expect("second", send(request{tenant: "acme"}), 200, map[string]string{"X-RateLimit-Remaining": "0"})
+		resp := send(request{tenant: "acme"})
+		r.expect("third", resp, 429, map[string]string{"X-RateLimit-Remaining": "0", "Retry-After": "*", "RateLimit": "*"})
+		if retry, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || retry < 1 || retry > 120 {
+			r.t.Errorf("Retry-After %q, want 1 to 120 s: the count falls over two windows", resp.Header.Get("Retry-After"))
+		}
+	}},
+	{"per-tenant plans", func(r *run) {
+		o := r.opts(1)
+		o.PlanFor = func(tenant string) ratelimit.Plan {
+			switch tenant {
+			case "gold":
+				return ratelimit.Plan{Limit: 3, Window: time.Hour}
+			case "":
+				return ratelimit.Plan{Limit: 2}
+			}
+			return ratelimit.Plan{}
+		}
+		send := r.serve(Settings{Options: o, AnonymousByIP: true})
+		for i := range 3 {
+			r.expect("gold "+strconv.Itoa(i+1), send(request{tenant: "gold"}), 200, map[string]string{
+				"X-RateLimit-Limit": "3", "RateLimit-Policy": `"` + o.Name + `";q=3;w=3600`,
+			})
+		}
+		r.expect("gold 4", send(request{tenant: "gold"}), 429, nil)
+		r.expect("free", send(request{tenant: "free"}), 200, map[string]string{"X-RateLimit-Limit": "1"})
+		r.expect("free 2", send(request{tenant: "free"}), 429, nil)
+		r.expect("anonymous", send(request{client: "203.0.113.7"}), 200, map[string]string{"X-RateLimit-Limit": "2"})
+		r.expect("anonymous 2", send(request{client: "203.0.113.7"}), 200, nil)
+		r.expect("anonymous 3", send(request{client: "203.0.113.7"}), 429, nil)
+	}},
+	{"shadow mode", func(r *run) {
+		o := r.opts(1)
+		o.Shadow = true
+		o.Logger = discard
+		m := &ratelimit.Metrics{}
+		o.Metrics = m
+		send := r.serve(Settings{Options: o})
+		for i := range 3 {
+			r.expect("request "+strconv.Itoa(i+1), send(request{tenant: "acme"}), 200, map[string]string{
+				"X-RateLimit-Limit": "", "X-RateLimit-Remaining": "", "RateLimit-Policy": "", "RateLimit": "", "Retry-After": "",
+			})
+		}
+		if s := m.Snapshot(); s.Allowed != 1 || s.ShadowLimited != 2 || s.Limited != 0 {
+			r.t.Errorf("metrics %+v; want 1 allowed and 2 shadow-limited", s)
+		}
+		// The counts are real: an enforcing limiter of the same name
+		// refuses.
+		enforcing := o
+		enforcing.Shadow, enforcing.Metrics = false, nil
+		r.expect("enforcing", r.serve(Settings{Options: enforcing})(request{tenant: "acme"}), 429, nil)
+		// Nor does it fail closed.
+		o = r.opts(1)
+		o.Name += "-closed"
+		o.Shadow, o.FailClosed, o.Logger = true, true, discard
+		o.Counter = r.store.failing(r.t)
+		r.expect("failing, closed", r.serve(Settings{Options: o})(request{tenant: "acme"}), 200, map[string]string{"X-RateLimit-Limit": ""})
 	}},
 	{"custom over-limit answer", func(r *run) {
 		send := r.serve(Settings{Options: r.opts(1), CustomLimitReached: true})

@@ -1,0 +1,273 @@
+package ratelimit
+
+import (
+	"context"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The sliding window's arithmetic, step by step.
+func TestSlidingArithmetic(t *testing.T) {
+	const w = 10 * time.Second
+	for _, tt := range []struct {
+		name      string
+		s         sliding
+		estimate  float64
+		remaining int64 // of a limit of 10
+		fits3     bool  // a cost of 3
+		until5    time.Duration
+	}{
+		{"empty", sliding{window: w}, 0, 10, true, 0},
+		{"current only", sliding{cur: 6, elapsed: 2 * time.Second, window: w}, 6, 4, true,
+			// 6 × (10s - e')/10s = 5 at e' = 10s/6, after the 8 s left.
+			8*time.Second + 1666666667},
+		{"the previous window, half in", sliding{prev: 10, cur: 2, elapsed: 5 * time.Second, window: w}, 7, 3, true,
+			// 10 × (5s - d)/10s + 2 = 5 at d = 2 s.
+			2 * time.Second},
+		{"the previous window, just begun", sliding{prev: 10, elapsed: 0, window: w}, 10, 0, false,
+			5 * time.Second},
+		{"over the limit after a downgrade", sliding{prev: 20, cur: 5, elapsed: 9 * time.Second, window: w}, 7, 3, true,
+			// 20 × (1s - d)/10s + 5 = 5 at d = 1 s.
+			time.Second},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if e := tt.s.estimate(); math.Abs(e-tt.estimate) > 1e-9 {
+				t.Errorf("estimate = %v, want %v", e, tt.estimate)
+			}
+			if r := tt.s.remaining(10); r != tt.remaining {
+				t.Errorf("remaining(10) = %d, want %d", r, tt.remaining)
+			}
+			if f := tt.s.fits(3, 10); f != tt.fits3 {
+				t.Errorf("fits(3, 10) = %v, want %v", f, tt.fits3)
+			}
+			if d := tt.s.until(5); d != tt.until5 {
+				t.Errorf("until(5) = %v, want %v", d, tt.until5)
+			}
+			// After until(5), the estimate is 5 or below, and not before.
+			if d := tt.s.until(5); tt.s.after(d).estimate() > 5+1e-9 || d > 0 && tt.s.after(d-time.Millisecond).estimate() <= 5 {
+				t.Errorf("after %v the estimate is %v", d, tt.s.after(d).estimate())
+			}
+		})
+	}
+	// after rolls the windows over.
+	s := sliding{prev: 4, cur: 6, elapsed: 8 * time.Second, window: w}
+	if got := s.after(3 * time.Second); got != (sliding{prev: 6, cur: 0, elapsed: time.Second, window: w}) {
+		t.Errorf("a window later: %+v", got)
+	}
+	if got := s.after(13 * time.Second); got != (sliding{prev: 0, cur: 0, elapsed: time.Second, window: w}) {
+		t.Errorf("two windows later: %+v", got)
+	}
+}
+
+// slidingSubject is a store for the sliding window's properties: its
+// limiters, and its clock: now tells the store's time, and sleepUntil
+// waits for it.
+type slidingSubject struct {
+	name  string
+	build func(t *testing.T) (newLimiter func(Options) *Limiter, now func() time.Time, sleepUntil func(time.Time))
+}
+
+var slidingSubjects = []slidingSubject{
+	{"memory", func(t *testing.T) (func(Options) *Limiter, func() time.Time, func(time.Time)) {
+		clock := newFakeClock()
+		c := newMemoryCounter(clock.Now)
+		return func(o Options) *Limiter {
+				o.Counter = c
+				return newLimiter(o, clock.Now)
+			}, clock.Now, func(at time.Time) {
+				if d := at.Sub(clock.Now()); d > 0 {
+					clock.Advance(d)
+				}
+			}
+	}},
+	{"redis single node", redisSliding(func(t *testing.T) redis.UniversalClient { return newRedisClient(t) })},
+	{"redis cluster", redisSliding(func(t *testing.T) redis.UniversalClient { return newClusterClient(t) })},
+	{"redis ring", redisSliding(func(t *testing.T) redis.UniversalClient { return newRingClient(t) })},
+}
+
+// redisSliding is a slidingSubject on the server of client, whose clock
+// (TIME) aligns the windows: the test reads the server's offset from its
+// own clock once, and sleeps on its own.
+func redisSliding(client func(t *testing.T) redis.UniversalClient) func(t *testing.T) (func(Options) *Limiter, func() time.Time, func(time.Time)) {
+	return func(t *testing.T) (func(Options) *Limiter, func() time.Time, func(time.Time)) {
+		rdb := client(t)
+		c := NewRedisCounter(rdb)
+		// Every server of the tests runs on this machine's clock; one
+		// tells it.
+		var node *redis.Client
+		var err error
+		switch c := rdb.(type) {
+		case *redis.ClusterClient:
+			node, err = c.MasterForKey(context.Background(), "time")
+		case *redis.Ring:
+			node, err = c.GetShardClientForKey("time")
+		default:
+			node = c.(*redis.Client)
+		}
+		var server time.Time
+		if err == nil {
+			server, err = node.Time(context.Background()).Result()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		offset := server.Sub(time.Now())
+		now := func() time.Time { return time.Now().Add(offset) }
+		return func(o Options) *Limiter {
+			o.Counter = c
+			return NewLimiter(o)
+		}, now, func(at time.Time) { time.Sleep(at.Sub(now())) }
+	}
+}
+
+// burst sends n requests of tenant at once and returns how many passed.
+func burst(lim *Limiter, tenant string, n int) int {
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			if d := lim.Take(context.Background(), tenant); d.Allowed && d.By == ByCounter {
+				allowed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	return int(allowed.Load())
+}
+
+// A full budget just before a window boundary, and another just after: the
+// sliding window lets the second burst through only in proportion to the
+// time elapsed, about 5 % of the budget 5 % into the window, where a fixed
+// window lets it all through.
+func TestSlidingWindowBoundary(t *testing.T) {
+	const limit, w = 100, time.Second
+	for _, s := range slidingSubjects {
+		t.Run(s.name, func(t *testing.T) {
+			newLim, now, sleepUntil := s.build(t)
+			// Sliding: windows are aligned to multiples of w on the
+			// store's clock.
+			lim := newLim(Options{Limit: limit, Window: w, Algorithm: SlidingWindow})
+			tenant := uniqueTenant(t)
+			boundary := now().Truncate(w).Add(w)
+			if time.Until(boundary) < w/5 && s.name != "memory" {
+				boundary = boundary.Add(w)
+			}
+			sleepUntil(boundary.Add(-w / 10))
+			if n := burst(lim, tenant, limit); n != limit {
+				t.Fatalf("the first burst, just before the boundary: %d allowed, want %d", n, limit)
+			}
+			sleepUntil(boundary.Add(w / 20))
+			n := burst(lim, tenant, limit)
+			// 5 % in, the previous window weighs 95 %: 5 left, a few more
+			// for a request decided a little later than 5 %.
+			if n < 3 || n > 10 {
+				t.Fatalf("the second burst, 5%% into the next window: %d allowed, want about 5", n)
+			}
+			t.Logf("sliding window: %d of %d allowed 5%% past the boundary", n, limit)
+
+			// Fixed: the tenant's window starts at its first request.
+			lim = newLim(Options{Limit: limit, Window: w, Name: "fixed"})
+			tenant = uniqueTenant(t)
+			start := now()
+			lim.Take(context.Background(), tenant)
+			sleepUntil(start.Add(w - w/10))
+			if n := burst(lim, tenant, limit-1); n != limit-1 {
+				t.Fatalf("fixed window, the rest of the budget before its end: %d allowed, want %d", n, limit-1)
+			}
+			sleepUntil(start.Add(w + w/20))
+			if n := burst(lim, tenant, limit); n != limit {
+				t.Fatalf("fixed window, a burst just after its end: %d allowed, want all %d", n, limit)
+			}
+		})
+	}
+}
+
+// A client knocking at twice its rate gets about its rate in every window:
+// the requests it is refused spend nothing, so they never lock it out.
+func TestSlidingWindowRate(t *testing.T) {
+	const limit, w, windows = 20, 400 * time.Millisecond, 5
+	for _, s := range slidingSubjects {
+		t.Run(s.name, func(t *testing.T) {
+			newLim, now, sleepUntil := s.build(t)
+			lim := newLim(Options{Limit: limit, Window: w, Algorithm: SlidingWindow})
+			tenant := uniqueTenant(t)
+			start := now().Truncate(w).Add(w)
+			per := make([]int, windows)
+			const step = w / (2 * limit)
+			for i := range windows * 2 * limit {
+				at := start.Add(time.Duration(i) * step)
+				sleepUntil(at)
+				if d := lim.Take(context.Background(), tenant); d.Allowed {
+					per[now().Sub(start)/w]++
+				}
+			}
+			for i, n := range per {
+				// The first window had no window before it: its budget
+				// went in its first half.
+				if lo, hi := limit*4/5, limit*6/5; n < lo || n > hi {
+					t.Errorf("window %d: %d allowed, want about %d (%d to %d); all windows: %v", i, n, limit, lo, hi, per)
+				}
+			}
+			t.Logf("allowed per window at twice the rate: %v", per)
+		})
+	}
+}
+
+// 600 requests at once through two replicas at a limit of 100 let exactly
+// 100 through, in a sliding window as in a fixed one.
+func TestSlidingWindowReplicasAdmitExactlyTheLimit(t *testing.T) {
+	const limit, requests = 100, 600
+	for _, s := range []struct {
+		name string
+		two  func(t *testing.T) (Counter, Counter)
+	}{
+		{"memory", func(t *testing.T) (Counter, Counter) { c := NewMemoryCounter(); return c, c }},
+		{"redis single node", func(t *testing.T) (Counter, Counter) {
+			return NewRedisCounter(newRedisClient(t)), NewRedisCounter(newRedisClient(t))
+		}},
+		{"redis cluster", func(t *testing.T) (Counter, Counter) {
+			return NewRedisCounter(newClusterClient(t)), NewRedisCounter(newClusterClient(t))
+		}},
+	} {
+		t.Run(s.name, func(t *testing.T) {
+			a, b := s.two(t)
+			// A minute: no boundary weighs in unless the test straddles one.
+			opts := Options{Limit: limit, Window: time.Minute, Algorithm: SlidingWindow, Logger: newLogRecorder().logger()}
+			opts.Counter = a
+			la := NewLimiter(opts)
+			opts.Counter = b
+			lb := NewLimiter(opts)
+			tenant := uniqueTenant(t)
+			var allowed, counted atomic.Int64
+			var wg sync.WaitGroup
+			release := make(chan struct{})
+			for i := range requests {
+				lim := la
+				if i%2 == 1 {
+					lim = lb
+				}
+				wg.Go(func() {
+					<-release
+					d := lim.Take(context.Background(), tenant)
+					if d.By == ByCounter {
+						counted.Add(1)
+						if d.Allowed {
+							allowed.Add(1)
+						}
+					}
+				})
+			}
+			close(release)
+			wg.Wait()
+			if counted.Load() != requests || allowed.Load() != limit {
+				t.Fatalf("%d of %d requests decided by the counter, %d allowed; want all decided, exactly %d allowed",
+					counted.Load(), requests, allowed.Load(), limit)
+			}
+		})
+	}
+}

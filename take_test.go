@@ -1,0 +1,254 @@
+package ratelimit
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The store decides: the built-in counters take a request's cost against
+// its limit in one atomic step, so that a refused request spends nothing.
+// These tests run each behaviour through a Limiter, with its over-limit
+// cache on, on a MemoryCounter (on a fake clock) and on real Redis (a
+// single node, a cluster and a ring), in both algorithms.
+
+// takeSubject is a store that a Limiter decides in.
+type takeSubject struct {
+	name    string
+	redis   bool
+	counter func(t *testing.T) (Counter, *fakeClock) // the clock is nil for Redis
+}
+
+var takeSubjects = []takeSubject{
+	{"memory", false, func(t *testing.T) (Counter, *fakeClock) {
+		clock := newFakeClock()
+		return newMemoryCounter(clock.Now), clock
+	}},
+	{"redis single node", true, func(t *testing.T) (Counter, *fakeClock) { return NewRedisCounter(newRedisClient(t)), nil }},
+	{"redis cluster", true, func(t *testing.T) (Counter, *fakeClock) { return NewRedisCounter(newClusterClient(t)), nil }},
+	{"redis ring", true, func(t *testing.T) (Counter, *fakeClock) { return NewRedisCounter(newRingClient(t)), nil }},
+}
+
+var algorithms = []Algorithm{FixedWindow, SlidingWindow}
+
+// eachTakeSubject runs f on every subject, in each algorithm, with a
+// limiter over the subject's counter that opts, and a tenant of its own.
+// advance moves both the limiter's clock and the counter's, or sleeps.
+func eachTakeSubject(t *testing.T, opts Options, f func(t *testing.T, lim *Limiter, tenant string, advance func(time.Duration))) {
+	for _, s := range takeSubjects {
+		for _, algo := range algorithms {
+			t.Run(s.name+"/"+algo.String(), func(t *testing.T) {
+				c, clock := s.counter(t)
+				o := opts
+				o.Counter, o.Algorithm = c, algo
+				if o.Logger == nil {
+					o.Logger = newLogRecorder().logger()
+				}
+				var lim *Limiter
+				advance := time.Sleep
+				if clock != nil {
+					lim = newLimiter(o, clock.Now)
+					advance = clock.Advance
+				} else {
+					lim = NewLimiter(o)
+				}
+				f(t, lim, uniqueTenant(t), advance)
+			})
+		}
+	}
+}
+
+// A refused request spends nothing, so a cheaper one after it may pass.
+func TestRefusedRequestSpendsNothing(t *testing.T) {
+	eachTakeSubject(t, Options{Limit: 10, Window: time.Minute}, func(t *testing.T, lim *Limiter, tenant string, _ func(time.Duration)) {
+		for i, step := range []struct {
+			cost      int
+			allowed   bool
+			remaining int
+		}{{4, true, 6}, {4, true, 2}, {4, false, 2}, {1, true, 1}, {1, true, 0}, {1, false, 0}} {
+			d := lim.TakeN(context.Background(), tenant, step.cost)
+			if d.Err != nil || d.By != ByCounter || d.Allowed != step.allowed || d.Remaining != step.remaining || d.Limit != 10 {
+				t.Fatalf("request %d of cost %d: allowed %v, remaining %d, limit %d, by %v, err %v; want allowed %v, remaining %d, limit 10, by the counter",
+					i+1, step.cost, d.Allowed, d.Remaining, d.Limit, d.By, d.Err, step.allowed, step.remaining)
+			}
+			// A sliding window's count falls over two windows.
+			if bound := time.Duration(1+int(lim.opts.Algorithm)) * time.Minute; !d.Allowed && (d.RetryAfter <= 0 || d.RetryAfter > bound) {
+				t.Errorf("request %d refused with RetryAfter %v, want within %v", i+1, d.RetryAfter, bound)
+			}
+		}
+	})
+}
+
+// A cost above the limit never fits: it is refused at once, and spends
+// nothing.
+func TestCostAboveTheLimitIsRefusedAtOnce(t *testing.T) {
+	eachTakeSubject(t, Options{Limit: 10, Window: time.Minute}, func(t *testing.T, lim *Limiter, tenant string, _ func(time.Duration)) {
+		d := lim.TakeN(context.Background(), tenant, 11)
+		if d.Allowed || d.By != ByCounter || d.Remaining != -1 || d.RetryAfter != 0 || d.Err != nil {
+			t.Fatalf("cost 11 at limit 10: %+v; want refused by the counter, remaining -1 (not asked), no RetryAfter", d)
+		}
+		h := http2Header(d)
+		if h.Get("Retry-After") != "" || h.Get("X-Ratelimit-Remaining") != "" || h.Get("X-Ratelimit-Limit") != "10" {
+			t.Errorf("headers %v; want the limit, and no Retry-After nor remaining: the request never fits", h)
+		}
+		if d := lim.TakeN(context.Background(), tenant, 10); !d.Allowed || d.Remaining != 0 {
+			t.Fatalf("cost 10 after it: %+v; want allowed, remaining 0: the refused request spent nothing", d)
+		}
+	})
+}
+
+// A cost below 1 is the gateway's mistake: it counts as 1, never as a free
+// pass, and is logged, one line a second at most.
+func TestCostBelowOneCountsAsOne(t *testing.T) {
+	rec := newLogRecorder()
+	eachTakeSubject(t, Options{Limit: 10, Window: time.Minute, Logger: rec.logger()}, func(t *testing.T, lim *Limiter, tenant string, _ func(time.Duration)) {
+		for i, cost := range []int{0, -5, 1} {
+			if d := lim.TakeN(context.Background(), tenant, cost); !d.Allowed || d.Remaining != 9-i {
+				t.Fatalf("request %d of cost %d: %+v; want allowed, remaining %d", i+1, cost, d, 9-i)
+			}
+		}
+	})
+	lines := rec.withMsg("ratelimit: a request's cost is below 1")
+	if len(lines) == 0 || lines[0].str("tenant") == "" {
+		t.Fatalf("log lines %v; want one naming the tenant", lines)
+	}
+}
+
+// The over-limit cache refuses a request only when the store would: after
+// an expensive request was refused, a cheap one that fits still asks, and
+// passes.
+func TestOverLimitCacheRefusesOnlyWhatTheStoreWould(t *testing.T) {
+	for _, algo := range algorithms {
+		t.Run(algo.String(), func(t *testing.T) {
+			clock := newFakeClock()
+			w := newWindowFake(clock)
+			lim := newLimiter(Options{Counter: &takingFake{windowFake: w}, Limit: 10, Window: time.Minute, Algorithm: algo}, clock.Now)
+			ctx := context.Background()
+			lim.TakeN(ctx, "acme", 8)
+			calls := w.callsNow()
+			if d := lim.TakeN(ctx, "acme", 5); d.Allowed {
+				t.Fatalf("cost 5 with 2 left: allowed; want refused")
+			}
+			if w.callsNow() != calls+1 {
+				t.Fatalf("the first refusal made %d calls, want 1", w.callsNow()-calls)
+			}
+			if d := lim.TakeN(ctx, "acme", 5); d.Allowed || d.Remaining != 2 || w.callsNow() != calls+1 {
+				t.Fatalf("cost 5 again: %+v after %d calls; want refused by the cache, remaining 2, no call", d, w.callsNow()-calls)
+			}
+			if d := lim.TakeN(ctx, "acme", 2); !d.Allowed || d.Remaining != 0 || w.callsNow() != calls+2 {
+				t.Fatalf("cost 2: %+v after %d calls; want allowed by the counter, remaining 0", d, w.callsNow()-calls)
+			}
+		})
+	}
+}
+
+// takingFake is a counter that decides takes as the built-in ones do, on
+// a windowFake's fixed windows, and counts its calls there. For a sliding
+// window it keeps no previous window: each key's estimate is its count.
+type takingFake struct {
+	*windowFake
+}
+
+func (f *takingFake) takeWithin(_ context.Context, t *take, _ time.Time, _ time.Duration) error {
+	w := f.windowFake
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.calls++
+	now := w.clock.Now()
+	if start, ok := w.starts[t.key]; !ok || now.Sub(start) >= t.window {
+		w.starts[t.key], w.counts[t.key] = now, 0
+	}
+	allowed := w.counts[t.key]+t.cost <= t.limit
+	if allowed {
+		w.counts[t.key] += t.cost
+	}
+	left := w.starts[t.key].Add(t.window).Sub(now)
+	if t.algo == SlidingWindow {
+		t.decidedSliding(allowed, sliding{cur: w.counts[t.key], elapsed: t.window - left, window: t.window})
+	} else {
+		t.decided(allowed, w.counts[t.key], left)
+	}
+	return nil
+}
+
+// A caller that gives up before its round trip leaves is not charged, on
+// a real server: with every round trip of the counter held up (the server
+// pauses its clients), a caller whose wait ends in the batch that is
+// filling is taken out of it, and its key never counts.
+func TestRedisCallerThatLeavesIsNotCharged(t *testing.T) {
+	srv := startChaosRedis(t, 0)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { admin.Close() })
+	ctx := context.Background()
+	lim := NewLimiter(Options{Counter: NewRedisCounter(rdb), Limit: 10, Window: time.Minute,
+		StoreTimeout: time.Second, Logger: newLogRecorder().logger()})
+	if d := lim.Take(ctx, "warm"); d.By != ByCounter {
+		t.Fatalf("warm-up: %+v", d)
+	}
+	// CLIENT PAUSE holds every client's commands, this one's after the
+	// pause too, for 400 ms.
+	if err := admin.Do(ctx, "client", "pause", 400).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range rounds {
+		wg.Go(func() { lim.Take(ctx, "held-"+string(rune('a'+i))) })
+	}
+	time.Sleep(50 * time.Millisecond) // the held round trips are out
+	leave, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	d := lim.Take(leave, "leaves")
+	stay := lim.Take(ctx, "stays")
+	wg.Wait()
+	if d.By != ByNone || d.Err == nil {
+		t.Fatalf("the caller that left: %+v; want undecided, with its deadline's error", d)
+	}
+	if stay.By != ByCounter || !stay.Allowed {
+		t.Fatalf("a caller that stayed: %+v; want counted", stay)
+	}
+	if n, err := admin.Exists(ctx, "rl:leaves").Result(); err != nil || n != 0 {
+		t.Fatalf("EXISTS rl:leaves = %d, %v; want 0: the caller that left was charged", n, err)
+	}
+	if n, err := admin.Get(ctx, "rl:stays").Int(); err != nil || n != 1 {
+		t.Fatalf("GET rl:stays = %d, %v; want 1", n, err)
+	}
+}
+
+// http2Header is the net/http header that d writes.
+func http2Header(d Decision) http.Header {
+	h := http.Header{}
+	d.SetHeaders(h)
+	return h
+}
+
+func TestCheckCost(t *testing.T) {
+	if err := NewLimiter(Options{Limit: 1, Window: time.Second}).CheckCost(); err != nil {
+		t.Errorf("a MemoryCounter: %v, want nil", err)
+	}
+	err := NewLimiter(Options{Counter: &fakeCounter{}, Limit: 1, Window: time.Second}).CheckCost()
+	if err == nil || !strings.Contains(err.Error(), "Counter") || !strings.Contains(err.Error(), "*ratelimit.fakeCounter") {
+		t.Errorf("a Counter of your own: %v, want an error naming Counter and its type", err)
+	}
+}
+
+// A Counter of your own counts one request at a time: a request of a
+// higher cost is decided as a counter failure, and the counter is not
+// called.
+func TestCostOnACounterOfYourOwn(t *testing.T) {
+	fc := &fakeCounter{}
+	lim := NewLimiter(Options{Counter: fc, Limit: 10, Window: time.Minute, Logger: newLogRecorder().logger()})
+	d := lim.TakeN(context.Background(), "acme", 3)
+	if d.By != ByNone || !d.Allowed || d.Err == nil || fc.calls() != 0 {
+		t.Fatalf("cost 3: %+v after %d calls; want failed open, with an error, and no call", d, fc.calls())
+	}
+	if d := lim.Take(context.Background(), "acme"); d.By != ByCounter || d.Remaining != 9 {
+		t.Fatalf("cost 1: %+v; want counted, remaining 9", d)
+	}
+}
