@@ -63,6 +63,10 @@ type nodes struct {
 	// for a key's primary no longer makes a round trip.
 	ready atomic.Bool
 
+	// refused is the servers' refusal to run scripts, once one has said so
+	// (see noscript.go).
+	refused atomic.Pointer[error]
+
 	byClient atomic.Pointer[map[*redis.Client]*node] // replaced, never changed
 	byNumber atomic.Pointer[[]*node]                 // replaced, never changed
 	mu       sync.Mutex                              // held to replace byClient and byNumber
@@ -167,7 +171,7 @@ func (ns *nodes) newNode(addr string) *node {
 	if ns.first != nil {
 		n.id = len(ns.byAddr) + 1
 	}
-	s := &scripter{rdb: ns.rdb, route: ns.route, ring: ns.ring, dials: n.dials}
+	s := &scripter{rdb: ns.rdb, route: ns.route, ring: ns.ring, dials: n.dials, refused: &ns.refused}
 	n.batch = newBatcher(func(ctx context.Context, cancel context.CancelFunc, ops []*takeOp) {
 		s.send(ctx, cancel, ops)
 		ns.learn(ops)

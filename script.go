@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -123,6 +124,10 @@ type scripter struct {
 	route route
 	ring  *redis.Ring // when route is byShard
 	dials *dialWatch
+	// refused is the error of the server that refused to run the script
+	// (see noscript.go), shared by a counter's scripters; nil until one
+	// does.
+	refused *atomic.Pointer[error]
 }
 
 // send carries one round trip's ops, as a batcher's sendFunc.
@@ -131,23 +136,40 @@ func (s *scripter) send(ctx context.Context, cancel context.CancelFunc, ops []*t
 	s.dials.add(cut)
 	defer s.dials.remove(cut)
 
+	if p := s.refused.Load(); p != nil {
+		s.withoutScript(ctx, ops, *p, cut.cause())
+		return
+	}
 	groups := s.groups(ops)
 	cmds := s.run(ctx, groups, false)
 	// A server that lacks the script (it restarted, or SCRIPT FLUSH) ran
 	// none of those calls: send them again with the body, which also
-	// loads it.
+	// loads it. One that refuses scripts ran none either.
 	var again [][]*takeOp
+	var refused []*takeOp
 	for i, g := range groups {
-		if redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
+		switch err := cmds[i].Err(); {
+		case redis.HasErrorPrefix(err, "NOSCRIPT"):
 			again = append(again, g)
-			continue
+		case refusesScripts(err):
+			s.refused.CompareAndSwap(nil, &err)
+			refused = append(refused, g...)
+		default:
+			answer(g, cmds[i], cut.cause())
 		}
-		answer(g, cmds[i], cut.cause())
 	}
 	if again != nil {
 		for i, cmd := range s.run(ctx, again, true) {
+			if err := cmd.Err(); refusesScripts(err) {
+				s.refused.CompareAndSwap(nil, &err)
+				refused = append(refused, again[i]...)
+				continue
+			}
 			answer(again[i], cmd, cut.cause())
 		}
+	}
+	if refused != nil {
+		s.withoutScript(ctx, refused, *s.refused.Load(), cut.cause())
 	}
 }
 

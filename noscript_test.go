@@ -1,0 +1,118 @@
+package ratelimit
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// noScriptUser adds to every server of rdb an ACL user who may run every
+// command but the scripting ones, as some managed setups grant, and
+// returns its name and password.
+func noScriptUser(t *testing.T, rdb redis.UniversalClient) (user, password string) {
+	t.Helper()
+	user, password = "noscript-"+strings.ReplaceAll(uniqueTenant(t), ":", "-"), "secret"
+	add := func(ctx context.Context, c *redis.Client) error {
+		return c.Do(ctx, "acl", "setuser", user, "on", ">"+password, "~*", "+@all", "-@scripting").Err()
+	}
+	var err error
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachShard(context.Background(), add)
+	case *redis.Client:
+		err = add(context.Background(), c)
+	}
+	if err != nil {
+		t.Fatalf("ACL SETUSER: %v", err)
+	}
+	return user, password
+}
+
+// On a server that refuses scripts, the fixed window still counts, with a
+// transaction, exactly: 600 requests at once through two replicas at a
+// limit of 100 let 100 through. A sliding window, which needs the script,
+// fails with the server's refusal, and is decided by the fail policy.
+func TestServerWithoutScripting(t *testing.T) {
+	for _, s := range []struct {
+		name   string
+		client func(t *testing.T, user, password string) redis.UniversalClient
+		admin  func(t *testing.T) redis.UniversalClient
+	}{
+		{"single node", func(t *testing.T, user, password string) redis.UniversalClient {
+			opt := redisOptions(t)
+			opt.Username, opt.Password = user, password
+			rdb := redis.NewClient(opt)
+			t.Cleanup(func() { rdb.Close() })
+			return rdb
+		}, func(t *testing.T) redis.UniversalClient { return newRedisClient(t) }},
+		{"cluster", func(t *testing.T, user, password string) redis.UniversalClient {
+			rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterAddrs(t), Username: user, Password: password})
+			t.Cleanup(func() { rdb.Close() })
+			return rdb
+		}, func(t *testing.T) redis.UniversalClient { return newClusterClient(t) }},
+	} {
+		t.Run(s.name, func(t *testing.T) {
+			admin := s.admin(t)
+			user, password := noScriptUser(t, admin)
+			ctx := context.Background()
+			rec := newLogRecorder()
+			tenant := uniqueTenant(t)
+
+			const limit, requests = 100, 600
+			a, b := NewRedisCounter(s.client(t, user, password)), NewRedisCounter(s.client(t, user, password))
+			opts := Options{Limit: limit, Window: time.Minute, Logger: rec.logger()}
+			var allowed, counted atomic.Int64
+			var wg sync.WaitGroup
+			release := make(chan struct{})
+			limiters := []*Limiter{}
+			for _, c := range []*RedisCounter{a, b} {
+				o := opts
+				o.Counter = c
+				limiters = append(limiters, NewLimiter(o))
+			}
+			for i := range requests {
+				lim := limiters[i%2]
+				wg.Go(func() {
+					<-release
+					if d := lim.Take(ctx, tenant); d.By == ByCounter {
+						counted.Add(1)
+						if d.Allowed {
+							allowed.Add(1)
+						}
+					}
+				})
+			}
+			close(release)
+			wg.Wait()
+			if counted.Load() != requests || allowed.Load() != limit {
+				t.Fatalf("%d of %d decided by the counter, %d allowed; want all decided, exactly %d allowed (log: %v)",
+					counted.Load(), requests, allowed.Load(), limit, rec.lines())
+			}
+			if a.nodes.refused.Load() == nil {
+				t.Fatal("the counter did not learn that the server refuses scripts")
+			}
+			n, err := admin.Get(ctx, tenantKey(tenant)).Int()
+			ttl, _ := admin.PTTL(ctx, tenantKey(tenant)).Result()
+			if err != nil || n < limit || n > requests || ttl <= 0 || ttl > time.Minute {
+				t.Fatalf("GET = %d, %v, PTTL %v; want between %d and %d with the window's expiry: refused requests spend on this path", n, err, ttl, limit, requests)
+			}
+
+			sliding := opts
+			sliding.Counter, sliding.Algorithm, sliding.Name = a, SlidingWindow, "sliding"
+			d := NewLimiter(sliding).Take(ctx, tenant)
+			if d.By != ByNone || !d.Allowed || d.Err == nil || !strings.Contains(d.Err.Error(), "NOPERM") ||
+				!strings.Contains(d.Err.Error(), "scripts") {
+				t.Fatalf("sliding window without scripts: %+v; want failed open, with the server's NOPERM", d)
+			}
+			lines := rec.withMsg("ratelimit: counter failed")
+			if len(lines) == 0 || !strings.Contains(lines[len(lines)-1].str("err"), "NOPERM") {
+				t.Fatalf("log %v; want the refusal logged", rec.lines())
+			}
+		})
+	}
+}
