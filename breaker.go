@@ -110,6 +110,7 @@ type sharedFailure interface {
 }
 
 func newBreaker(threshold int, cooldown time.Duration, clk clock, log func(slog.Level, string, ...slog.Attr), m *Metrics, node string) *breaker {
+	m.breakerMade()
 	return &breaker{threshold: int64(threshold), cooldown: cooldown, clock: clk, log: log, metrics: m, node: node}
 }
 

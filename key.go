@@ -162,3 +162,17 @@ func appendAddrKey(dst []byte, prefix string, addr netip.Addr, v6Bits int, algo 
 	}
 	return dst
 }
+
+// appendProbeKey appends to dst the key under a limiter's prefix that
+// Limiter.Ping counts on, "#ping": no tenant's part starts with '#' but a
+// digest's, whose next byte is a hex digit, and an address's "#ip:".
+func appendProbeKey(dst []byte, prefix string, algo Algorithm) []byte {
+	if algo == SlidingWindow {
+		dst = append(dst, '{')
+	}
+	dst = append(append(dst, prefix...), "#ping"...)
+	if algo == SlidingWindow {
+		dst = append(dst, '}')
+	}
+	return dst
+}

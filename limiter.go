@@ -6,7 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"net/netip"
+	"reflect"
+	"strconv"
+	"syscall"
 	"time"
 )
 
@@ -90,9 +94,8 @@ type Decision struct {
 type Decider int
 
 const (
-	// ByCounter: Options.Counter decided the request (or the over-limit
-	// cache refused it, from what the counter reported, or its cost passed
-	// its limit).
+	// ByCounter: Options.Counter decided the request (or the limiter
+	// refused it for a cost past its limit, which never fits).
 	ByCounter Decider = iota
 	// ByFallback: the counter failed or the breaker is open, and
 	// Options.Fallback counted the request against FallbackLimit.
@@ -101,6 +104,10 @@ const (
 	// refused with Options.FailClosed. A door answers the refusal 503, not
 	// 429.
 	ByNone
+	// ByCache: the over-limit cache refused the request, from what the
+	// counter had reported, without asking it.
+	ByCache
+	numDeciders
 )
 
 // Policy returns the name of the policy d was decided by, as the RateLimit
@@ -112,7 +119,7 @@ func (d *Decision) Policy() string {
 	return d.policy.policy
 }
 
-// String returns "counter", "fallback" or "none".
+// String returns "counter", "fallback", "none" or "over-limit-cache".
 func (d Decider) String() string {
 	switch d {
 	case ByCounter:
@@ -121,8 +128,19 @@ func (d Decider) String() string {
 		return "fallback"
 	case ByNone:
 		return "none"
+	case ByCache:
+		return "over-limit-cache"
 	}
 	return "invalid"
+}
+
+// misconfigured is an error that says the store is set up wrong rather
+// than down: a wrong password, a missing permission, an unknown database,
+// a key that holds something else. The limiter logs it as such, with what
+// to fix, and counts it apart; the request is decided as for any failure.
+type misconfigured interface {
+	error
+	fix() string
 }
 
 // errBreakerOpen: the request was decided without asking the counter.
@@ -215,6 +233,39 @@ func (l *Limiter) TakeAddrN(ctx context.Context, addr netip.Addr, n int) (d Deci
 	return d
 }
 
+// TenantID returns the tenant ID that v stands for, v being what a request
+// carries for its tenant, such as Fiber's c.Locals("tenant"): a string, the
+// String of a fmt.Stringer, or an integer in decimal, of a type of its own
+// or not (type TenantID int64). nil and "" are no
+// tenant. A value of any other type is no tenant either, and is logged
+// with its type, one line a second at most: it is the gateway's mistake,
+// which would otherwise put every such tenant into the one budget of
+// requests without a tenant.
+func (l *Limiter) TenantID(v any) (string, bool) {
+	var id string
+	switch t := v.(type) {
+	case string:
+		id = t
+	case nil:
+	case fmt.Stringer:
+		id = t.String()
+	default:
+		// Types of the gateway's own: type TenantID int64, say.
+		switch rv := reflect.ValueOf(v); rv.Kind() {
+		case reflect.String:
+			id = rv.String()
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			id = strconv.FormatInt(rv.Int(), 10)
+		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			id = strconv.FormatUint(rv.Uint(), 10)
+		default:
+			l.mistakes.record(slog.LevelError, "ratelimit: the request's tenant is of a type the limiter cannot read; it counts as a request without a tenant",
+				slog.String("type", fmt.Sprintf("%T", v)))
+		}
+	}
+	return id, id != ""
+}
+
 // CheckCost returns nil when the limiter can count requests of any cost
 // (TakeN), and otherwise an error that names the counter that cannot: a
 // Counter of your own counts one request at a time, by Incr. A front door
@@ -229,6 +280,44 @@ func (l *Limiter) CheckCost() error {
 		}
 	}
 	return nil
+}
+
+// Ping checks that the limiter's counter works, for a gateway to call at
+// start-up, before it serves: that Redis can be reached on every server
+// its client knows, accepts the client's credentials and database, and
+// lets it run what the limiter runs on its keys (a request on a key of its
+// own that no tenant has, in the limiter's algorithm). The error carries
+// the server's own words (NOAUTH, WRONGPASS, NOPERM, an unknown database)
+// and what to fix: a misconfigured store then fails the deployment, rather
+// than fail open request after request. ctx bounds the check. A
+// MemoryCounter passes unless closed; a Counter of your own is not
+// checked.
+func (l *Limiter) Ping(ctx context.Context) error {
+	var buf [maxKeyLen]byte
+	t := take{key: string(appendProbeKey(buf[:0], l.keyPrefix, l.opts.Algorithm)),
+		cost: 1, limit: 1, window: time.Millisecond, algo: l.opts.Algorithm}
+	var err error
+	switch c := l.opts.Counter.(type) {
+	case *MemoryCounter:
+		if c.closed.Load() {
+			err = ErrClosed
+		}
+	case pinger:
+		err = c.ping(ctx, &t)
+	}
+	if m, ok := errors.AsType[misconfigured](err); ok {
+		return fmt.Errorf("ratelimit: the counter failed its check: %w; to fix: %s", err, m.fix())
+	}
+	if err != nil {
+		return fmt.Errorf("ratelimit: the counter failed its check: %w", err)
+	}
+	return nil
+}
+
+// pinger is a counter that can check itself (see Limiter.Ping) by deciding
+// t, a request on a key that no tenant has.
+type pinger interface {
+	ping(ctx context.Context, t *take) error
 }
 
 // take decides into d the request of tenant (for its plan and the log), of
@@ -267,7 +356,7 @@ func (l *Limiter) take(ctx context.Context, d *Decision, tenant string, kb []byt
 		now := l.clock.Now()
 		since := l.clock.since(now)
 		if l.refusals != nil && l.refusals.refuse(kb, &t, since) {
-			l.counted(d, &l.policy, ByCounter, &t, nil)
+			l.counted(d, &l.policy, ByCache, &t, nil)
 			l.decided(d, tenant, kb)
 			return
 		}
@@ -315,8 +404,13 @@ func (l *Limiter) failed(ctx context.Context, d *Decision, tenant string, kb []b
 		if l.opts.Fallback != nil {
 			action = "fallback"
 		}
-		l.failures.record(slog.LevelError, "ratelimit: counter failed, request decided by "+action,
-			slog.String("tenant", logTenant(tenant)), slog.String("key", string(kb)), slog.Any("err", err))
+		if m, ok := errors.AsType[misconfigured](err); ok {
+			l.failures.record(slog.LevelError, "ratelimit: the counter is misconfigured, request decided by "+action,
+				slog.String("fix", m.fix()), slog.String("tenant", logTenant(tenant)), slog.String("key", string(kb)), slog.Any("err", err))
+		} else {
+			l.failures.record(slog.LevelError, "ratelimit: counter failed, request decided by "+action,
+				slog.String("tenant", logTenant(tenant)), slog.String("key", string(kb)), slog.Any("err", err))
+		}
 	}
 	if l.opts.Fallback != nil {
 		f := take{key: string(kb), cost: t.cost, window: t.window, algo: t.algo, limit: l.fallbackLimit(t.limit)}
@@ -380,30 +474,22 @@ func (l *Limiter) counted(d *Decision, p *policyHeaders, by Decider, t *take, er
 func (l *Limiter) decided(d *Decision, tenant string, kb []byte) {
 	if l.opts.Shadow && !d.Allowed {
 		d.Allowed, d.Shadowed = true, true
-		l.opts.Metrics.count(shadowLimited)
+		l.opts.Metrics.decided(OutcomeShadowLimited, d.By)
 		l.shadowed.record(slog.LevelInfo, "ratelimit: shadow mode let through a request it would have refused",
 			slog.String("tenant", logTenant(tenant)), slog.String("key", string(kb)),
 			slog.Int("limit", d.Limit), slog.Int("remaining", d.Remaining), slog.String("decided by", d.By.String()))
 		return
 	}
-	m := l.opts.Metrics
-	if m == nil {
-		return
-	}
+	o := OutcomeAllowed
 	switch {
 	case d.By == ByNone && d.Allowed:
-		m.count(failedOpen)
+		o = OutcomeFailedOpen
 	case d.By == ByNone:
-		m.count(failedClosed)
-	case d.Allowed && d.By == ByCounter:
-		m.count(allowed)
-	case d.Allowed:
-		m.count(fallbackAllowed)
-	case d.By == ByFallback:
-		m.count(fallbackLimited)
-	default:
-		m.count(limited)
+		o = OutcomeFailedClosed
+	case !d.Allowed:
+		o = OutcomeLimited
 	}
+	l.opts.Metrics.decided(o, d.By)
 }
 
 // ask decides t in opts.Counter, through the breaker of its key's node.
@@ -423,10 +509,30 @@ func (l *Limiter) ask(ctx context.Context, t *take, now time.Time) error {
 		return errBreakerOpen
 	}
 	err := l.rule.call(ctx, l.opts.Counter, t, now)
+	if m := l.opts.Metrics; m != nil {
+		m.roundTrip(l.clock.Now().Sub(now), err == nil, causeOf(err))
+	}
 	if err != nil {
 		b.failure(probe, err)
 	} else {
 		b.success(probe)
 	}
 	return err
+}
+
+// causeOf is why err failed a round trip.
+func causeOf(err error) Cause {
+	if _, ok := errors.AsType[misconfigured](err); ok {
+		return CauseConfiguration
+	}
+	if errors.Is(err, errTimedOut) || isTimeout(err) {
+		return CauseTimeout
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return CauseRefused
+	}
+	if op, ok := errors.AsType[*net.OpError](err); ok && op.Op == "dial" {
+		return CauseRefused
+	}
+	return CauseOther
 }

@@ -1,71 +1,209 @@
 package ratelimit
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
 
-// Metrics counts a limiter's decisions. Give a *Metrics to Options.Metrics
-// and read it with Snapshot, for instance from a Prometheus collector (see
-// examples/gateway). Each request costs one atomic add. A Metrics belongs to
-// one handler: giving it to a second one panics.
+// Metrics counts what a limiter does: its decisions, by how each ended and
+// what decided it; the states of its circuit breakers (one per server of a
+// cluster or ring); its round trips to the store, as a histogram of their
+// latency; and the store's failures, by cause. Give a *Metrics to
+// Options.Metrics and read it with Snapshot, for instance from the
+// Prometheus collector of github.com/gatewaykit/ratelimit/prometheus. A
+// decision costs one atomic add, a round trip to Redis two more and a
+// reading of the clock. A Metrics belongs to one limiter: giving it to a
+// second one panics. No figure is per tenant: tenants are unbounded, and a
+// metric per tenant would be too.
 type Metrics struct {
-	attached atomic.Bool
-	counts   [numOutcomes]atomic.Uint64
-	// The limiter's breakers (one per node of a cluster or ring) that are
-	// open and half-open; the others are closed.
-	open, halfOpen atomic.Int64
+	attached  atomic.Bool
+	decisions [numOutcomes][numDeciders]atomic.Uint64
+
+	// The limiter's breakers, and those of them open and half-open; the
+	// others are closed.
+	breakers, open, halfOpen atomic.Int64
+
+	storeErrors [numCauses]atomic.Uint64
+	latency     [len(LatencyBuckets) + 1]atomic.Uint64 // per bucket, the last past every bound
+	latencySum  atomic.Int64                           // nanoseconds
 }
 
-type outcome int
+// Outcome is how a decision ended.
+type Outcome int
 
 const (
-	allowed outcome = iota
-	limited
-	failedOpen
-	failedClosed
-	fallbackAllowed
-	fallbackLimited
-	shadowLimited
+	OutcomeAllowed       Outcome = iota // let through by a budget
+	OutcomeLimited                      // refused: over the budget (429)
+	OutcomeShadowLimited                // would have been refused, let through by Options.Shadow
+	OutcomeFailedOpen                   // let through: nothing could count it
+	OutcomeFailedClosed                 // refused: nothing could count it, and Options.FailClosed (503)
 	numOutcomes
 )
 
+// String returns "allowed", "limited", "shadow-limited", "failed-open" or
+// "failed-closed".
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeAllowed:
+		return "allowed"
+	case OutcomeLimited:
+		return "limited"
+	case OutcomeShadowLimited:
+		return "shadow-limited"
+	case OutcomeFailedOpen:
+		return "failed-open"
+	case OutcomeFailedClosed:
+		return "failed-closed"
+	}
+	return "invalid"
+}
+
+// Cause is why the store failed a round trip.
+type Cause int
+
+const (
+	CauseTimeout       Cause = iota // no answer within the time rule (see Options.StoreTimeout)
+	CauseRefused                    // the server could not be reached: a refused connection, a failed dial
+	CauseConfiguration              // the server answered that it is set up wrong (NOAUTH, NOPERM, ...)
+	CauseOther
+	numCauses
+)
+
+// String returns "timeout", "refused", "configuration" or "other".
+func (c Cause) String() string {
+	switch c {
+	case CauseTimeout:
+		return "timeout"
+	case CauseRefused:
+		return "refused"
+	case CauseConfiguration:
+		return "configuration"
+	case CauseOther:
+		return "other"
+	}
+	return "invalid"
+}
+
+// LatencyBuckets are the upper bounds, in seconds, of the store latency
+// histogram's buckets.
+var LatencyBuckets = [...]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
+
 // MetricsSnapshot is a reading of Metrics. The counts only grow.
 type MetricsSnapshot struct {
-	Allowed         uint64       // within budget, by the counter
-	Limited         uint64       // over budget, by the counter
-	FailedOpen      uint64       // let through: no counter could decide
-	FailedClosed    uint64       // refused with 503: no counter could decide
-	FallbackAllowed uint64       // within Options.FallbackLimit, by Options.Fallback
-	FallbackLimited uint64       // over Options.FallbackLimit, by Options.Fallback
-	ShadowLimited   uint64       // let through by Options.Shadow, that would have been refused
-	Breaker         BreakerState // open if any breaker is, else half-open if any is, else closed
-	BreakersOpen    int64        // breakers open: one per node (cluster primary, ring shard) that fails
-	BreakersHalf    int64        // breakers half-open, probing their node
+	// Every decision, by outcome and decider: the outcomes and deciders
+	// that have counted any.
+	Decisions []DecisionCount
+
+	// Sums of Decisions.
+	Allowed         uint64 // within budget, by the counter or the over-limit cache
+	Limited         uint64 // over budget, by the counter or the over-limit cache
+	FailedOpen      uint64 // let through: no counter could decide
+	FailedClosed    uint64 // refused with 503: no counter could decide
+	FallbackAllowed uint64 // within Options.FallbackLimit, by Options.Fallback
+	FallbackLimited uint64 // over Options.FallbackLimit, by Options.Fallback
+	ShadowLimited   uint64 // let through by Options.Shadow, that would have been refused
+
+	// The breakers: one per server of a cluster or ring, else one.
+	Breaker      BreakerState // open if any breaker is, else half-open if any is, else closed
+	Breakers     int64        // the breakers made
+	BreakersOpen int64        // of those, open
+	BreakersHalf int64        // of those, half-open, probing their server
+
+	// The store's failed round trips, by cause. A request decided while
+	// its breaker was open made none.
+	StoreErrors [numCauses]uint64 // indexed by Cause
+
+	// The store's round trips (those of a MemoryCounter are not timed).
+	StoreLatency Histogram
+}
+
+// DecisionCount is how many decisions ended in Outcome, decided by By.
+type DecisionCount struct {
+	Outcome Outcome
+	By      Decider
+	Count   uint64
+}
+
+// Histogram is a latency histogram, as Prometheus has one: Counts[i] is
+// how many observations were at most Buckets[i] seconds, Count how many
+// there were in all, Sum their total in seconds.
+type Histogram struct {
+	Buckets []float64
+	Counts  []uint64
+	Count   uint64
+	Sum     float64
 }
 
 // Snapshot reads the counts. It is safe to call at any time from any
 // goroutine; the fields are read one by one, not as one atomic unit.
 func (m *Metrics) Snapshot() MetricsSnapshot {
-	s := MetricsSnapshot{
-		Allowed:         m.counts[allowed].Load(),
-		Limited:         m.counts[limited].Load(),
-		FailedOpen:      m.counts[failedOpen].Load(),
-		FailedClosed:    m.counts[failedClosed].Load(),
-		FallbackAllowed: m.counts[fallbackAllowed].Load(),
-		FallbackLimited: m.counts[fallbackLimited].Load(),
-		ShadowLimited:   m.counts[shadowLimited].Load(),
-		BreakersOpen:    m.open.Load(),
-		BreakersHalf:    m.halfOpen.Load(),
+	var s MetricsSnapshot
+	for o := range numOutcomes {
+		for by := range numDeciders {
+			n := m.decisions[o][by].Load()
+			if n == 0 {
+				continue
+			}
+			s.Decisions = append(s.Decisions, DecisionCount{o, by, n})
+			switch {
+			case o == OutcomeAllowed && by == ByFallback:
+				s.FallbackAllowed += n
+			case o == OutcomeAllowed:
+				s.Allowed += n
+			case o == OutcomeLimited && by == ByFallback:
+				s.FallbackLimited += n
+			case o == OutcomeLimited:
+				s.Limited += n
+			case o == OutcomeShadowLimited:
+				s.ShadowLimited += n
+			case o == OutcomeFailedOpen:
+				s.FailedOpen += n
+			case o == OutcomeFailedClosed:
+				s.FailedClosed += n
+			}
+		}
 	}
+	s.Breakers, s.BreakersOpen, s.BreakersHalf = m.breakers.Load(), m.open.Load(), m.halfOpen.Load()
 	switch {
 	case s.BreakersOpen > 0:
 		s.Breaker = BreakerOpen
 	case s.BreakersHalf > 0:
 		s.Breaker = BreakerHalfOpen
 	}
+	for c := range s.StoreErrors {
+		s.StoreErrors[c] = m.storeErrors[c].Load()
+	}
+	h := &s.StoreLatency
+	h.Buckets = LatencyBuckets[:]
+	h.Counts = make([]uint64, len(LatencyBuckets))
+	for i := range m.latency {
+		n := m.latency[i].Load()
+		h.Count += n
+		if i < len(h.Counts) {
+			h.Counts[i] = h.Count
+		}
+	}
+	h.Sum = time.Duration(m.latencySum.Load()).Seconds()
 	return s
 }
 
-// breakerChanged records that a breaker went from one state to another; a
-// nil Metrics records nothing.
+// The recorders. A nil Metrics records nothing.
+
+// decided records one decision.
+func (m *Metrics) decided(o Outcome, by Decider) {
+	if m != nil {
+		m.decisions[o][by].Add(1)
+	}
+}
+
+// breakerMade records a new breaker, closed.
+func (m *Metrics) breakerMade() {
+	if m != nil {
+		m.breakers.Add(1)
+	}
+}
+
+// breakerChanged records that a breaker went from one state to another.
 func (m *Metrics) breakerChanged(from, to BreakerState) {
 	if m == nil {
 		return
@@ -83,9 +221,19 @@ func (m *Metrics) breakerChanged(from, to BreakerState) {
 	}
 }
 
-// count records one decision; a nil Metrics records nothing.
-func (m *Metrics) count(o outcome) {
-	if m != nil {
-		m.counts[o].Add(1)
+// roundTrip records a round trip to the store that took d, and failed of
+// cause unless ok.
+func (m *Metrics) roundTrip(d time.Duration, ok bool, cause Cause) {
+	if m == nil {
+		return
+	}
+	i := 0
+	for i < len(LatencyBuckets) && d.Seconds() > LatencyBuckets[i] {
+		i++
+	}
+	m.latency[i].Add(1)
+	m.latencySum.Add(int64(d))
+	if !ok {
+		m.storeErrors[cause].Add(1)
 	}
 }

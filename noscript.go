@@ -31,6 +31,9 @@ import (
 // a server its calls fail with the server's refusal, which the limiter
 // logs, and decides by its fail policy.
 
+// errNeedsScripts: a sliding window on a server that refuses scripts.
+var errNeedsScripts = errors.New("a sliding window needs the server to run scripts")
+
 // refusesScripts reports whether err is a server's refusal to run a
 // script at all.
 func refusesScripts(err error) bool {
@@ -60,7 +63,7 @@ func (s *scripter) withoutScript(ctx context.Context, ops []*takeOp, refusal err
 	pipe := s.rdb.TxPipeline()
 	for _, op := range ops {
 		if op.algo == SlidingWindow {
-			op.err = fmt.Errorf("a sliding window needs the server to run scripts, which it refused: %w", refusal)
+			op.err = fmt.Errorf("%w, which it refused: %w", errNeedsScripts, refusal)
 			continue
 		}
 		t := tx{op: op}

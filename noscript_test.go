@@ -109,9 +109,10 @@ func TestServerWithoutScripting(t *testing.T) {
 				!strings.Contains(d.Err.Error(), "scripts") {
 				t.Fatalf("sliding window without scripts: %+v; want failed open, with the server's NOPERM", d)
 			}
-			lines := rec.withMsg("ratelimit: counter failed")
-			if len(lines) == 0 || !strings.Contains(lines[len(lines)-1].str("err"), "NOPERM") {
-				t.Fatalf("log %v; want the refusal logged", rec.lines())
+			lines := rec.withMsg("ratelimit: the counter is misconfigured")
+			if len(lines) == 0 || !strings.Contains(lines[len(lines)-1].str("err"), "NOPERM") ||
+				!strings.Contains(lines[len(lines)-1].str("fix"), "+@scripting") {
+				t.Fatalf("log %v; want the refusal logged as misconfiguration, with what to fix", rec.lines())
 			}
 		})
 	}

@@ -38,7 +38,8 @@ type Config struct {
 	// something the gateway has verified (an API key, a token); an ID a
 	// client may choose freely lets it pick its own bucket.
 	//
-	// Optional. Default: c.Locals("tenant") when it holds a non-empty string
+	// Optional. Default: c.Locals("tenant"), read by Limiter.TenantID: a
+	// string, a fmt.Stringer or an integer
 	Tenant func(c *fiber.Ctx) (string, bool)
 
 	// AnonymousByIP keys requests without a tenant by client address,
@@ -135,17 +136,12 @@ func newFiberDoor(lim *Limiter, cfg Config) *fiberDoor {
 	d := &fiberDoor{lim: lim, next: cfg.Next, tenant: cfg.Tenant, cost: cfg.Cost,
 		anonymousByIP: cfg.AnonymousByIP, limitReached: cfg.LimitReached}
 	if d.tenant == nil {
-		d.tenant = tenantFromLocals
+		d.tenant = func(c *fiber.Ctx) (string, bool) { return lim.TenantID(c.Locals("tenant")) }
 	}
 	if d.limitReached == nil {
 		d.limitReached = limitExceeded
 	}
 	return d
-}
-
-func tenantFromLocals(c *fiber.Ctx) (string, bool) {
-	id, ok := c.Locals("tenant").(string)
-	return id, ok && id != ""
 }
 
 var (

@@ -135,7 +135,8 @@ func TestKeys(t *testing.T) {
 		{name: "tenant from locals", locals: "acme", want: "rl:acme"},
 		{name: "no tenant", want: "rl:unknown"},
 		{name: "empty tenant in locals", locals: "", want: "rl:unknown"},
-		{name: "locals holds a non-string", locals: 42, want: "rl:unknown"},
+		{name: "locals holds an integer", locals: 42, want: "rl:42"},
+		{name: "locals holds a type the limiter cannot read", locals: 3.5, want: "rl:unknown"},
 		{
 			name:   "custom tenant func",
 			tenant: func(c *fiber.Ctx) (string, bool) { return "globex", true },
@@ -942,6 +943,48 @@ func TestConfigOptions(t *testing.T) {
 		}
 		if !reflect.DeepEqual(g.Interface(), w.Interface()) {
 			t.Errorf("Config.options().%s = %v, want %v", want.Type().Field(i).Name, g, w)
+		}
+	}
+}
+
+type tenantNumber int64
+
+type tenantName struct{ name string }
+
+func (t tenantName) String() string { return t.name }
+
+// The default tenant reader takes a string, a fmt.Stringer and the integer
+// types, a gateway's own or not; any other type is no tenant, and logged
+// with its type rather than silently shared under rl:unknown.
+func TestTenantID(t *testing.T) {
+	rec := newLogRecorder()
+	lim := NewLimiter(Options{Limit: 1, Window: time.Minute, Logger: rec.logger()})
+	for _, tt := range []struct {
+		v    any
+		want string
+	}{
+		{"acme", "acme"}, {"", ""}, {nil, ""}, {tenantName{"globex"}, "globex"},
+		{42, "42"}, {int8(-3), "-3"}, {uint64(1 << 63), "9223372036854775808"}, {tenantNumber(7), "7"},
+		{[]byte("bytes"), ""}, {3.5, ""},
+	} {
+		if got, ok := lim.TenantID(tt.v); got != tt.want || ok != (tt.want != "") {
+			t.Errorf("TenantID(%#v) = %q, %v; want %q", tt.v, got, ok, tt.want)
+		}
+	}
+	lines := rec.withMsg("ratelimit: the request's tenant is of a type")
+	if len(lines) != 1 || lines[0].str("type") != "[]uint8" {
+		t.Fatalf("log %v; want one line (the second a second later is held back) naming []uint8", rec.lines())
+	}
+
+	// Through the door: four tenants of an integer type keep four budgets.
+	app := fiber.New()
+	var n int64
+	app.Use(func(c *fiber.Ctx) error { n++; c.Locals("tenant", tenantNumber(n)); return c.Next() })
+	app.Use(RateLimitShared(Config{Limit: 1, Window: time.Minute}))
+	app.Get("/", func(c *fiber.Ctx) error { return nil })
+	for i := range 4 {
+		if resp := getPath(t, app, "/", ""); resp.StatusCode != http.StatusOK {
+			t.Fatalf("tenant %d: status %d, want 200: each tenant has a budget of its own", i+1, resp.StatusCode)
 		}
 	}
 }

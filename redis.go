@@ -108,7 +108,7 @@ func (r *RedisCounter) takeWithin(ctx context.Context, t *take, deadline time.Ti
 	k := opKey{key: t.key, ms: ceilDiv(t.window, time.Millisecond), limit: t.limit, algo: t.algo}
 	res, a, prev, err := r.nodes.byID(t.node).batch.take(ctx, k, t.cost, deadline, wait)
 	if err != nil {
-		return fmt.Errorf("increment rate limit key %s: %w", t.key, err)
+		return fmt.Errorf("increment rate limit key %s: %w", t.key, asMisconfigured(err))
 	}
 	allowed, count := res >= 0, res
 	if !allowed {

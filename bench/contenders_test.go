@@ -158,6 +158,28 @@ var (
 		})
 	}}
 
+	// Ours on the sliding window.
+	oursSliding = handlerContender{"ratelimit-sliding", func(tb testing.TB, rdb *redis.Client, limit int) fiber.Handler {
+		return oursHandler(tb, ratelimit.Config{
+			Counter: counterFor(tb, rdb), Limit: limit, Window: window, Tenant: tenantHeader, Algorithm: ratelimit.SlidingWindow,
+		})
+	}}
+
+	// Ours with a plan for every tenant, read from a map, and a Cost
+	// function: the budget and the headers are the tenant's own, which
+	// differ from Options', and each request costs 1.
+	oursPlans = handlerContender{"ratelimit-plans-cost", func(tb testing.TB, rdb *redis.Client, limit int) fiber.Handler {
+		plans := map[string]ratelimit.Plan{}
+		for _, id := range tenantIDs(10000) {
+			plans[string(id)] = ratelimit.Plan{Limit: limit}
+		}
+		return oursHandler(tb, ratelimit.Config{
+			Counter: counterFor(tb, rdb), Limit: 1000, Window: window, Tenant: tenantHeader,
+			PlanFor: func(tenant string) ratelimit.Plan { return plans[tenant] },
+			Cost:    func(*fiber.Ctx) int { return 1 },
+		})
+	}}
+
 	// Ours without its over-limit cache: every request asks the counter.
 	oursNoCache = handlerContender{"ratelimit-nocache", func(tb testing.TB, rdb *redis.Client, limit int) fiber.Handler {
 		return oursHandler(tb, ratelimit.Config{

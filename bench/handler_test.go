@@ -11,7 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-var memoryHandlers = []handlerContender{bare, noop, headersFloor, ours, oursNoHeaders, fiberLimiter, ululeMemory, sethvargo, xTimeRate}
+var memoryHandlers = []handlerContender{bare, noop, headersFloor, ours, oursNoHeaders, oursSliding, oursPlans, fiberLimiter, ululeMemory, sethvargo, xTimeRate}
 
 // A redisRun is the contenders that run on one variant of the client's
 // options. Ours and the raw loop run on both, so that their ratio shows
@@ -24,8 +24,8 @@ type redisRun struct {
 
 var (
 	redisHandlers = []redisRun{
-		{optsDefault, []handlerContender{bare, ours, oursNoHeaders, fiberLimiter, ululeRedis, redisRate, rawMultiExec}},
-		{optsCtxTimeout, []handlerContender{bare, ours, rawMultiExec}},
+		{optsDefault, []handlerContender{bare, ours, oursNoHeaders, oursSliding, oursPlans, fiberLimiter, ululeRedis, redisRate, rawMultiExec}},
+		{optsCtxTimeout, []handlerContender{bare, ours, oursSliding, rawMultiExec}},
 	}
 	loneHandlers = []redisRun{
 		{optsDefault, []handlerContender{bare, ours, fiberLimiter, ululeRedis, redisRate, rawMultiExec}},

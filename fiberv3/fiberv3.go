@@ -73,7 +73,8 @@ type Config struct {
 	// from something the gateway has verified (an API key, a token); an ID
 	// a client may choose freely lets it pick its own budget.
 	//
-	// Optional. Default: c.Locals("tenant") when it holds a non-empty string
+	// Optional. Default: c.Locals("tenant"), read by
+	// ratelimit.Limiter.TenantID: a string, a fmt.Stringer or an integer
 	Tenant func(c fiber.Ctx) (string, bool)
 
 	// AnonymousByIP keys requests without a tenant by client address,
@@ -109,16 +110,11 @@ var (
 	errUnavailable = fiber.NewError(fiber.StatusServiceUnavailable, "service unavailable")
 )
 
-func tenantFromLocals(c fiber.Ctx) (string, bool) {
-	id, ok := c.Locals("tenant").(string)
-	return id, ok && id != ""
-}
-
 func limitExceeded(fiber.Ctx) error { return errLimitExceeded }
 
 // configDefault returns the Config given to New, if any, with the defaults
 // filled in.
-func configDefault(config ...Config) Config {
+func configDefault(lim *ratelimit.Limiter, config ...Config) Config {
 	var cfg Config
 	switch len(config) {
 	case 0:
@@ -128,7 +124,7 @@ func configDefault(config ...Config) Config {
 		panic(fmt.Sprintf("fiberv3: New takes at most one Config, got %d", len(config)))
 	}
 	if cfg.Tenant == nil {
-		cfg.Tenant = tenantFromLocals
+		cfg.Tenant = func(c fiber.Ctx) (string, bool) { return lim.TenantID(c.Locals("tenant")) }
 	}
 	if cfg.LimitReached == nil {
 		cfg.LimitReached = limitExceeded
@@ -149,7 +145,7 @@ func New(lim *ratelimit.Limiter, config ...Config) fiber.Handler {
 	if lim == nil {
 		panic("fiberv3: New needs a *ratelimit.Limiter, got nil")
 	}
-	cfg := configDefault(config...)
+	cfg := configDefault(lim, config...)
 	if cfg.Cost != nil {
 		if err := lim.CheckCost(); err != nil {
 			panic("fiberv3: Cost: " + err.Error())
