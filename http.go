@@ -39,7 +39,9 @@ type HTTPConfig struct {
 	ClientIP func(r *http.Request) netip.Addr
 
 	// LimitReached answers a request over budget. The rate limit headers
-	// and Retry-After are already set when it runs.
+	// and Retry-After are already set when it runs, and the Decision that
+	// refused it is in its context (DecisionFromContext). ProblemDetails
+	// answers with RFC 9457 problem details.
 	//
 	// Optional. Default: 429 with the text "rate limit exceeded"
 	LimitReached http.Handler
@@ -103,7 +105,7 @@ func HTTPMiddleware(lim *Limiter, cfg HTTPConfig) func(http.Handler) http.Handle
 			case d.By == ByNone:
 				http.Error(w, "service unavailable", http.StatusServiceUnavailable)
 			default:
-				cfg.LimitReached.ServeHTTP(w, r)
+				cfg.LimitReached.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), contextDecision{}, &d)))
 			}
 		})
 	}

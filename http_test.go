@@ -1,10 +1,15 @@
 package ratelimit
 
 import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestRemoteAddr(t *testing.T) {
@@ -36,4 +41,54 @@ func TestHTTPMiddlewareNeedsLimiter(t *testing.T) {
 		}
 	}()
 	HTTPMiddleware(nil, HTTPConfig{})
+}
+
+// ProblemDetails answers a refusal as RFC 9457 problem details, with the
+// draft's quota-exceeded type and the policy the request violated.
+func TestProblemDetails(t *testing.T) {
+	lim := NewLimiter(Options{Name: "search", Limit: 1, Window: time.Minute})
+	h := HTTPMiddleware(lim, HTTPConfig{LimitReached: ProblemDetails})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	serve := func() *http.Response {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil).WithContext(WithTenant(context.Background(), "acme")))
+		return rec.Result()
+	}
+	serve()
+	resp := serve()
+	var body struct {
+		Type     string   `json:"type"`
+		Title    string   `json:"title"`
+		Status   int      `json:"status"`
+		Detail   string   `json:"detail"`
+		Violated []string `json:"violated-policies"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Content-Type") != "application/problem+json" ||
+		resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("status %d, Content-Type %q, Retry-After %q; want 429, application/problem+json, set",
+			resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("Retry-After"))
+	}
+	if body.Type != "https://iana.org/assignments/http-problem-types#quota-exceeded" || body.Status != 429 ||
+		len(body.Violated) != 1 || body.Violated[0] != "search" || !strings.Contains(body.Detail, "1 per 1m0s") {
+		t.Fatalf("body %+v; want the quota-exceeded type, status 429, the search policy violated", body)
+	}
+	if _, ok := DecisionFromContext(context.Background()); ok {
+		t.Error("DecisionFromContext found a decision in a context without one")
+	}
+}
+
+// RedisLogger writes go-redis's lines through slog, one a second at most.
+func TestRedisLogger(t *testing.T) {
+	rec := newLogRecorder()
+	l := RedisLogger(rec.logger())
+	for range 3 {
+		l.Printf(context.Background(), "redis: connection pool: failed to dial after %d attempts: %s\n", 5, "connection refused")
+	}
+	lines := rec.withMsg("ratelimit: go-redis says")
+	if len(lines) != 1 || lines[0].level != slog.LevelWarn ||
+		lines[0].str("line") != "redis: connection pool: failed to dial after 5 attempts: connection refused" {
+		t.Fatalf("log %v; want one warning with go-redis's line", rec.lines())
+	}
 }

@@ -1,0 +1,57 @@
+package ratelimit
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+)
+
+// ProblemDetails is a LimitReached for HTTPMiddleware that answers a
+// request over budget as RFC 9457 problem details
+// (application/problem+json), with the "quota-exceeded" problem type of
+// the RateLimit header fields draft and the policy the request violated:
+//
+//	{"type": "https://iana.org/assignments/http-problem-types#quota-exceeded",
+//	 "title": "Request cannot be satisfied as assigned quota has been exceeded",
+//	 "status": 429, "detail": "...", "violated-policies": ["default"]}
+//
+// For a net/http gateway, which has no error handler to shape the answer;
+// a Fiber app shapes the default *fiber.Error in its ErrorHandler.
+var ProblemDetails http.Handler = http.HandlerFunc(problemDetails)
+
+// quotaExceeded is the draft's problem type.
+const quotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+func problemDetails(w http.ResponseWriter, r *http.Request) {
+	body := struct {
+		Type     string   `json:"type"`
+		Title    string   `json:"title"`
+		Status   int      `json:"status"`
+		Detail   string   `json:"detail,omitempty"`
+		Violated []string `json:"violated-policies,omitempty"`
+	}{Type: quotaExceeded, Title: "Request cannot be satisfied as assigned quota has been exceeded", Status: http.StatusTooManyRequests}
+	if d, ok := DecisionFromContext(r.Context()); ok {
+		body.Violated = []string{d.Policy()}
+		body.Detail = "the " + strconv.Quote(d.Policy()) + " policy allows " + strconv.Itoa(d.Limit) + " per " + d.Window.String()
+		if d.RetryAfter > 0 {
+			body.Detail += "; retry after " + strconv.FormatInt(ceilDiv(d.RetryAfter, 1e9), 10) + " s"
+		}
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(http.StatusTooManyRequests)
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+type contextDecision struct{}
+
+// DecisionFromContext returns the Decision that refused the request whose
+// context ctx is, for a LimitReached of HTTPMiddleware, and false in any
+// other context.
+func DecisionFromContext(ctx context.Context) (Decision, bool) {
+	d, ok := ctx.Value(contextDecision{}).(*Decision)
+	if !ok {
+		return Decision{}, false
+	}
+	return *d, true
+}
