@@ -2,11 +2,16 @@
 # Side-by-side benchmarks against a throwaway Redis on a free loopback port.
 #
 #   ROUNDS=5 BENCHTIME=1s OUT=bench.txt ./bench/run.sh
+#   SVG=docs/benchmarks.svg ./bench/run.sh
 #
 # COUNT and BENCHTIME go to go test; ROUNDS repeats the whole set; BENCH filters the benchmarks (default
 # all); OUT keeps the raw output (default a temp file). The summary printed
-# at the end is cmd/ratios over that output.
+# at the end is cmd/ratios over that output; with SVG set, cmd/ratios also
+# writes there a chart of the handler groups' throughput ratios, drawn from
+# the same output. A relative SVG is taken from the directory run.sh is
+# started in; a relative OUT, from bench/.
 set -euo pipefail
+case ${SVG:-} in "" | /*) ;; *) SVG=$PWD/$SVG ;; esac
 cd "$(dirname "$0")"
 export GOWORK=off
 
@@ -58,4 +63,4 @@ done
 
 echo
 echo "## Summary (median of $((${COUNT:-1} * ${ROUNDS:-1})) run(s); raw output in $OUT)"
-go run ./cmd/ratios <"$OUT"
+go run ./cmd/ratios ${SVG:+-svg "$SVG"} <"$OUT"

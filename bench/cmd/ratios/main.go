@@ -6,6 +6,8 @@
 // column each, left out when it is zero throughout the group. Last comes a
 // table of the issue's targets, each figure a ratio (or, for the flood,
 // Redis commands per request) taken from the groups of this output.
+// With -svg FILE it also writes FILE, an SVG chart of the handler groups'
+// throughput ratios drawn from the same results (chart.go).
 //
 // A benchmark's group is its name up to the last slash, its contender the
 // last element: BenchmarkHandler/memory/tenants=1/ratelimit.
@@ -13,6 +15,7 @@ package main
 
 import (
 	"bufio"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -44,19 +47,38 @@ type group struct {
 }
 
 func main() {
-	groups, err := parse(os.Stdin)
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// run is the command: the tables on stdout, and with -svg the chart (see
+// chart.go) drawn from the same parsed groups; it returns the exit code.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	flags := flag.NewFlagSet("ratios", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	svgFile := flags.String("svg", "", "also write a chart of the handler groups' throughput ratios to `FILE` (SVG)")
+	if err := flags.Parse(args); err != nil {
+		return 2
+	}
+	groups, err := parse(stdin)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "ratios:", err)
-		os.Exit(1)
+		fmt.Fprintln(stderr, "ratios:", err)
+		return 1
 	}
 	if len(groups) == 0 {
-		fmt.Fprintln(os.Stderr, "ratios: no benchmark results on stdin")
-		os.Exit(1)
+		fmt.Fprintln(stderr, "ratios: no benchmark results on stdin")
+		return 1
 	}
 	for _, g := range groups {
-		print(os.Stdout, g)
+		print(stdout, g)
 	}
-	printTargets(os.Stdout, groups)
+	printTargets(stdout, groups)
+	if *svgFile != "" {
+		if err := writeChart(*svgFile, groups, stderr); err != nil {
+			fmt.Fprintln(stderr, "ratios:", err)
+			return 1
+		}
+	}
+	return 0
 }
 
 func parse(r io.Reader) ([]*group, error) {
