@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/netip"
+	"reflect"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -19,6 +20,23 @@ import (
 // It panics, naming the field, when cfg is invalid.
 func RateLimitShared(cfg Config) fiber.Handler {
 	return newFiberDoor(NewLimiter(cfg.options()), cfg).handle
+}
+
+// FiberMiddleware is RateLimitShared for a Limiter built with NewLimiter,
+// as HTTPMiddleware is for net/http: a gateway that checks the Limiter's
+// counter at start-up (Limiter.Ping), or decides with one Limiter outside
+// Fiber too, builds it first. Of cfg it reads only how to read a request
+// and answer it (Next, Tenant, AnonymousByIP, LimitReached, Cost); the
+// budget is lim's, and it panics when any other field of cfg is set.
+func FiberMiddleware(lim *Limiter, cfg Config) fiber.Handler {
+	if lim == nil {
+		panic("ratelimit: FiberMiddleware needs a Limiter, got nil")
+	}
+	if !reflect.ValueOf(cfg.options()).IsZero() {
+		panic("ratelimit: FiberMiddleware takes the budget, the counter and the rest from its Limiter: " +
+			"set only Next, Tenant, AnonymousByIP, LimitReached and Cost in its Config")
+	}
+	return newFiberDoor(lim, cfg).handle
 }
 
 // Config configures RateLimitShared, the Fiber v2 handler. Next, Tenant,

@@ -988,3 +988,33 @@ func TestTenantID(t *testing.T) {
 		}
 	}
 }
+
+// FiberMiddleware decides with the Limiter it is given, and refuses a
+// Config that sets a budget of its own.
+func TestFiberMiddleware(t *testing.T) {
+	lim := NewLimiter(Options{Limit: 1, Window: time.Minute})
+	app := newApp(FiberMiddleware(lim, Config{Tenant: func(*fiber.Ctx) (string, bool) { return "acme", true }}), nil)
+	if resp := get(t, app, ""); resp.StatusCode != http.StatusOK {
+		t.Fatalf("first: %d, want 200", resp.StatusCode)
+	}
+	if resp := get(t, app, ""); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("second: %d, want 429", resp.StatusCode)
+	}
+	if d := lim.Take(context.Background(), "acme"); d.Allowed {
+		t.Fatal("the Limiter did not count the handler's requests")
+	}
+	for name, f := range map[string]func(){
+		"nil limiter":   func() { FiberMiddleware(nil, Config{}) },
+		"a budget":      func() { FiberMiddleware(lim, Config{Limit: 5}) },
+		"a counter too": func() { FiberMiddleware(lim, Config{Counter: NewMemoryCounter()}) },
+	} {
+		func() {
+			defer func() {
+				if msg, _ := recover().(string); !strings.HasPrefix(msg, "ratelimit: FiberMiddleware") {
+					t.Errorf("%s: panic %q, want one naming FiberMiddleware", name, msg)
+				}
+			}()
+			f()
+		}()
+	}
+}
