@@ -3,15 +3,18 @@ module github.com/gatewaykit/ratelimit/examples/gateway
 go 1.26.0
 
 // The example is a module of its own so that Prometheus, which only it
-// uses, stays out of the library's go.mod. It builds against the library in
-// this repository.
-replace github.com/gatewaykit/ratelimit => ../..
+// uses, stays out of the library's go.mod. It builds against the library
+// and its Prometheus module in this repository.
+replace (
+	github.com/gatewaykit/ratelimit => ../..
+	github.com/gatewaykit/ratelimit/prometheus => ../../prometheus
+)
 
 require (
-	github.com/gatewaykit/ratelimit v0.0.0-00010101000000-000000000000
+	github.com/gatewaykit/ratelimit v0.0.0
+	github.com/gatewaykit/ratelimit/prometheus v0.0.0-00010101000000-000000000000
 	github.com/gofiber/fiber/v2 v2.52.15
 	github.com/prometheus/client_golang v1.25.0
-	github.com/redis/go-redis/v9 v9.23.0
 )
 
 require (
@@ -27,6 +30,7 @@ require (
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	github.com/rivo/uniseg v0.2.0 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
 	github.com/valyala/fasthttp v1.78.0 // indirect

@@ -1,11 +1,13 @@
-// Command gateway is a small runnable gateway that rate-limits each tenant
-// with ratelimit.RateLimitShared.
+// Command gateway is a small gateway on Fiber v2 that rate-limits each
+// tenant: a budget for every route, and a stricter one for /expensive,
+// both counted in one counter.
 //
 //	go run ./examples/gateway                                    # in-memory counter
 //	REDIS_URL=redis://localhost:6379/0 go run ./examples/gateway # shared counter in Redis
 //
-// ADDR sets the listen address (default :3000). GET /metrics serves the
-// limiter's decisions and breaker state to Prometheus.
+// It listens on 127.0.0.1:3000; ADDR, LIMIT, WINDOW, ROUTE_LIMIT,
+// ROUTE_WINDOW, ALGORITHM and REPLICAS change it (see the start-up
+// message). GET /metrics serves both limiters' metrics to Prometheus.
 //
 // The example is a Go module of its own (for Prometheus); the repository's
 // go.work lets the command above run from the repository's root.
@@ -13,16 +15,10 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io"
 	"log"
-	"maps"
 	"net"
 	"os"
 	"os/signal"
-	"slices"
-	"strings"
 	"syscall"
 	"time"
 
@@ -30,27 +26,11 @@ import (
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/gatewaykit/ratelimit"
+	"github.com/gatewaykit/ratelimit/examples/internal/demo"
+	rlprom "github.com/gatewaykit/ratelimit/prometheus"
 )
-
-// Small enough to hit by hand with curl: a global budget for every route,
-// and a stricter one for /expensive, spent from the same counter.
-const (
-	limit  = 5
-	window = 10 * time.Second
-
-	expensiveLimit  = 2
-	expensiveWindow = time.Minute
-)
-
-// apiKeys maps API keys to tenant IDs. It is for this demo only: a real
-// gateway resolves keys from its own store and never ships them in code.
-var apiKeys = map[string]string{
-	"key-acme":   "acme",
-	"key-globex": "globex",
-}
 
 func main() {
 	log.SetFlags(0)
@@ -61,149 +41,89 @@ func main() {
 }
 
 func run() error {
-	addr := os.Getenv("ADDR")
-	if addr == "" {
-		addr = ":3000"
+	s, err := demo.FromEnv("127.0.0.1:3000")
+	if err != nil {
+		return err
 	}
-
-	counter, store, backend, err := newCounter(os.Getenv("REDIS_URL"))
+	logger := demo.Logger()
+	store, err := demo.NewStore(s, logger)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
 
-	metrics := &ratelimit.Metrics{}
+	// The budget of every route, and a stricter one for /expensive on the
+	// same counter: its Name gives it keys of its own, so that a request
+	// to /expensive spends from both.
+	global := ratelimit.Options{
+		Name: "global", Counter: store.Counter, Limit: s.Limit, Window: s.Window, Algorithm: s.Algorithm,
+		Logger: logger, Metrics: &ratelimit.Metrics{},
+	}
+	expensive := global
+	expensive.Name, expensive.Limit, expensive.Window, expensive.Metrics = "expensive", s.RouteLimit, s.RouteWindow, &ratelimit.Metrics{}
+	if store.Fallback != nil {
+		// While Redis fails, each replica counts alone: its share of the
+		// budget keeps the whole gateway near the shared one.
+		global.Fallback, global.FallbackLimit = store.Fallback, s.FallbackLimit(s.Limit)
+		expensive.Fallback, expensive.FallbackLimit = store.Fallback, s.FallbackLimit(s.RouteLimit)
+	}
+	globalLimiter, expensiveLimiter := ratelimit.NewLimiter(global), ratelimit.NewLimiter(expensive)
+	if err := demo.Check(globalLimiter, expensiveLimiter); err != nil {
+		return err
+	}
+
+	metrics := rlprom.NewCollector()
+	metrics.Add("global", global.Metrics)
+	metrics.Add("expensive", expensive.Metrics)
 	registry := prometheus.NewRegistry()
-	registry.MustRegister(newLimiterCollector(metrics))
+	registry.MustRegister(metrics)
 
-	cfg := ratelimit.Config{
-		Name:    "global",
-		Counter: counter,
-		Limit:   limit,
-		Window:  window,
-		Metrics: metrics,
-		// Health probes and scrapes must not spend a tenant's budget or be
-		// refused.
-		Next: func(c *fiber.Ctx) bool { return c.Path() == "/healthz" || c.Path() == "/metrics" },
+	// Requests without a known API key count by client address; health
+	// probes and scrapes count nothing.
+	door := ratelimit.Config{
+		AnonymousByIP: true,
+		Next:          func(c *fiber.Ctx) bool { return c.Path() == "/healthz" || c.Path() == "/metrics" },
 	}
-	if _, shared := counter.(*ratelimit.RedisCounter); shared {
-		// While Redis is down, limit each replica on its own rather than
-		// not at all.
-		cfg.Fallback = ratelimit.NewMemoryCounter()
-	}
-	// A second limiter on the same counter: its name gives it keys of its
-	// own, so a request to /expensive spends one from each budget.
-	expensive := ratelimit.Config{
-		Name:     "expensive",
-		Counter:  counter,
-		Limit:    expensiveLimit,
-		Window:   expensiveWindow,
-		Fallback: cfg.Fallback,
-	}
-
 	app := fiber.New(fiber.Config{DisableStartupMessage: true})
 	app.Use(resolveTenant)
-	app.Use(ratelimit.RateLimitShared(cfg))
-	app.Get("/", func(c *fiber.Ctx) error {
-		tenant, _ := c.Locals("tenant").(string)
-		if tenant == "" {
-			tenant = "unknown (no or unrecognised X-API-Key)"
-		}
-		return c.SendString("served tenant " + tenant + "\n")
-	})
-	app.Get("/expensive", ratelimit.RateLimitShared(expensive), func(c *fiber.Ctx) error {
-		return c.SendString("served an expensive request\n")
+	app.Use(ratelimit.FiberMiddleware(globalLimiter, door))
+	app.Get("/", func(c *fiber.Ctx) error { return c.SendString(answer(c, "/")) })
+	app.Get("/expensive", ratelimit.FiberMiddleware(expensiveLimiter, door), func(c *fiber.Ctx) error {
+		return c.SendString(answer(c, "/expensive"))
 	})
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendString("ok\n") })
 	app.Get("/metrics", adaptor.HTTPHandler(promhttp.HandlerFor(registry, promhttp.HandlerOpts{})))
 
-	// Listening before printing the instructions makes a busy port fail
-	// here, and lets ADDR=:0 print the port that was picked.
-	ln, err := net.Listen("tcp", addr)
+	ln, err := net.Listen("tcp", s.Addr)
 	if err != nil {
 		return err
 	}
-	printUsage(ln.Addr().String(), ln.Addr().(*net.TCPAddr).Port, backend)
+	demo.Usage("gateway (Fiber v2)", "http://"+ln.Addr().String(), s, store)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	served := make(chan error, 1)
 	go func() { served <- app.Listener(ln) }()
-
 	select {
 	case err := <-served:
 		return err
 	case <-ctx.Done():
 	}
 	stop() // a second Ctrl-C kills the process outright
-	fmt.Println("shutting down")
 	return app.ShutdownWithTimeout(5 * time.Second)
 }
 
 // resolveTenant stores the tenant of the request's API key where the
-// limiter's default Tenant func looks for it. A missing or unknown key
-// stores nothing, so such requests share the rl:unknown bucket. The stored
-// ID is the table's own string, not c.Get's, whose bytes Fiber reuses once
-// the request is done.
+// limiter's default Tenant looks for it, c.Locals("tenant"). A missing or
+// unknown key stores nothing, and the request counts by address.
 func resolveTenant(c *fiber.Ctx) error {
-	if id, ok := apiKeys[c.Get("X-API-Key")]; ok {
+	if id, ok := demo.APIKeys[c.Get("X-API-Key")]; ok {
 		c.Locals("tenant", id)
 	}
 	return c.Next()
 }
 
-// newCounter returns the counter to limit with and what to close at exit:
-// a MemoryCounter, or a RedisCounter when redisURL is set.
-func newCounter(redisURL string) (ratelimit.Counter, io.Closer, string, error) {
-	if redisURL == "" {
-		c := ratelimit.NewMemoryCounter()
-		return c, c, "in-memory counter (this process only)", nil
-	}
-	opt, err := redis.ParseURL(redisURL)
-	if err != nil {
-		return nil, nil, "", fmt.Errorf("REDIS_URL: %w", err)
-	}
-	// A round trip to a Redis that stops answering then ends at its
-	// requests' deadline, and a lone request's round trip runs on its own
-	// goroutine.
-	opt.ContextTimeoutEnabled = true
-	client := redis.NewClient(opt)
-	// Fail now rather than let every request fail open later.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := client.Ping(ctx).Err(); err != nil {
-		client.Close()
-		if errors.Is(err, context.DeadlineExceeded) {
-			err = errors.New("no answer to PING within 2s")
-		}
-		return nil, nil, "", fmt.Errorf("cannot reach Redis at %s: %w", opt.Addr, err)
-	}
-	return ratelimit.NewRedisCounter(client), client, "Redis counter at " + opt.Addr, nil
-}
-
-func printUsage(listening string, port int, backend string) {
-	url := fmt.Sprintf("localhost:%d", port)
-	var keys []string
-	for _, k := range slices.Sorted(maps.Keys(apiKeys)) {
-		keys = append(keys, k+" -> "+apiKeys[k])
-	}
-	fmt.Printf(`gateway listening on %s, %d requests per %v per tenant, %s
-
-Demo API keys (an in-code table, demo only: a real gateway resolves keys
-from its own store): %s.
-Requests without a known key share one "unknown" budget.
-
-Try it: the first %d answers are 200, then 429 until the window ends.
-  for i in $(seq 7); do curl -s -o /dev/null -w '%%{http_code}\n' -H 'X-API-Key: key-acme' %s/; done
-See the rate limit headers:
-  curl -i -H 'X-API-Key: key-acme' %s/
-/expensive also has a budget of its own, %d per %v; the headers list both:
-  curl -i -H 'X-API-Key: key-globex' %s/expensive
-Health check and the limiter's metrics (neither limited):
-  curl %s/healthz
-  curl %s/metrics
-
-Ctrl-C stops the gateway.
-`, listening, limit, window, backend, strings.Join(keys, ", "), limit, url, url,
-		expensiveLimit, expensiveWindow, url, url, url)
+func answer(c *fiber.Ctx, route string) string {
+	tenant, _ := c.Locals("tenant").(string)
+	return demo.Answer(route, tenant, c.IP())
 }

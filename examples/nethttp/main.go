@@ -1,38 +1,40 @@
-// Command nethttp is a small runnable gateway on net/http that rate-limits
-// each tenant with ratelimit.HTTPMiddleware.
+// Command nethttp is a small gateway on net/http that rate-limits each
+// tenant with ratelimit.HTTPMiddleware: a budget for every route, and a
+// stricter one for /expensive, both counted in one counter. A refusal is
+// answered with RFC 9457 problem details (ratelimit.ProblemDetails).
 //
 //	go run ./examples/nethttp                                    # in-memory counter
 //	REDIS_URL=redis://localhost:6379/0 go run ./examples/nethttp # shared counter in Redis
 //
-// ADDR sets the listen address (default :3002). The same middleware wraps
-// an httputil.ReverseProxy, a chi router or any http.Handler.
+// It listens on 127.0.0.1:3002; ADDR, LIMIT, WINDOW, ROUTE_LIMIT,
+// ROUTE_WINDOW, ALGORITHM and REPLICAS change it (see the start-up
+// message). GET /metrics serves both limiters' metrics to Prometheus. The
+// same middleware wraps an httputil.ReverseProxy, a chi router or any
+// http.Handler.
+//
+// The example is a Go module of its own (for Prometheus); the repository's
+// go.work lets the command above run from the repository's root.
 package main
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gatewaykit/ratelimit"
+	"github.com/gatewaykit/ratelimit/examples/internal/demo"
+	rlprom "github.com/gatewaykit/ratelimit/prometheus"
 )
-
-const (
-	limit  = 5
-	window = 10 * time.Second
-)
-
-// apiKeys maps API keys to tenant IDs: a demo table, where a real gateway
-// asks its own store.
-var apiKeys = map[string]string{"key-acme": "acme", "key-globex": "globex"}
 
 func main() {
 	log.SetFlags(0)
@@ -43,83 +45,101 @@ func main() {
 }
 
 func run() error {
-	addr := os.Getenv("ADDR")
-	if addr == "" {
-		addr = ":3002"
-	}
-	opts := ratelimit.Options{Limit: limit, Window: window}
-	backend := "in-memory counter (this process only)"
-	if url := os.Getenv("REDIS_URL"); url != "" {
-		opt, err := redis.ParseURL(url)
-		if err != nil {
-			return fmt.Errorf("REDIS_URL: %w", err)
-		}
-		opt.ContextTimeoutEnabled = true // see the README's Redis section
-		client := redis.NewClient(opt)
-		defer client.Close()
-		opts.Counter = ratelimit.NewRedisCounter(client)
-		// While Redis is down, each replica limits on its own.
-		opts.Fallback = ratelimit.NewMemoryCounter()
-		backend = "Redis counter at " + opt.Addr
-	}
-	lim := ratelimit.NewLimiter(opts)
-
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /", func(w http.ResponseWriter, r *http.Request) {
-		tenant, ok := ratelimit.TenantFromContext(r.Context())
-		if !ok {
-			tenant = "none, counted by address " + r.RemoteAddr
-		}
-		fmt.Fprintf(w, "served tenant %s\n", tenant)
-	})
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-
-	limited := ratelimit.HTTPMiddleware(lim, ratelimit.HTTPConfig{
-		Next: func(r *http.Request) bool { return r.URL.Path == "/healthz" },
-		// Clients connect directly, so RemoteAddr is theirs. Behind a
-		// proxy, set ClientIP to read the proxy's own header.
-		AnonymousByIP: true,
-	})
-	srv := &http.Server{Handler: resolveTenant(limited(mux)), ReadHeaderTimeout: 5 * time.Second}
-
-	ln, err := net.Listen("tcp", addr)
+	s, err := demo.FromEnv("127.0.0.1:3002")
 	if err != nil {
 		return err
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	fmt.Printf(`gateway (net/http) listening on %s, %d requests per %v per tenant, %s
-API keys: key-acme, key-globex (demo only). Requests without one are counted per address.
-  for i in $(seq 7); do curl -s -o /dev/null -w '%%{http_code}\n' -H 'X-API-Key: key-acme' localhost:%d/; done
-  curl -i localhost:%d/
-Ctrl-C stops the gateway.
-`, ln.Addr(), limit, window, backend, port, port)
+	logger := demo.Logger()
+	store, err := demo.NewStore(s, logger)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
 
+	// The budget of every route, and a stricter one for /expensive on the
+	// same counter: its Name gives it keys of its own, so that a request
+	// to /expensive spends from both.
+	global := ratelimit.Options{
+		Name: "global", Counter: store.Counter, Limit: s.Limit, Window: s.Window, Algorithm: s.Algorithm,
+		Logger: logger, Metrics: &ratelimit.Metrics{},
+	}
+	expensive := global
+	expensive.Name, expensive.Limit, expensive.Window, expensive.Metrics = "expensive", s.RouteLimit, s.RouteWindow, &ratelimit.Metrics{}
+	if store.Fallback != nil {
+		// While Redis fails, each replica counts alone: its share of the
+		// budget keeps the whole gateway near the shared one.
+		global.Fallback, global.FallbackLimit = store.Fallback, s.FallbackLimit(s.Limit)
+		expensive.Fallback, expensive.FallbackLimit = store.Fallback, s.FallbackLimit(s.RouteLimit)
+	}
+	globalLimiter, expensiveLimiter := ratelimit.NewLimiter(global), ratelimit.NewLimiter(expensive)
+	if err := demo.Check(globalLimiter, expensiveLimiter); err != nil {
+		return err
+	}
+
+	metrics := rlprom.NewCollector()
+	metrics.Add("global", global.Metrics)
+	metrics.Add("expensive", expensive.Metrics)
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(metrics)
+
+	// Requests without a known API key count by client address: the
+	// peer's, r.RemoteAddr, right when clients connect directly. Behind a
+	// proxy, set HTTPConfig.ClientIP to read the proxy's own header.
+	door := ratelimit.HTTPConfig{AnonymousByIP: true, LimitReached: ratelimit.ProblemDetails}
+	mux := http.NewServeMux()
+	mux.Handle("GET /{$}", ratelimit.HTTPMiddleware(globalLimiter, door)(answer("/")))
+	mux.Handle("GET /expensive", ratelimit.HTTPMiddleware(globalLimiter, door)(
+		ratelimit.HTTPMiddleware(expensiveLimiter, door)(answer("/expensive"))))
+	// Health probes and scrapes count nothing: they are outside the
+	// limiters.
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	mux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
+
+	ln, err := net.Listen("tcp", s.Addr)
+	if err != nil {
+		return err
+	}
+	demo.Usage("nethttp gateway", "http://"+ln.Addr().String(), s, store)
+
+	srv := &http.Server{Handler: resolveTenant(mux), ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {
 	case err := <-served:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
 		return err
 	case <-ctx.Done():
 	}
-	stop()
-	fmt.Println("shutting down")
+	stop() // a second Ctrl-C kills the process outright
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return srv.Shutdown(shutdown)
 }
 
-// resolveTenant puts the tenant of the request's API key where
-// HTTPMiddleware's default Tenant looks for it.
+// resolveTenant puts the tenant of the request's API key in its context,
+// where HTTPMiddleware's default Tenant looks for it. A missing or unknown
+// key puts nothing, and the request counts by address.
 func resolveTenant(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if id, ok := apiKeys[r.Header.Get("X-API-Key")]; ok {
+		if id, ok := demo.APIKeys[r.Header.Get("X-API-Key")]; ok {
 			r = r.WithContext(ratelimit.WithTenant(r.Context(), id))
 		}
 		next.ServeHTTP(w, r)
+	})
+}
+
+func answer(route string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tenant, _ := ratelimit.TenantFromContext(r.Context())
+		// The address counts without its port.
+		addr := r.RemoteAddr
+		if ap, err := netip.ParseAddrPort(addr); err == nil {
+			addr = ap.Addr().String()
+		}
+		w.Write([]byte(demo.Answer(route, tenant, addr)))
 	})
 }

@@ -1,0 +1,175 @@
+// Package demo is what the three example gateways (examples/gateway on
+// Fiber v2, examples/fiberv3, examples/nethttp) share and that has nothing
+// to do with rate limiting in itself: reading their settings from the
+// environment, making the counter, checking it at start-up, and the demo's
+// API keys. Each example's main.go sets up its limiters and its routes,
+// which is the part worth reading.
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/gatewaykit/ratelimit"
+)
+
+// Settings are an example's knobs, from the environment.
+type Settings struct {
+	Addr        string              // ADDR: where to listen
+	RedisURL    string              // REDIS_URL: a shared counter in Redis; empty for one in memory
+	Limit       int                 // LIMIT: requests per Window per tenant, on every route
+	Window      time.Duration       // WINDOW
+	RouteLimit  int                 // ROUTE_LIMIT: the stricter budget of /expensive
+	RouteWindow time.Duration       // ROUTE_WINDOW
+	Replicas    int                 // REPLICAS: how many replicas share the Redis counter
+	Algorithm   ratelimit.Algorithm // ALGORITHM: fixed or sliding
+}
+
+// FromEnv reads Settings from the environment; addr is ADDR's default.
+func FromEnv(addr string) (Settings, error) {
+	s := Settings{Addr: addr, Limit: 5, Window: 10 * time.Second, RouteLimit: 2, RouteWindow: time.Minute, Replicas: 1}
+	var errs []error
+	str := func(name string, dst *string) {
+		if v := os.Getenv(name); v != "" {
+			*dst = v
+		}
+	}
+	num := func(name string, dst *int) {
+		if v := os.Getenv(name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				errs = append(errs, fmt.Errorf("%s=%q: want a positive whole number", name, v))
+			}
+			*dst = n
+		}
+	}
+	dur := func(name string, dst *time.Duration) {
+		if v := os.Getenv(name); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: want a duration such as 10s or 1m", name, v))
+			}
+			*dst = d
+		}
+	}
+	str("ADDR", &s.Addr)
+	str("REDIS_URL", &s.RedisURL)
+	num("LIMIT", &s.Limit)
+	dur("WINDOW", &s.Window)
+	num("ROUTE_LIMIT", &s.RouteLimit)
+	dur("ROUTE_WINDOW", &s.RouteWindow)
+	num("REPLICAS", &s.Replicas)
+	switch v := os.Getenv("ALGORITHM"); v {
+	case "", "fixed":
+	case "sliding":
+		s.Algorithm = ratelimit.SlidingWindow
+	default:
+		errs = append(errs, fmt.Errorf("ALGORITHM=%q: want fixed or sliding", v))
+	}
+	return s, errors.Join(errs...)
+}
+
+// Logger is the examples' logger: text on the standard error.
+func Logger() *slog.Logger { return slog.New(slog.NewTextHandler(os.Stderr, nil)) }
+
+// Store is the counter an example limits with.
+type Store struct {
+	Counter ratelimit.Counter
+	// Fallback decides while Redis fails, each replica on its own, so that
+	// an outage means approximate limiting rather than none; nil in
+	// memory.
+	Fallback ratelimit.Counter
+	About    string // what it is, for the start-up message
+	io.Closer
+}
+
+// NewStore returns a MemoryCounter, or a RedisCounter when s.RedisURL is
+// set, with go-redis's own log lines sent through logger.
+func NewStore(s Settings, logger *slog.Logger) (*Store, error) {
+	if s.RedisURL == "" {
+		c := ratelimit.NewMemoryCounter()
+		return &Store{Counter: c, About: "an in-memory counter (this process only)", Closer: c}, nil
+	}
+	opt, err := redis.ParseURL(s.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("REDIS_URL: %w", err)
+	}
+	// A round trip to a Redis that stops answering then ends at its
+	// requests' deadline (see the README's Redis section).
+	opt.ContextTimeoutEnabled = true
+	redis.SetLogger(ratelimit.RedisLogger(logger))
+	client := redis.NewClient(opt)
+	return &Store{Counter: ratelimit.NewRedisCounter(client), Fallback: ratelimit.NewMemoryCounter(),
+		About: "a Redis counter at " + opt.Addr, Closer: client}, nil
+}
+
+// FallbackLimit is a replica's share of limit while Redis fails: with
+// REPLICAS replicas each counting alone, the whole gateway then admits
+// about limit, not REPLICAS × limit.
+func (s Settings) FallbackLimit(limit int) int { return max(1, limit/s.Replicas) }
+
+// Check pings each limiter's counter, so that a store that is down or
+// misconfigured (a wrong password, a missing permission) stops the
+// example at start-up, in the server's own words, rather than letting
+// every request fail open.
+func Check(limiters ...*ratelimit.Limiter) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	for _, l := range limiters {
+		if err := l.Ping(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// APIKeys maps API keys to tenant IDs. It is for this demo only: a real
+// gateway resolves keys from its own store and never ships them in code.
+var APIKeys = map[string]string{
+	"key-acme":   "acme",
+	"key-globex": "globex",
+}
+
+// Answer is the text a route answers: who was served, and what the budget
+// was counted under.
+func Answer(route, tenant, clientAddr string) string {
+	if tenant != "" {
+		return fmt.Sprintf("%s: served tenant %s, counted under its tenant ID\n", route, tenant)
+	}
+	return fmt.Sprintf("%s: served a request without a known API key, counted under its client address %s\n", route, clientAddr)
+}
+
+// Usage prints how to try an example listening at url.
+func Usage(name, url string, s Settings, store *Store) {
+	var keys []string
+	for _, k := range slices.Sorted(maps.Keys(APIKeys)) {
+		keys = append(keys, k+" -> "+APIKeys[k])
+	}
+	fmt.Printf(`%s listening on %s with %s:
+  every route: %d requests per %v per tenant (%v); /expensive: %d per %v more
+Demo API keys (demo only): %s; other requests count by client address.
+
+Try it: the first %d answers are 200, then 429 until the window ends.
+  for i in $(seq 7); do curl -s -o /dev/null -w '%%{http_code}\n' -H 'X-API-Key: key-acme' %s/; done
+The rate limit headers, and both budgets on /expensive:
+  curl -i -H 'X-API-Key: key-globex' %s/expensive
+Health check and the limiters' metrics (neither limited):
+  curl %s/healthz
+  curl %s/metrics
+
+Settings: ADDR, LIMIT, WINDOW, ROUTE_LIMIT, ROUTE_WINDOW, ALGORITHM (fixed|sliding),
+REDIS_URL (redis://host:6379/0), REPLICAS (replicas sharing REDIS_URL). Ctrl-C stops it.
+`, name, url, store.About, s.Limit, s.Window, s.Algorithm, s.RouteLimit, s.RouteWindow,
+		strings.Join(keys, ", "), s.Limit, url, url, url, url)
+}

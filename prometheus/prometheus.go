@@ -1,0 +1,212 @@
+// Package prometheus exports the counts of github.com/gatewaykit/ratelimit
+// limiters to Prometheus. It is a module of its own so that the library
+// never depends on Prometheus: a gateway that does not scrape does not
+// build it.
+//
+// Give each limiter a ratelimit.Metrics, add it to a Collector under a
+// name, and register the Collector once:
+//
+//	import (
+//		"github.com/gatewaykit/ratelimit"
+//		ratelimitprom "github.com/gatewaykit/ratelimit/prometheus"
+//		"github.com/prometheus/client_golang/prometheus"
+//		"github.com/prometheus/client_golang/prometheus/promhttp"
+//	)
+//
+//	m := new(ratelimit.Metrics)
+//	lim := ratelimit.NewLimiter(ratelimit.Options{Limit: 100, Window: time.Minute, Metrics: m})
+//
+//	c := ratelimitprom.NewCollector()
+//	c.Add("global", m)
+//	registry := prometheus.NewRegistry()
+//	registry.MustRegister(c)
+//	http.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
+//
+// (or prometheus.MustRegister(c) and promhttp.Handler(), on the default
+// registry). The Collector reads each Metrics when Prometheus scrapes, so
+// a decision costs the limiter no more than its Metrics does. It exports,
+// each with the label limiter (the name given to Add):
+//
+//   - ratelimit_decisions_total{outcome, decider}, a counter: the
+//     decisions by how they ended (allowed, limited, shadow-limited,
+//     failed-open, failed-closed) and what decided them (counter,
+//     over-limit-cache, fallback, none). Every pair is exported, zeros
+//     included, so that rates and alerts see the same series from the
+//     first scrape on.
+//   - ratelimit_breakers{state}, a gauge: how many of the limiter's circuit
+//     breakers (one per Redis server of a cluster or ring, else one) are
+//     closed, open and half-open.
+//   - ratelimit_store_round_trip_seconds, a histogram: the latency of the
+//     round trips to the store (a MemoryCounter's are not timed).
+//   - ratelimit_store_errors_total{cause}, a counter: the store's failed
+//     round trips, by cause (timeout, refused, configuration, other).
+//     Configuration errors do not heal by themselves: the deployment
+//     needs fixing.
+//
+// rules.yml, beside this file, has recording and alerting rules on these
+// series.
+//
+// No series is per tenant. Tenants are unbounded, and a label per tenant
+// would make the series unbounded too, which a Prometheus server pays for
+// in memory on every scrape. Account per tenant in logs or in the
+// application.
+package prometheus
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/gatewaykit/ratelimit"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The values that the labels take, every one of them exported on every
+// scrape.
+var (
+	outcomes = [...]ratelimit.Outcome{
+		ratelimit.OutcomeAllowed,
+		ratelimit.OutcomeLimited,
+		ratelimit.OutcomeShadowLimited,
+		ratelimit.OutcomeFailedOpen,
+		ratelimit.OutcomeFailedClosed,
+	}
+	deciders = [...]ratelimit.Decider{
+		ratelimit.ByCounter,
+		ratelimit.ByCache,
+		ratelimit.ByFallback,
+		ratelimit.ByNone,
+	}
+	causes = [...]ratelimit.Cause{
+		ratelimit.CauseTimeout,
+		ratelimit.CauseRefused,
+		ratelimit.CauseConfiguration,
+		ratelimit.CauseOther,
+	}
+)
+
+var (
+	decisionsDesc = prometheus.NewDesc("ratelimit_decisions_total",
+		"Decisions of the limiter, by how they ended and what decided them.",
+		[]string{"limiter", "outcome", "decider"}, nil)
+	breakersDesc = prometheus.NewDesc("ratelimit_breakers",
+		"Circuit breakers of the limiter (one per store server), by state.",
+		[]string{"limiter", "state"}, nil)
+	latencyDesc = prometheus.NewDesc("ratelimit_store_round_trip_seconds",
+		"Latency of the limiter's round trips to its store.",
+		[]string{"limiter"}, nil)
+	storeErrorsDesc = prometheus.NewDesc("ratelimit_store_errors_total",
+		"Failed round trips of the limiter to its store, by cause.",
+		[]string{"limiter", "cause"}, nil)
+)
+
+// Collector is a prometheus.Collector of the Metrics of limiters, each
+// under a name of its own. It is safe for concurrent use by multiple
+// goroutines: limiters may be added while Prometheus scrapes.
+type Collector struct {
+	mu       sync.Mutex
+	limiters []namedMetrics // sorted by name, so that every scrape lists them alike
+}
+
+// namedMetrics is a limiter's Metrics and the name it is exported under.
+type namedMetrics struct {
+	name    string
+	metrics *ratelimit.Metrics
+}
+
+var _ prometheus.Collector = (*Collector)(nil)
+
+// NewCollector returns a Collector of no limiter yet; see Add.
+func NewCollector() *Collector {
+	return &Collector{}
+}
+
+// Add exports m under the label limiter="<limiter>", from the next scrape
+// on. It panics when m is nil, when limiter is empty or not UTF-8 (a label
+// value must be, and a scrape is too late to say so), or when either was
+// added before: one name twice would merge two limiters' series, and one
+// Metrics twice would count its limiter's decisions twice in every sum.
+func (c *Collector) Add(limiter string, m *ratelimit.Metrics) {
+	switch {
+	case m == nil:
+		panic(fmt.Sprintf("prometheus: limiter %q added with a nil Metrics", limiter))
+	case limiter == "":
+		panic("prometheus: a limiter added with an empty name")
+	case !utf8.ValidString(limiter):
+		panic(fmt.Sprintf("prometheus: limiter %q added with a name that is not UTF-8", limiter))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i, found := slices.BinarySearchFunc(c.limiters, limiter, func(l namedMetrics, name string) int {
+		return strings.Compare(l.name, name)
+	})
+	if found {
+		panic(fmt.Sprintf("prometheus: limiter %q added twice", limiter))
+	}
+	for _, l := range c.limiters {
+		if l.metrics == m {
+			panic(fmt.Sprintf("prometheus: limiter %q added with the Metrics of limiter %q", limiter, l.name))
+		}
+	}
+	c.limiters = slices.Insert(c.limiters, i, namedMetrics{limiter, m})
+}
+
+// Describe sends the descriptions of the four metrics, so that a registry
+// can check that no other collector exports them.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- decisionsDesc
+	ch <- breakersDesc
+	ch <- latencyDesc
+	ch <- storeErrorsDesc
+}
+
+// Collect reads each limiter's Metrics and sends what they count.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	// The snapshots are read outside the lock: Add waits for no scrape.
+	c.mu.Lock()
+	limiters := slices.Clone(c.limiters)
+	c.mu.Unlock()
+	for _, l := range limiters {
+		collect(ch, l.name, l.metrics.Snapshot())
+	}
+}
+
+// collect sends what s counts, for the limiter name.
+func collect(ch chan<- prometheus.Metric, name string, s ratelimit.MetricsSnapshot) {
+	// A snapshot lists only the pairs that counted any decision.
+	var counts [len(outcomes)][len(deciders)]uint64
+	for _, d := range s.Decisions {
+		o, by := slices.Index(outcomes[:], d.Outcome), slices.Index(deciders[:], d.By)
+		if o >= 0 && by >= 0 {
+			counts[o][by] += d.Count
+		}
+	}
+	for o, outcome := range outcomes {
+		for by, decider := range deciders {
+			ch <- prometheus.MustNewConstMetric(decisionsDesc, prometheus.CounterValue,
+				float64(counts[o][by]), name, outcome.String(), decider.String())
+		}
+	}
+
+	closed := s.Breakers - s.BreakersOpen - s.BreakersHalf
+	for _, b := range []struct {
+		state string
+		n     int64
+	}{{"closed", closed}, {"open", s.BreakersOpen}, {"half-open", s.BreakersHalf}} {
+		ch <- prometheus.MustNewConstMetric(breakersDesc, prometheus.GaugeValue, float64(b.n), name, b.state)
+	}
+
+	h := s.StoreLatency
+	buckets := make(map[float64]uint64, len(h.Buckets))
+	for i, bound := range h.Buckets {
+		buckets[bound] = h.Counts[i]
+	}
+	ch <- prometheus.MustNewConstHistogram(latencyDesc, h.Count, h.Sum, buckets, name)
+
+	for _, cause := range causes {
+		ch <- prometheus.MustNewConstMetric(storeErrorsDesc, prometheus.CounterValue,
+			float64(s.StoreErrors[cause]), name, cause.String())
+	}
+}

@@ -1,0 +1,365 @@
+package prometheus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gatewaykit/ratelimit"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// mapCounter is a Counter of the test's own, counting in a map: the
+// limiter times its round trips and keeps its over-limit cache for it, as
+// for Redis, and not for a MemoryCounter. Its calls fail with errs, in
+// order, until none is left.
+type mapCounter struct {
+	mu     sync.Mutex
+	counts map[string]int64
+	errs   []error
+	calls  int
+}
+
+func (c *mapCounter) Incr(ctx context.Context, key string, window time.Duration) (int64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls++
+	if len(c.errs) > 0 {
+		err := c.errs[0]
+		c.errs = c.errs[1:]
+		return 0, err
+	}
+	if c.counts == nil {
+		c.counts = make(map[string]int64)
+	}
+	c.counts[key]++ // the test ends well within one window
+	return c.counts[key], nil
+}
+
+// closedMemory is a MemoryCounter that fails every call.
+func closedMemory() *ratelimit.MemoryCounter {
+	m := ratelimit.NewMemoryCounter()
+	m.Close()
+	return m
+}
+
+// limiter returns a limiter of opts, counted in a new Metrics, and the
+// Metrics. Its failures are not logged: the test reads them in the
+// metrics.
+func limiter(opts ratelimit.Options) (*ratelimit.Limiter, *ratelimit.Metrics) {
+	m := new(ratelimit.Metrics)
+	opts.Metrics = m
+	if opts.Window == 0 {
+		opts.Window = time.Minute
+	}
+	opts.Logger = slog.New(slog.DiscardHandler)
+	return ratelimit.NewLimiter(opts), m
+}
+
+// take makes n requests of one tenant.
+func take(l *ratelimit.Limiter, n int) {
+	for range n {
+		l.Take(context.Background(), "acme")
+	}
+}
+
+// value is the value of the series of c named name with labels (pairs of
+// label name and value, limiter's left out): a counter's or gauge's value,
+// a histogram's count.
+func value(t *testing.T, c prometheus.Collector, name string, labels ...string) float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			for i := 0; i < len(labels); i += 2 {
+				if got[labels[i]] != labels[i+1] {
+					continue series
+				}
+			}
+			switch f.GetType() {
+			case dto.MetricType_COUNTER:
+				return m.GetCounter().GetValue()
+			case dto.MetricType_GAUGE:
+				return m.GetGauge().GetValue()
+			case dto.MetricType_HISTOGRAM:
+				return float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	t.Fatalf("no series %s%v", name, labels)
+	return 0
+}
+
+// Two limiters' decisions, every pair of outcome and decider among them,
+// zeros included.
+func TestDecisions(t *testing.T) {
+	memory, mm := limiter(ratelimit.Options{Counter: ratelimit.NewMemoryCounter(), Limit: 2})
+	take(memory, 3)
+	fallback, fm := limiter(ratelimit.Options{Counter: closedMemory(), Limit: 10,
+		Fallback: ratelimit.NewMemoryCounter(), FallbackLimit: 1})
+	take(fallback, 2)
+
+	c := NewCollector()
+	c.Add("memory", mm)
+	c.Add("fallback", fm)
+	var want strings.Builder
+	want.WriteString(`# HELP ratelimit_decisions_total Decisions of the limiter, by how they ended and what decided them.
+# TYPE ratelimit_decisions_total counter
+`)
+	for _, lim := range []string{"fallback", "memory"} {
+		for _, o := range []string{"allowed", "limited", "shadow-limited", "failed-open", "failed-closed"} {
+			for _, d := range []string{"counter", "over-limit-cache", "fallback", "none"} {
+				n := map[string]int{
+					"memory allowed counter":    2,
+					"memory limited counter":    1,
+					"fallback allowed fallback": 1,
+					"fallback limited fallback": 1,
+				}[lim+" "+o+" "+d]
+				fmt.Fprintf(&want, "ratelimit_decisions_total{decider=%q,limiter=%q,outcome=%q} %d\n", d, lim, o, n)
+			}
+		}
+	}
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want.String()), "ratelimit_decisions_total"); err != nil {
+		t.Error(err)
+	}
+}
+
+// Each outcome and decider, from a limiter that decides so.
+func TestOutcomes(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		opts  ratelimit.Options
+		takes int
+		want  map[[2]string]float64 // by outcome and decider; any other is 0
+	}{
+		{"fail open", ratelimit.Options{Counter: closedMemory(), Limit: 1}, 2,
+			map[[2]string]float64{{"failed-open", "none"}: 2}},
+		{"fail closed", ratelimit.Options{Counter: closedMemory(), Limit: 1, FailClosed: true}, 2,
+			map[[2]string]float64{{"failed-closed", "none"}: 2}},
+		{"shadow", ratelimit.Options{Counter: ratelimit.NewMemoryCounter(), Limit: 1, Shadow: true}, 3,
+			map[[2]string]float64{{"allowed", "counter"}: 1, {"shadow-limited", "counter"}: 2}},
+		{"over-limit cache", ratelimit.Options{Counter: &mapCounter{}, Limit: 1}, 4,
+			map[[2]string]float64{{"allowed", "counter"}: 1, {"limited", "counter"}: 1, {"limited", "over-limit-cache"}: 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, m := limiter(tc.opts)
+			take(l, tc.takes)
+			c := NewCollector()
+			c.Add(tc.name, m)
+			if n := testutil.CollectAndCount(c, "ratelimit_decisions_total"); n != len(outcomes)*len(deciders) {
+				t.Errorf("%d series of ratelimit_decisions_total, want %d", n, len(outcomes)*len(deciders))
+			}
+			for _, o := range outcomes {
+				for _, d := range deciders {
+					want := tc.want[[2]string{o.String(), d.String()}]
+					if got := value(t, c, "ratelimit_decisions_total", "limiter", tc.name, "outcome", o.String(), "decider", d.String()); got != want {
+						t.Errorf("outcome %s, decider %s: %v decisions, want %v", o, d, got, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// A failure opens the breaker, and the gauge follows it.
+func TestBreakers(t *testing.T) {
+	l, m := limiter(ratelimit.Options{Counter: &mapCounter{errs: []error{errors.New("disk full")}},
+		Limit: 1, BreakerFailures: 1, BreakerCooldown: time.Hour})
+	c := NewCollector()
+	c.Add("global", m)
+	const head = `# HELP ratelimit_breakers Circuit breakers of the limiter (one per store server), by state.
+# TYPE ratelimit_breakers gauge
+`
+	for _, step := range []struct {
+		takes               int
+		closed, open, probe int
+	}{{0, 1, 0, 0}, {1, 0, 1, 0}} {
+		take(l, step.takes)
+		want := fmt.Sprintf(head+`ratelimit_breakers{limiter="global",state="closed"} %d
+ratelimit_breakers{limiter="global",state="open"} %d
+ratelimit_breakers{limiter="global",state="half-open"} %d
+`, step.closed, step.open, step.probe)
+		if err := testutil.CollectAndCompare(c, strings.NewReader(want), "ratelimit_breakers"); err != nil {
+			t.Errorf("after %d takes: %v", step.takes, err)
+		}
+	}
+}
+
+// The store's failures by cause, and every round trip in the histogram; a
+// request that the over-limit cache refused made none.
+func TestStore(t *testing.T) {
+	counter := &mapCounter{errs: []error{
+		context.DeadlineExceeded,
+		fmt.Errorf("dial tcp: %w", syscall.ECONNREFUSED),
+		errors.New("disk full"),
+	}}
+	l, m := limiter(ratelimit.Options{Counter: counter, Limit: 1})
+	take(l, 6) // 3 failures, allowed, limited, then limited by the cache
+	c := NewCollector()
+	c.Add("global", m)
+
+	want := `# HELP ratelimit_store_errors_total Failed round trips of the limiter to its store, by cause.
+# TYPE ratelimit_store_errors_total counter
+ratelimit_store_errors_total{cause="timeout",limiter="global"} 1
+ratelimit_store_errors_total{cause="refused",limiter="global"} 1
+ratelimit_store_errors_total{cause="configuration",limiter="global"} 0
+ratelimit_store_errors_total{cause="other",limiter="global"} 1
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "ratelimit_store_errors_total"); err != nil {
+		t.Error(err)
+	}
+	if counter.calls != 5 {
+		t.Fatalf("the counter was called %d times, want 5", counter.calls)
+	}
+	if got := value(t, c, "ratelimit_store_round_trip_seconds", "limiter", "global"); got != float64(counter.calls) {
+		t.Errorf("%v round trips in the histogram, want %d", got, counter.calls)
+	}
+	if got := value(t, c, "ratelimit_decisions_total", "outcome", "limited", "decider", "over-limit-cache"); got != 1 {
+		t.Errorf("%v decisions by the over-limit cache, want 1", got)
+	}
+}
+
+// A limiter on a MemoryCounter makes no timed round trip: its histogram is
+// there, empty, with the core's buckets.
+func TestHistogramBuckets(t *testing.T) {
+	l, m := limiter(ratelimit.Options{Limit: 1})
+	take(l, 2)
+	c := NewCollector()
+	c.Add("global", m)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "ratelimit_store_round_trip_seconds" {
+			continue
+		}
+		h := f.GetMetric()[0].GetHistogram()
+		if h.GetSampleCount() != 0 || len(h.GetBucket()) != len(ratelimit.LatencyBuckets) {
+			t.Errorf("%d observations in %d buckets, want 0 in %d", h.GetSampleCount(), len(h.GetBucket()), len(ratelimit.LatencyBuckets))
+		}
+		for i, b := range h.GetBucket() {
+			if b.GetUpperBound() != ratelimit.LatencyBuckets[i] {
+				t.Errorf("bucket %d bounded by %v, want %v", i, b.GetUpperBound(), ratelimit.LatencyBuckets[i])
+			}
+		}
+		return
+	}
+	t.Error("no ratelimit_store_round_trip_seconds")
+}
+
+// The series follow Prometheus's naming conventions.
+func TestLint(t *testing.T) {
+	l, m := limiter(ratelimit.Options{Counter: &mapCounter{}, Limit: 1})
+	take(l, 2)
+	c := NewCollector()
+	c.Add("global", m)
+	problems, err := testutil.CollectAndLint(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("%s: %s", p.Metric, p.Text)
+	}
+}
+
+// The label values are every value the core has: a new one there would
+// otherwise go unexported.
+func TestLabelValues(t *testing.T) {
+	for _, tc := range []struct {
+		kind  string
+		names []fmt.Stringer
+		next  fmt.Stringer
+	}{
+		{"Outcome", stringers(outcomes[:]), ratelimit.Outcome(len(outcomes))},
+		{"Decider", stringers(deciders[:]), ratelimit.Decider(len(deciders))},
+		{"Cause", stringers(causes[:]), ratelimit.Cause(len(causes))},
+	} {
+		seen := map[string]bool{}
+		for _, s := range tc.names {
+			if s.String() == "invalid" || seen[s.String()] {
+				t.Errorf("%s %q: invalid or listed twice", tc.kind, s)
+			}
+			seen[s.String()] = true
+		}
+		if tc.next.String() != "invalid" {
+			t.Errorf("%s %q is not exported", tc.kind, tc.next)
+		}
+	}
+}
+
+func stringers[T fmt.Stringer](s []T) []fmt.Stringer {
+	out := make([]fmt.Stringer, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
+}
+
+func TestAddPanics(t *testing.T) {
+	taken := new(ratelimit.Metrics)
+	for _, tc := range []struct {
+		name    string
+		limiter string
+		m       *ratelimit.Metrics
+	}{
+		{"nil Metrics", "api", nil},
+		{"empty name", "", new(ratelimit.Metrics)},
+		{"name not UTF-8", "api\xff", new(ratelimit.Metrics)},
+		{"name twice", "global", new(ratelimit.Metrics)},
+		{"Metrics twice", "api", taken},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := NewCollector()
+			c.Add("global", taken)
+			defer func() {
+				msg, _ := recover().(string)
+				if !strings.HasPrefix(msg, "prometheus: ") {
+					t.Errorf("panic %q, want one that starts with %q", msg, "prometheus: ")
+				}
+			}()
+			c.Add(tc.limiter, tc.m)
+		})
+	}
+}
+
+// Limiters may be added while Prometheus scrapes (run with -race).
+func TestConcurrentAdd(t *testing.T) {
+	c := NewCollector()
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			l, m := limiter(ratelimit.Options{Limit: 1})
+			c.Add(fmt.Sprint("limiter ", i), m)
+			take(l, 2)
+			testutil.CollectAndCount(c)
+		})
+	}
+	wg.Wait()
+	if n := testutil.CollectAndCount(c, "ratelimit_breakers"); n != 8*3 {
+		t.Errorf("%d series of ratelimit_breakers, want %d", n, 8*3)
+	}
+}
