@@ -9,6 +9,12 @@ STATICCHECK_VERSION = v0.8.2
 FUZZ_TARGETS = FuzzTenantKey FuzzHeaders
 FUZZTIME ?= 30s
 
+# The nested modules, each with a go.mod of its own, and the examples,
+# which are modules too: make test runs the first's tests and builds and
+# vets the second, so that neither rots unseen.
+MODULES = fiberv3 prometheus
+EXAMPLES = examples/gateway examples/fiberv3 examples/nethttp
+
 export GOWORK = off
 
 # Where scripts/redis-servers.sh keeps the servers it fetches (gitignored).
@@ -20,7 +26,7 @@ TEST_SERVERS = redis6 redis7 redis8 valkey8
 # tests that need one, as plain `go test` does.
 REDIS_TESTS ?= required
 
-.PHONY: test test-unit test-servers fuzz bench bench-peers lint vuln run
+.PHONY: test test-unit test-examples test-rules test-servers fuzz bench bench-peers lint vuln run
 
 # with_redis_server runs its argument with a redis-server on PATH: the one
 # already there, or else Redis 7, fetched into REDIS_SERVERS_DIR the first
@@ -44,18 +50,39 @@ endef
 # Everything, the Redis integration and chaos tests included. They fail
 # rather than skip when they find no server (RATELIMIT_REQUIRE_REDIS), unless
 # REDIS_TESTS=optional.
-test:
+test: test-examples test-rules
 ifeq ($(REDIS_TESTS),optional)
 	go test -race -count=1 ./...
-	cd fiberv3 && go test -race -count=1 ./...
+	@for m in $(MODULES); do (cd $$m && go test -race -count=1 ./...) || exit 1; done
 else
-	$(call with_redis_server,export RATELIMIT_REQUIRE_REDIS=1; go test -race -count=1 ./... && cd fiberv3 && go test -race -count=1 ./...)
+	$(call with_redis_server,export RATELIMIT_REQUIRE_REDIS=1; go test -race -count=1 ./... && for m in $(MODULES); do (cd $$m && go test -race -count=1 ./...) || exit 1; done)
 endif
 
 # Without Redis: the integration tests skip under -short.
-test-unit:
+test-unit: test-examples
 	go test -race -count=1 -short ./...
-	cd fiberv3 && go test -race -count=1 -short ./...
+	@for m in $(MODULES); do (cd $$m && go test -race -count=1 -short ./...) || exit 1; done
+
+# Every example module builds and passes go vet.
+test-examples:
+	@for e in $(EXAMPLES); do \
+		echo "test-examples: $$e"; (cd $$e && go build -o /dev/null . && go vet ./...) || exit 1; \
+	done
+
+# The Prometheus rules load and pass their tests (promtool, from Debian's
+# prometheus package; .ci/run installs it). Without promtool this says so
+# and fails, unless PROMTOOL=skip.
+PROMTOOL ?= promtool
+test-rules:
+ifeq ($(PROMTOOL),skip)
+	@echo "test-rules: skipped (PROMTOOL=skip)"
+else
+	@command -v $(PROMTOOL) >/dev/null 2>&1 || { \
+		echo "make: no promtool on PATH: install Debian's prometheus package (apt-get install prometheus)," >&2; \
+		echo "or run make test PROMTOOL=skip to leave the Prometheus rules untested." >&2; exit 1; }
+	$(PROMTOOL) check rules prometheus/rules.yml
+	$(PROMTOOL) test rules prometheus/rules_test.yml
+endif
 
 # The library's tests (unit, Redis, cluster, chaos) once on each of
 # TEST_SERVERS, fetched into REDIS_SERVERS_DIR, each first on PATH in its
@@ -92,10 +119,10 @@ bench-peers:
 lint: vuln
 	@unformatted=$$(gofmt -l .); \
 	if [ -n "$$unformatted" ]; then echo "gofmt -l: not formatted:"; echo "$$unformatted"; exit 1; fi
-	@for dir in . fiberv3 examples/gateway examples/fiberv3 bench; do \
+	@for dir in . $(MODULES) $(EXAMPLES) bench; do \
 		echo "lint: go vet in $$dir"; (cd $$dir && go vet ./...) || exit 1; \
 	done
-	@for dir in . fiberv3 examples/gateway examples/fiberv3; do \
+	@for dir in . $(MODULES) $(EXAMPLES); do \
 		echo "lint: staticcheck in $$dir"; \
 		(cd $$dir && go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...) || exit 1; \
 	done
@@ -103,7 +130,7 @@ lint: vuln
 # govulncheck on the library, the Fiber v3 module and the examples; fails
 # on a called vulnerability in a required module (see .ci/vulncheck.sh).
 vuln:
-	./.ci/vulncheck.sh . fiberv3 examples/gateway examples/fiberv3
+	./.ci/vulncheck.sh . $(MODULES) $(EXAMPLES)
 
 run:
 	GOWORK= go run ./examples/gateway

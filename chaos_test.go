@@ -316,9 +316,9 @@ var (
 	_ nodeCounter  = (*callCountingCounter)(nil)
 )
 
-func (c *callCountingCounter) takeWithin(ctx context.Context, t *take, deadline time.Time, wait time.Duration) error {
+func (c *callCountingCounter) takeWithin(ctx context.Context, t take, deadline time.Time, wait time.Duration) (take, error) {
 	c.count(t.key, func(k *keyCalls) { k.made++ })
-	err := c.RedisCounter.takeWithin(ctx, t, deadline, wait)
+	t, err := c.RedisCounter.takeWithin(ctx, t, deadline, wait)
 	if err == nil {
 		c.count(t.key, func(k *keyCalls) {
 			k.answered++
@@ -327,7 +327,7 @@ func (c *callCountingCounter) takeWithin(ctx context.Context, t *take, deadline 
 			}
 		})
 	}
-	return err
+	return t, err
 }
 
 func (c *callCountingCounter) count(key string, f func(*keyCalls)) {
@@ -364,13 +364,13 @@ type counterCall struct {
 
 var _ boundedTaker = (*watchedCounter)(nil)
 
-func (w *watchedCounter) takeWithin(ctx context.Context, t *take, deadline time.Time, wait time.Duration) error {
+func (w *watchedCounter) takeWithin(ctx context.Context, t take, deadline time.Time, wait time.Duration) (take, error) {
 	start := time.Now()
-	err := w.RedisCounter.takeWithin(ctx, t, deadline, wait)
+	t, err := w.RedisCounter.takeWithin(ctx, t, deadline, wait)
 	w.mu.Lock()
 	w.calls = append(w.calls, counterCall{start, time.Since(start), err})
 	w.mu.Unlock()
-	return err
+	return t, err
 }
 
 // since returns the calls that started at from or later.

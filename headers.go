@@ -64,10 +64,12 @@ var (
 
 // fieldValues is what plan decided a Decision writes: the value of each
 // field it sets, nil for a field it leaves alone. A value is a constant of
-// the policy's, or was appended to buf.
+// the policy's (its bit set in fixed), or was appended to buf at at[i].
 type fieldValues struct {
-	vals [numFields][]byte
-	buf  []byte
+	vals  [numFields][]byte
+	buf   []byte
+	at    [numFields]int
+	fixed uint8
 }
 
 // plan decides the fields that d writes into a response, appending the
@@ -90,39 +92,41 @@ func plan[T string | []byte](d *Decision, buf []byte, earlier func(i int) T) fie
 	remaining, reset := d.figures()
 	retry := ceilDiv(d.RetryAfter, time.Second)
 	add := func(i int, b []byte) { // field i's value is what b appended to v.buf
-		v.vals[i], v.buf = b[len(v.buf):], b
+		v.vals[i], v.at[i], v.buf = b[len(v.buf):], len(v.buf), b
 	}
-	// A tenant's own plan, or the fallback's budget for it, is formatted
-	// for the request; the policy's own budget was formatted once.
-	limit, item := p.limitBytes, p.policyItemBytes
-	if int64(d.Limit) != p.limit || d.Window != p.window {
-		start := len(v.buf)
-		v.buf = strconv.AppendInt(v.buf, int64(d.Limit), 10)
-		limit = v.buf[start:]
-		start = len(v.buf)
-		v.buf = appendPolicyItem(v.buf, p.name, int64(d.Limit), d.Window)
-		item = v.buf[start:]
+	// The policy's own budget was formatted once; a tenant's own plan, or
+	// the fallback's budget for it, is formatted for the request.
+	own := int64(d.Limit) == p.limit && d.Window == p.window
+	limit := func() {
+		if own {
+			v.vals[fLimit], v.fixed = p.limitBytes, v.fixed|1<<fLimit
+			return
+		}
+		add(fLimit, strconv.AppendInt(v.buf, int64(d.Limit), 10))
 	}
 	if p.legacy {
 		switch prev, ok := parseCount(earlier(fRemaining)); {
 		case remaining < 0:
 			if len(earlier(fLimit)) == 0 {
-				v.vals[fLimit] = limit
+				limit()
 			}
 		case ok && earlierWins(prev, earlier(fReset), remaining, reset):
 			r, _ := parseCount(earlier(fReset))
 			retry = max(retry, r)
 		default:
-			v.vals[fLimit] = limit
+			limit()
 			add(fRemaining, strconv.AppendInt(v.buf, remaining, 10))
 			add(fReset, strconv.AppendInt(v.buf, reset, 10))
 		}
 	}
 	if p.draft {
-		if prev := earlier(fPolicy); len(prev) == 0 {
-			v.vals[fPolicy] = item
-		} else {
-			add(fPolicy, append(appendList(v.buf, prev), item...))
+		switch prev := earlier(fPolicy); {
+		case len(prev) == 0 && own:
+			v.vals[fPolicy], v.fixed = p.policyItemBytes, v.fixed|1<<fPolicy
+		case own:
+			add(fPolicy, append(appendList(v.buf, prev), p.policyItem...))
+		default:
+			add(fPolicy, appendPolicyItem(appendList(v.buf, prev), p.name, int64(d.Limit), d.Window))
 		}
 		if remaining >= 0 {
 			add(fRateLimit, appendRateLimitItem(appendList(v.buf, earlier(fRateLimit)), p, remaining, reset))
@@ -167,24 +171,27 @@ func (d *Decision) SetFastHTTPHeaders(h *fasthttp.ResponseHeader) {
 // appended to RateLimit-Policy and RateLimit, and X-RateLimit-* and
 // Retry-After keep reporting the more restrictive of the two.
 func (d *Decision) SetHeaders(h http.Header) {
-	var buf, all [256]byte
+	var buf [256]byte
 	v := plan(d, buf[:0], func(i int) string { return first(h[fieldNames[i]]) })
-	// The values share one string and one array: a response costs two
-	// allocations, not two per field.
-	b := all[:0]
-	for i := range v.vals {
-		b = append(b, v.vals[i]...)
-	}
-	if len(b) == 0 {
+	if v.fixed == 0 && len(v.buf) == 0 {
 		return
 	}
-	joined := string(b)
+	// The values formatted for the request share one string, and all of
+	// them one array: a response costs two allocations, not two per field.
+	formatted := string(v.buf)
 	values := new([numFields]string)
 	for i := range v.vals {
-		if n := len(v.vals[i]); n > 0 {
-			values[i], joined = joined[:n], joined[n:]
-			h[fieldNames[i]] = values[i : i+1 : i+1]
+		switch {
+		case v.vals[i] == nil:
+			continue
+		case v.fixed&(1<<i) == 0:
+			values[i] = formatted[v.at[i] : v.at[i]+len(v.vals[i])]
+		case i == fLimit:
+			values[i] = d.policy.limitValue
+		default:
+			values[i] = d.policy.policyItem
 		}
+		h[fieldNames[i]] = values[i : i+1 : i+1]
 	}
 }
 

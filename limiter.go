@@ -303,7 +303,7 @@ func (l *Limiter) Ping(ctx context.Context) error {
 			err = ErrClosed
 		}
 	case pinger:
-		err = c.ping(ctx, &t)
+		err = c.ping(ctx, t)
 	}
 	if m, ok := errors.AsType[misconfigured](err); ok {
 		return fmt.Errorf("ratelimit: the counter failed its check: %w; to fix: %s", err, m.fix())
@@ -317,7 +317,7 @@ func (l *Limiter) Ping(ctx context.Context) error {
 // pinger is a counter that can check itself (see Limiter.Ping) by deciding
 // t, a request on a key that no tenant has.
 type pinger interface {
-	ping(ctx context.Context, t *take) error
+	ping(ctx context.Context, t take) error
 }
 
 // take decides into d the request of tenant (for its plan and the log), of
@@ -361,7 +361,7 @@ func (l *Limiter) take(ctx context.Context, d *Decision, tenant string, kb []byt
 			return
 		}
 		t.key = string(kb)
-		err = l.ask(ctx, &t, now)
+		t, err = l.ask(ctx, t, now)
 		if err == nil && !t.allowed && l.refusals != nil {
 			l.refusals.add(kb, &t, since)
 		}
@@ -414,7 +414,7 @@ func (l *Limiter) failed(ctx context.Context, d *Decision, tenant string, kb []b
 	}
 	if l.opts.Fallback != nil {
 		f := take{key: string(kb), cost: t.cost, window: t.window, algo: t.algo, limit: l.fallbackLimit(t.limit)}
-		ferr := l.askFallback(ctx, kb, &f)
+		f, ferr := l.askFallback(ctx, kb, f)
 		if ferr == nil {
 			l.counted(d, &l.fallbackPolicy, ByFallback, &f, err)
 			l.decided(d, tenant, kb)
@@ -442,23 +442,23 @@ func (l *Limiter) fallbackLimit(limit int64) int64 {
 
 // askFallback decides f in Options.Fallback, which waits only as ctx lets
 // it.
-func (l *Limiter) askFallback(ctx context.Context, kb []byte, f *take) error {
+func (l *Limiter) askFallback(ctx context.Context, kb []byte, f take) (take, error) {
 	if f.cost > f.limit {
 		f.decided(false, 0, 0)
 		f.remaining, f.reset, f.retry = 0, f.window, 0
-		return nil
+		return f, nil
 	}
 	switch c := l.opts.Fallback.(type) {
 	case *MemoryCounter:
-		return c.take(kb, f)
+		return f, c.take(kb, &f)
 	case boundedTaker:
 		deadline, _ := ctx.Deadline()
 		return c.takeWithin(ctx, f, deadline, 0)
 	}
 	if f.cost != 1 {
-		return fmt.Errorf("fallback %T counts one request at a time, not a cost of %d", l.opts.Fallback, f.cost)
+		return f, fmt.Errorf("fallback %T counts one request at a time, not a cost of %d", l.opts.Fallback, f.cost)
 	}
-	return takeByIncr(ctx, l.opts.Fallback, f)
+	return f, takeByIncr(ctx, l.opts.Fallback, &f)
 }
 
 // counted decides into d a request that a counter decided against p, as t
@@ -493,7 +493,7 @@ func (l *Limiter) decided(d *Decision, tenant string, kb []byte) {
 }
 
 // ask decides t in opts.Counter, through the breaker of its key's node.
-func (l *Limiter) ask(ctx context.Context, t *take, now time.Time) error {
+func (l *Limiter) ask(ctx context.Context, t take, now time.Time) (take, error) {
 	b := l.breakers.first
 	if l.nodes != nil {
 		var addr string
@@ -502,13 +502,13 @@ func (l *Limiter) ask(ctx context.Context, t *take, now time.Time) error {
 	}
 	if t.cost > 1 && !decides(l.opts.Counter) {
 		// The gateway's mistake, not the counter's: the breaker is not told.
-		return fmt.Errorf("ratelimit: Counter %T counts one request at a time, not a cost of %d", l.opts.Counter, t.cost)
+		return t, fmt.Errorf("ratelimit: Counter %T counts one request at a time, not a cost of %d", l.opts.Counter, t.cost)
 	}
 	ok, probe := b.allow()
 	if !ok {
-		return errBreakerOpen
+		return t, errBreakerOpen
 	}
-	err := l.rule.call(ctx, l.opts.Counter, t, now)
+	t, err := l.rule.call(ctx, l.opts.Counter, t, now)
 	if m := l.opts.Metrics; m != nil {
 		m.roundTrip(l.clock.Now().Sub(now), err == nil, causeOf(err))
 	}
@@ -517,7 +517,7 @@ func (l *Limiter) ask(ctx context.Context, t *take, now time.Time) error {
 	} else {
 		b.success(probe)
 	}
-	return err
+	return t, err
 }
 
 // causeOf is why err failed a round trip.

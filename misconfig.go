@@ -61,7 +61,7 @@ func asMisconfigured(err error) error {
 // ping is Limiter.Ping's for a RedisCounter: PING on every server the
 // client knows (a cluster's primaries, a ring's shards), then t, a take on
 // a key of the limiter's that no tenant has, as the limiter would make it.
-func (r *RedisCounter) ping(ctx context.Context, t *take) error {
+func (r *RedisCounter) ping(ctx context.Context, t take) error {
 	check := func(ctx context.Context, c *redis.Client) error {
 		if err := c.Ping(ctx).Err(); err != nil {
 			return fmt.Errorf("redis at %s: %w", c.Options().Addr, asMisconfigured(err))
@@ -84,5 +84,6 @@ func (r *RedisCounter) ping(ctx context.Context, t *take) error {
 	}
 	t.node = r.nodes.of(t.key).id
 	deadline, _ := ctx.Deadline()
-	return r.takeWithin(ctx, t, deadline, 0)
+	_, err = r.takeWithin(ctx, t, deadline, 0)
+	return err
 }

@@ -93,7 +93,8 @@ func (r *RedisCounter) Incr(ctx context.Context, key string, window time.Duratio
 func (r *RedisCounter) IncrTTL(ctx context.Context, key string, window time.Duration) (int64, time.Duration, error) {
 	t := take{key: key, cost: 1, limit: math.MaxInt64, window: window, node: r.nodes.of(key).id}
 	deadline, _ := ctx.Deadline()
-	if err := r.takeWithin(ctx, &t, deadline, 0); err != nil {
+	t, err := r.takeWithin(ctx, t, deadline, 0)
+	if err != nil {
 		return 0, 0, err
 	}
 	return math.MaxInt64 - t.remaining, t.reset, nil
@@ -101,14 +102,14 @@ func (r *RedisCounter) IncrTTL(ctx context.Context, key string, window time.Dura
 
 // takeWithin decides t in t.node, giving up with errTimedOut after wait,
 // when it is positive, which ends at deadline.
-func (r *RedisCounter) takeWithin(ctx context.Context, t *take, deadline time.Time, wait time.Duration) error {
+func (r *RedisCounter) takeWithin(ctx context.Context, t take, deadline time.Time, wait time.Duration) (take, error) {
 	if t.window <= 0 {
-		return fmt.Errorf("increment rate limit key %s: window %v is not positive", t.key, t.window)
+		return t, fmt.Errorf("increment rate limit key %s: window %v is not positive", t.key, t.window)
 	}
 	k := opKey{key: t.key, ms: ceilDiv(t.window, time.Millisecond), limit: t.limit, algo: t.algo}
 	res, a, prev, err := r.nodes.byID(t.node).batch.take(ctx, k, t.cost, deadline, wait)
 	if err != nil {
-		return fmt.Errorf("increment rate limit key %s: %w", t.key, asMisconfigured(err))
+		return t, fmt.Errorf("increment rate limit key %s: %w", t.key, asMisconfigured(err))
 	}
 	allowed, count := res >= 0, res
 	if !allowed {
@@ -119,5 +120,5 @@ func (r *RedisCounter) takeWithin(ctx context.Context, t *take, deadline time.Ti
 	} else {
 		t.decided(allowed, count, msDuration(a))
 	}
-	return nil
+	return t, nil
 }

@@ -322,8 +322,8 @@ func TestRedisCounterFailsFastOnARefusedDial(t *testing.T) {
 			for i := range 3 {
 				const wait = 2 * time.Second
 				start := time.Now()
-				tk := &take{key: "rl:acme", cost: 1, limit: 10, window: time.Minute, node: counter.nodes.of("rl:acme").id}
-				err := counter.takeWithin(context.Background(), tk, start.Add(wait), wait)
+				tk := take{key: "rl:acme", cost: 1, limit: 10, window: time.Minute, node: counter.nodes.of("rl:acme").id}
+				_, err := counter.takeWithin(context.Background(), tk, start.Add(wait), wait)
 				d := time.Since(start)
 				// A Ring that finds its only shard down says so.
 				if err == nil || !strings.Contains(err.Error(), "connection refused") &&

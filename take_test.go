@@ -154,7 +154,7 @@ type takingFake struct {
 	*windowFake
 }
 
-func (f *takingFake) takeWithin(_ context.Context, t *take, _ time.Time, _ time.Duration) error {
+func (f *takingFake) takeWithin(_ context.Context, t take, _ time.Time, _ time.Duration) (take, error) {
 	w := f.windowFake
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -173,7 +173,7 @@ func (f *takingFake) takeWithin(_ context.Context, t *take, _ time.Time, _ time.
 	} else {
 		t.decided(allowed, w.counts[t.key], left)
 	}
-	return nil
+	return t, nil
 }
 
 // A caller that gives up before its round trip leaves is not charged, on

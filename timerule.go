@@ -66,34 +66,36 @@ func (r *timeRule) ended(wait time.Duration, err error) error {
 	return fmt.Errorf("ratelimit: counter did not answer within StoreTimeout (%v) (%w)", wait, err)
 }
 
-// boundedTaker is a counter that decides a take itself and bounds its own
-// wait: a call returns errTimedOut once wait has passed (deadline being
-// when that is), or ctx's error once ctx is done. wait must be positive.
+// boundedTaker is a counter that decides a take itself, and returns it
+// decided, and bounds its own wait: a call returns errTimedOut once wait
+// has passed (deadline being when that is), or ctx's error once ctx is
+// done. wait must be positive. The take goes by value: a pointer through
+// an interface would put each request's take on the heap.
 type boundedTaker interface {
-	takeWithin(ctx context.Context, t *take, deadline time.Time, wait time.Duration) error
+	takeWithin(ctx context.Context, t take, deadline time.Time, wait time.Duration) (take, error)
 }
 
 // call decides t in c under the time rule; now is when the request
 // arrived.
-func (r *timeRule) call(ctx context.Context, c Counter, t *take, now time.Time) error {
+func (r *timeRule) call(ctx context.Context, c Counter, t take, now time.Time) (take, error) {
 	wait, deadline := r.budget(ctx, now)
 	if wait <= 0 {
 		// The request's own deadline has passed.
-		return fmt.Errorf("increment rate limit key %s: %w", t.key, context.DeadlineExceeded)
+		return t, fmt.Errorf("increment rate limit key %s: %w", t.key, context.DeadlineExceeded)
 	}
 	var err error
 	if b, ok := c.(boundedTaker); ok {
-		err = b.takeWithin(ctx, t, deadline, wait)
+		t, err = b.takeWithin(ctx, t, deadline, wait)
 	} else {
 		// A Counter of your own returns when its context is done.
 		cctx, cancel := context.WithTimeoutCause(ctx, wait, errTimedOut)
-		err = takeByIncr(cctx, c, t)
+		err = takeByIncr(cctx, c, &t)
 		if err != nil && context.Cause(cctx) == errTimedOut {
 			err = fmt.Errorf("increment rate limit key %s: %w (%w)", t.key, errTimedOut, err)
 		}
 		cancel()
 	}
-	return r.ended(wait, err)
+	return t, r.ended(wait, err)
 }
 
 // errTimedOut: the caller's wait ended before the answer came.

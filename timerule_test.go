@@ -20,15 +20,15 @@ func (p *ruleProbe) Incr(ctx context.Context, key string, window time.Duration) 
 	panic("the limiter must call takeWithin")
 }
 
-func (p *ruleProbe) takeWithin(_ context.Context, t *take, deadline time.Time, wait time.Duration) error {
+func (p *ruleProbe) takeWithin(_ context.Context, t take, deadline time.Time, wait time.Duration) (take, error) {
 	p.waits, p.ends = append(p.waits, wait), append(p.ends, deadline)
 	err := p.outcomes[0]
 	p.outcomes = p.outcomes[1:]
 	if err != nil {
-		return err
+		return t, err
 	}
 	t.decided(true, 1, time.Second)
-	return nil
+	return t, nil
 }
 
 // The time rule, call by call, on a fake clock: the wait each call gets,
@@ -89,7 +89,7 @@ func TestTimeRule(t *testing.T) {
 					ctx, cancel = context.WithDeadline(ctx, now.Add(c.reqDeadline))
 					defer cancel()
 				}
-				err := rule.call(ctx, probe, &take{key: "rl:a", cost: 1, limit: 10, window: time.Minute}, now)
+				_, err := rule.call(ctx, probe, take{key: "rl:a", cost: 1, limit: 10, window: time.Minute}, now)
 				if probe.waits[i] != c.wait || !probe.ends[i].Equal(now.Add(c.wait)) {
 					t.Errorf("call %d: wait %v until %v; want %v until %v",
 						i, probe.waits[i], probe.ends[i].Sub(now), c.wait, c.wait)
@@ -112,7 +112,7 @@ func TestTimeRuleExpiredRequest(t *testing.T) {
 	rule := &timeRule{timeout: defaultStoreTimeout}
 	ctx, cancel := context.WithDeadline(context.Background(), clock.Now().Add(-time.Millisecond))
 	defer cancel()
-	if err := rule.call(ctx, probe, &take{key: "rl:a", cost: 1, limit: 10, window: time.Minute}, clock.Now()); !errors.Is(err, context.DeadlineExceeded) || len(probe.waits) != 0 {
+	if _, err := rule.call(ctx, probe, take{key: "rl:a", cost: 1, limit: 10, window: time.Minute}, clock.Now()); !errors.Is(err, context.DeadlineExceeded) || len(probe.waits) != 0 {
 		t.Fatalf("call = %v after %d counter calls; want context.DeadlineExceeded and none", err, len(probe.waits))
 	}
 }

@@ -132,7 +132,8 @@ func TestTenant(t *testing.T) {
 		wantKey string
 	}{
 		{name: "default with empty Locals", locals: "", wantKey: "rl:unknown"},
-		{name: "default with non-string Locals", locals: 42, wantKey: "rl:unknown"},
+		{name: "default with integer Locals", locals: 42, wantKey: "rl:42"},
+		{name: "default with Locals of a type it cannot read", locals: 3.5, wantKey: "rl:unknown"},
 		{name: "custom", tenant: fromHeader, locals: "acme",
 			header: map[string]string{"X-Org": "globex"}, wantKey: "rl:globex"},
 		{name: "custom without tenant", tenant: fromHeader, locals: "acme", wantKey: "rl:unknown"},
