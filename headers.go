@@ -90,7 +90,7 @@ func plan[T string | []byte](d *Decision, buf []byte, earlier func(i int) T) fie
 		return v // the zero Decision, or nothing to write
 	}
 	remaining, reset := d.figures()
-	retry := ceilDiv(d.RetryAfter, time.Second)
+	var earlierRetry int64         // an earlier limiter's Retry-After, when it wins
 	add := func(i int, b []byte) { // field i's value is what b appended to v.buf
 		v.vals[i], v.at[i], v.buf = b[len(v.buf):], len(v.buf), b
 	}
@@ -111,8 +111,7 @@ func plan[T string | []byte](d *Decision, buf []byte, earlier func(i int) T) fie
 				limit()
 			}
 		case ok && earlierWins(prev, earlier(fReset), remaining, reset):
-			r, _ := parseCount(earlier(fReset))
-			retry = max(retry, r)
+			earlierRetry, _ = parseCount(earlier(fReset))
 		default:
 			limit()
 			add(fRemaining, strconv.AppendInt(v.buf, remaining, 10))
@@ -133,7 +132,7 @@ func plan[T string | []byte](d *Decision, buf []byte, earlier func(i int) T) fie
 		}
 	}
 	if d.retryAfter() {
-		add(fRetryAfter, strconv.AppendInt(v.buf, retry, 10))
+		add(fRetryAfter, strconv.AppendInt(v.buf, max(ceilDiv(d.RetryAfter, time.Second), earlierRetry), 10))
 	}
 	return v
 }
