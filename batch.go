@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"net"
 	"slices"
 	"sync"
@@ -110,14 +111,15 @@ type takeOp struct {
 // stayed is how many of the op's callers still wait for its answer.
 func (op *takeOp) stayed() int64 { return op.n - int64(len(op.gone)) }
 
-// costs appends the costs of the callers that stayed, in order, to dst.
-func (op *takeOp) costs(dst []any) []any {
-	for ord := int64(1); ord <= op.n; ord++ {
-		if !slices.Contains(op.gone, ord) {
-			dst = append(dst, op.cost(ord))
+// costs are the costs of the callers that stayed, in order.
+func (op *takeOp) costs() iter.Seq[int64] {
+	return func(yield func(int64) bool) {
+		for ord := int64(1); ord <= op.n; ord++ {
+			if !slices.Contains(op.gone, ord) && !yield(op.cost(ord)) {
+				return
+			}
 		}
 	}
-	return dst
 }
 
 func (op *takeOp) cost(ord int64) int64 {
@@ -256,7 +258,7 @@ func (b *batcher) join(ctx context.Context, k opKey, cost int64, deadline time.T
 	bt = b.filling
 	fresh := bt == nil
 	if fresh {
-		bt = &batch{ctx: ctx, done: make(chan struct{})}
+		bt = &batch{ctx: ctx, done: make(chan struct{}), }
 		b.filling = bt
 	}
 	pos = bt.find(k)

@@ -50,14 +50,14 @@ func (f *fakeStore) send(_ context.Context, _ context.CancelFunc, ops []*takeOp)
 	}
 	for _, op := range ops {
 		op.a, op.prev, op.res = op.ms, 0, nil
-		for _, c := range op.costs(nil) {
+		for c := range op.costs() {
 			count := f.counts[op.key]
-			if count+c.(int64) > op.limit {
+			if count+c > op.limit {
 				op.res = append(op.res, -count-1)
 				continue
 			}
-			f.counts[op.key] = count + c.(int64)
-			op.res = append(op.res, count+c.(int64))
+			f.counts[op.key] = count + c
+			op.res = append(op.res, count+c)
 		}
 	}
 }
@@ -72,8 +72,8 @@ func incrIn(b *batcher, ctx context.Context, key string, ms int64, deadline time
 // total is what op adds to its key when every caller that stayed fits.
 func (op *takeOp) total() int64 {
 	var n int64
-	for _, c := range op.costs(nil) {
-		n += c.(int64)
+	for c := range op.costs() {
+		n += c
 	}
 	return n
 }

@@ -68,9 +68,9 @@ func (s *scripter) withoutScript(ctx context.Context, ops []*takeOp, refusal err
 		}
 		t := tx{op: op}
 		var total int64
-		for _, c := range op.costs(nil) {
-			t.costs = append(t.costs, c.(int64))
-			total += c.(int64)
+		for c := range op.costs() {
+			t.costs = append(t.costs, c)
+			total += c
 		}
 		pipe.SetArgs(ctx, op.key, 0, redis.SetArgs{Mode: "NX", TTL: msDuration(op.ms)})
 		t.incr = noRetryIntCmd{redis.NewIntCmd(ctx, "incrby", op.key, total)}

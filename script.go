@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -16,84 +17,134 @@ import (
 // hold its keys, and the reading of their replies.
 
 // takeScript decides a round trip's calls, key by key and, for each key,
-// caller by caller in the order they came. KEYS are the keys (for a
-// sliding window, the tag of a tenant's keys: see slidingKey); ARGV holds,
-// for each key, its algorithm (0 fixed, 1 sliding), limit, window in
-// milliseconds, number of callers n, and the n callers' costs. A cost is
-// added only when it fits under the limit, so a refused caller spends
-// nothing.
+// caller by caller in the order they came. A cost is counted only when it
+// fits under the limit, so a refused caller spends nothing: the script
+// adds the callers' costs with one INCRBY of their sum and takes the
+// refused ones back (DECRBY, or DEL of a key left at 0) before it returns,
+// which no other client can see between. The usual round trip, where
+// everything fits, so costs an existing fixed window an INCRBY and a PTTL,
+// as a plain counter does.
 //
-// For each key it returns a, prev and one value per caller: the key's
-// count after the caller's decision, or -count-1 for a refusal. For a
-// fixed window, a is the milliseconds it has left and prev is 0; a new
-// window is created with its expiry (SET ... PX), so the first request of
-// a window starts its clock and no key is ever left without an expiry. For
-// a sliding window, a is how far the current window has run on the
+// KEYS are the keys (for a sliding window, the tag of a tenant's keys: see
+// slidingKey). ARGV holds, for each key, its kind, its limit, its window
+// in milliseconds and, for kinds F and S, the number of callers n and
+// their n costs. Kind f is a fixed window and s a sliding one, each with
+// one caller of cost 1, the usual case, which carries no costs; F and S
+// are the same windows with any callers and costs. The limit, n and the
+// costs are hexadecimal: tonumber reads a base-16 string with strtoul,
+// once, where a decimal one costs two strtod calls, the script's largest
+// cost after the commands themselves. The window is decimal, as the
+// commands that take it want it.
+//
+// For each key it returns a; for a sliding window, prev; and one value
+// per caller: the key's count after the caller's decision, or -count-1
+// for a refusal. For a fixed window, a is the milliseconds it has left; a
+// new window gets its expiry in the same script, so the first request of
+// a window starts its clock and no key is ever left without an expiry.
+// For a sliding window, a is how far the current window has run on the
 // server's clock (TIME) and prev the count of the window before; the
 // window's key is "<tag>:<window ms>:<window number>", and expires at the
 // end of the window after it. A key that holds something other than a
 // count answers a = -3 and fails alone.
 const takeScript = `
-local out, at, now = {}, 1, nil
-local function count(k)
-  local v = redis.pcall('GET', k)
-  if type(v) == 'table' then return nil end
-  if not v then return 0 end
-  return tonumber(v)
-end
-for i, key in ipairs(KEYS) do
-  local algo, limit, ms, n = ARGV[at], tonumber(ARGV[at+1]), tonumber(ARGV[at+2]), tonumber(ARGV[at+3])
-  local first = at + 4
-  at = first + n
-  local base = #out
-  local a, prev, cur, curkey = 0, 0, nil, key
-  if algo == '1' then
-    if not now then
-      local t = redis.call('TIME')
-      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    end
-    local index = math.floor(now / ms)
-    a = now - index * ms
-    curkey = key .. ':' .. ARGV[first-2] .. ':' .. string.format('%d', index)
-    prev = count(key .. ':' .. ARGV[first-2] .. ':' .. string.format('%d', index - 1))
-    cur = count(curkey)
-  else
-    cur = count(key)
-  end
-  if prev == nil or cur == nil then
-    out[base+1], out[base+2] = -3, 0
-    for j = 1, n do out[base+2+j] = 0 end
-  else
-    local start, weight = cur, 0
-    if algo == '1' then weight = prev * (ms - a) / ms end
-    for j = 1, n do
-      local cost = tonumber(ARGV[first+j-1])
-      if weight + cur + cost <= limit then
-        cur = cur + cost
-        out[base+2+j] = cur
-      else
-        out[base+2+j] = -cur - 1
-      end
-    end
-    if algo == '1' then
-      if cur > start then
-        redis.call('INCRBY', curkey, cur - start)
-        if start == 0 then redis.call('PEXPIRE', curkey, 2 * ms - a) end
-      end
-    elseif cur > start and start == 0 and redis.call('EXISTS', key) == 0 then
-      redis.call('SET', key, cur, 'PX', ms)
-      a = ms
+local tonumber, call, pcall, type = tonumber, redis.call, redis.pcall, type
+local out, o, at, now = {}, 0, 1, nil
+for _, key in ipairs(KEYS) do
+  local kind, limit, msarg = ARGV[at], tonumber(ARGV[at+1], 16), ARGV[at+2]
+  if kind == 'f' then
+    at = at + 3
+    local after = pcall('INCRBY', key, 1)
+    if type(after) == 'table' then
+      out[o+1], out[o+2] = -3, 0
     else
-      if cur > start then redis.call('INCRBY', key, cur - start) end
-      a = redis.call('PTTL', key)
-      if a == -1 then
-        redis.call('PEXPIRE', key, ms)
-        a = ms
-      elseif a == -2 then
-        a = ms
+      local res, a = after, 0
+      if after > limit then
+        res = -after
+        if after == 1 then call('DEL', key) else call('DECRBY', key, 1) end
       end
+      if after == 1 then
+        if res > 0 then call('PEXPIRE', key, msarg) end
+        a = tonumber(msarg)
+      else
+        a = call('PTTL', key)
+        if a < 0 then
+          if a == -1 then call('PEXPIRE', key, msarg) end
+          a = tonumber(msarg)
+        end
+      end
+      out[o+1], out[o+2] = a, res
     end
-    out[base+1], out[base+2] = a, prev
+    o = o + 2
+  else
+    local sliding, n, first = kind == 's' or kind == 'S', 1, at + 3
+    if kind == 'F' or kind == 'S' then n, first = tonumber(ARGV[at+3], 16), at + 4 end
+    local costs = first
+    if n == 1 and (kind == 'f' or kind == 's') then costs = nil end
+    at = first
+    if costs then at = first + n end
+    local function cost(j)
+      if costs then return tonumber(ARGV[costs+j-1], 16) end
+      return 1
+    end
+    local total = 0
+    for j = 1, n do total = total + cost(j) end
+    local ms, a, prev, curkey = tonumber(msarg), 0, 0, key
+    if sliding then
+      if not now then
+        local t = call('TIME')
+        now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      end
+      local index = math.floor(now / ms)
+      a = now - index * ms
+      local tag = key .. ':' .. msarg .. ':'
+      curkey = tag .. string.format('%d', index)
+      prev = pcall('GET', tag .. string.format('%d', index - 1))
+      if type(prev) == 'table' then prev = nil elseif prev then prev = tonumber(prev) else prev = 0 end
+    end
+    local after = nil
+    if prev ~= nil then
+      after = pcall('INCRBY', curkey, total)
+      if type(after) == 'table' then after = nil end
+    end
+    local head = 1
+    if sliding then head = 2 end
+    if after == nil then
+      out[o+1] = -3
+      for j = 2, head + n do out[o+j] = 0 end
+    else
+      local cur, weight = after - total, 0
+      local start = cur
+      if sliding then weight = prev * (ms - a) / ms end
+      for j = 1, n do
+        local c = cost(j)
+        if weight + cur + c <= limit then
+          cur = cur + c
+          out[o+head+j] = cur
+        else
+          out[o+head+j] = -cur - 1
+        end
+      end
+      if cur == 0 then
+        call('DEL', curkey)
+      elseif cur < after then
+        call('DECRBY', curkey, after - cur)
+      end
+      if sliding then
+        if start == 0 and cur > 0 then call('PEXPIRE', curkey, 2 * ms - a) end
+        out[o+2] = prev
+      elseif start == 0 then
+        if cur > 0 then call('PEXPIRE', curkey, msarg) end
+        a = ms
+      else
+        a = call('PTTL', curkey)
+        if a < 0 then
+          if a == -1 then call('PEXPIRE', curkey, msarg) end
+          a = ms
+        end
+      end
+      out[o+1] = a
+    end
+    o = o + head + n
   end
 end
 return out
@@ -221,7 +272,7 @@ func (s *scripter) run(ctx context.Context, groups [][]*takeOp, body bool) []scr
 // call builds the script call for ops: by its digest (EVALSHA), or with its
 // body (EVAL) when the server does not have it yet.
 func call(ctx context.Context, ops []*takeOp, body bool) scriptCmd {
-	args := make([]any, 3, 3+6*len(ops))
+	args := make([]any, 3, 3+4*len(ops)+2)
 	args[0], args[1], args[2] = "evalsha", takeScriptSHA, len(ops)
 	if body {
 		args[0], args[1] = "eval", takeScript
@@ -229,14 +280,41 @@ func call(ctx context.Context, ops []*takeOp, body bool) scriptCmd {
 	for i := range ops {
 		args = append(args, ops[i].key)
 	}
+	// The ops of one limiter share a limit and a window: each is written
+	// once per call, and only boxed again when it changes.
+	var limit, ms int64 = -1, -1
+	var limitArg, msArg any
 	for _, op := range ops {
-		args = append(args, int(op.algo), op.limit, op.ms, op.stayed())
-		args = op.costs(args)
+		if op.limit != limit {
+			limit, limitArg = op.limit, strconv.FormatInt(op.limit, 16)
+		}
+		if op.ms != ms {
+			ms, msArg = op.ms, op.ms
+		}
+		kind, n := 0, op.stayed()
+		if op.algo == SlidingWindow {
+			kind = 1
+		}
+		if n == 1 && op.first == 1 && len(op.gone) == 0 {
+			args = append(args, kindOne[kind], limitArg, msArg)
+			continue
+		}
+		args = append(args, kindAny[kind], limitArg, msArg, strconv.FormatInt(n, 16))
+		for c := range op.costs() {
+			args = append(args, strconv.FormatInt(c, 16))
+		}
 	}
 	cmd := redis.NewIntSliceCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
 	return scriptCmd{cmd}
 }
+
+// The kinds of a key in takeScript's ARGV: [0] a fixed window, [1] a
+// sliding one.
+var (
+	kindOne = [2]any{"f", "s"} // one caller, of cost 1
+	kindAny = [2]any{"F", "S"} // any callers and costs
+)
 
 // answer fills in ops' answers from their script call. cause is why the
 // round trip was cut short, when it was.
@@ -244,7 +322,7 @@ func answer(ops []*takeOp, cmd scriptCmd, cause error) {
 	vals, err := cmd.Result()
 	want := 0
 	for _, op := range ops {
-		want += 2 + int(op.stayed())
+		want += head(op) + int(op.stayed())
 	}
 	if err == nil && len(vals) != want {
 		err = fmt.Errorf("take script returned %d values for %d keys, want %d", len(vals), len(ops), want)
@@ -259,13 +337,26 @@ func answer(ops []*takeOp, cmd scriptCmd, cause error) {
 		return
 	}
 	for _, op := range ops {
-		op.a, op.prev = vals[0], vals[1]
-		n := 2 + int(op.stayed())
-		op.res, vals = vals[2:n:n], vals[n:]
+		h := head(op)
+		op.a, op.prev = vals[0], 0
+		if h == 2 {
+			op.prev = vals[1]
+		}
+		n := h + int(op.stayed())
+		op.res, vals = vals[h:n:n], vals[n:]
 		if op.a == -3 {
 			op.err = errNotCounter
 		}
 	}
+}
+
+// head is how many values takeScript returns for op's key before its
+// callers' own: a, and for a sliding window prev.
+func head(op *takeOp) int {
+	if op.algo == SlidingWindow {
+		return 2
+	}
+	return 1
 }
 
 var errNotCounter = errors.New("the key holds something other than a count")

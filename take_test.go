@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -251,4 +252,54 @@ func TestCostOnACounterOfYourOwn(t *testing.T) {
 	if d := lim.Take(context.Background(), "acme"); d.By != ByCounter || d.Remaining != 9 {
 		t.Fatalf("cost 1: %+v; want counted, remaining 9", d)
 	}
+}
+
+// Callers of one tenant with different costs, all at once, share round
+// trips: each is decided in turn, and what the store holds afterwards is
+// exactly the sum of the costs it allowed, the refused ones taken back.
+func TestConcurrentCostsAddUp(t *testing.T) {
+	const limit, callers = 60, 240
+	var raised atomic.Bool
+	opts := Options{Limit: limit, Window: time.Hour, DisableOverLimitCache: true, StoreTimeout: 10 * time.Second,
+		PlanFor: func(string) Plan {
+			if raised.Load() {
+				return Plan{Limit: 2 * limit}
+			}
+			return Plan{}
+		}}
+	eachTakeSubject(t, opts, func(t *testing.T, lim *Limiter, tenant string, _ func(time.Duration)) {
+		raised.Store(false)
+		var mu sync.Mutex
+		var allowed, counted int
+		var wg sync.WaitGroup
+		release := make(chan struct{})
+		for i := range callers {
+			cost := 1 + i%4
+			wg.Go(func() {
+				<-release
+				d := lim.TakeN(context.Background(), tenant, cost)
+				mu.Lock()
+				defer mu.Unlock()
+				if d.By == ByCounter {
+					counted++
+					if d.Allowed {
+						allowed += cost
+					}
+				}
+			})
+		}
+		close(release)
+		wg.Wait()
+		if counted != callers || allowed > limit || allowed < limit-3 {
+			t.Fatalf("%d of %d callers decided by the counter, costs %d allowed; want all decided, %d at most and at least %d",
+				counted, callers, allowed, limit, limit-3)
+		}
+		// A plan twice as large shows the count the store holds: it must
+		// be what it allowed, every refused cost taken back.
+		raised.Store(true)
+		if d := lim.Take(context.Background(), tenant); !d.Allowed || d.Remaining != 2*limit-allowed-1 {
+			t.Fatalf("after %d allowed, one more on a plan of %d: %+v; want allowed with %d remaining",
+				allowed, 2*limit, d, 2*limit-allowed-1)
+		}
+	})
 }
