@@ -340,7 +340,12 @@ func describeServer(info string) string {
 		version = v + " (redis_version " + fields["redis_version"] + ")"
 	}
 	desc := name + " " + version
-	if exe := fields["executable"]; exe != "" {
+	// INFO's executable is the server's argv[0] joined to its working
+	// directory, wrong for a server found on PATH: say which one PATH has.
+	if exe, err := exec.LookPath("redis-server"); err == nil {
+		if abs, err := filepath.Abs(exe); err == nil {
+			exe = abs
+		}
 		desc += ", " + exe
 	}
 	return desc
