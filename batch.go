@@ -258,7 +258,7 @@ func (b *batcher) join(ctx context.Context, k opKey, cost int64, deadline time.T
 	bt = b.filling
 	fresh := bt == nil
 	if fresh {
-		bt = &batch{ctx: ctx, done: make(chan struct{}), }
+		bt = &batch{ctx: ctx, done: make(chan struct{})}
 		b.filling = bt
 	}
 	pos = bt.find(k)
