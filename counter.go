@@ -7,7 +7,10 @@ import (
 	"time"
 )
 
-// Counter is the shared store behind RateLimitShared.
+// Counter is the store a Limiter counts in. MemoryCounter and
+// RedisCounter are the two built in; a Counter of your own is another
+// store, counted by Incr, one request at a time, in fixed windows (so
+// without costs or SlidingWindow, which need a built-in counter).
 //
 // Incr bumps the counter for key and returns the count after the increment.
 // The first Incr of a key starts its window; the implementation expires the
@@ -21,7 +24,7 @@ type Counter interface {
 }
 
 // TTLCounter is a Counter that also reports, in the same call, how long the
-// key's current window has left. RateLimitShared uses it for the reset
+// key's current window has left. A Limiter uses it for the reset
 // figures of its headers, so that they cost no extra round trip. Both
 // built-in counters implement it; for a Counter that does not, the headers
 // report the full window, an upper bound.

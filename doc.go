@@ -1,32 +1,43 @@
-// Package ratelimit rate-limits a gateway per tenant with a fixed-window
-// counter that every replica of the gateway can share.
+// Package ratelimit rate-limits a gateway per tenant, with a counter that
+// every replica of the gateway can share.
 //
 // # The decision
 //
-// A Limiter holds one budget, Options.Limit requests per Options.Window for
-// each tenant, and decides requests against it: Limiter.Take counts one
-// request of a tenant and returns a Decision (allowed or not, with the
-// figures a response reports), and Limiter.TakeAddr does the same for a
-// request without a tenant, keyed by its client's address. The count lives
-// in a Counter: MemoryCounter, the default, counts in this process;
-// RedisCounter counts in Redis (single node, cluster or ring), so that N
-// replicas hand out one budget between them instead of N budgets.
+// A Limiter holds one budget, Options.Limit requests per Options.Window
+// for each tenant (or the tenant's own Plan, from Options.PlanFor), and
+// decides requests against it: Limiter.Take counts one request of a tenant
+// and returns a Decision (allowed or not, with the figures a response
+// reports), Limiter.TakeN a request that costs several units, and
+// Limiter.TakeAddr a request without a tenant, keyed by its client's
+// address. Options.Algorithm counts in fixed windows (the default) or in a
+// sliding window; Options.Shadow decides without ever refusing, to watch a
+// new limit first.
+//
+// The count lives in a Counter: MemoryCounter, the default, counts in this
+// process; RedisCounter counts in Redis (single node, cluster or ring), so
+// that N replicas hand out one budget between them instead of N budgets.
+// The counter itself decides, in one atomic step per request: a request is
+// counted only when its cost fits, and a refused one spends nothing.
+// Limiter.Ping checks the counter at start-up.
 //
 // When the counter fails, the Limiter never blocks the request past
 // Options.StoreTimeout: it decides by Options.Fallback, or lets the
 // request through (or refuses it with Options.FailClosed), logs at most
-// one line per second, and opens a circuit breaker after
-// Options.BreakerFailures failures in a row. Options.Metrics counts each
-// kind of decision.
+// one line per second, and opens a circuit breaker (one per Redis server)
+// after Options.BreakerFailures failures in a row. Options.Metrics counts
+// each kind of decision; the module github.com/gatewaykit/ratelimit/prometheus
+// exports them.
 //
-// # Front doors
+// # Middleware
 //
-// A front door reads the tenant from a request and writes the Decision
-// into the response; the decision itself is the Limiter's:
+// A middleware reads the tenant (and the cost) from a request and writes
+// the Decision into the response; the decision itself is the Limiter's:
 //
-//   - RateLimitShared: Fiber v2 middleware, configured by Config.
+//   - RateLimitShared: Fiber v2 middleware, configured by Config, which
+//     builds its own Limiter; FiberMiddleware for a Limiter built first.
 //   - HTTPMiddleware: net/http middleware (func(http.Handler) http.Handler),
-//     configured by HTTPConfig.
+//     configured by HTTPConfig; ProblemDetails answers its refusals with
+//     RFC 9457 problem details.
 //   - Fiber v3: the module github.com/gatewaykit/ratelimit/fiberv3.
 //
 // Each answers 429 over budget, with Retry-After, and 503 under FailClosed
@@ -39,8 +50,8 @@
 //
 // A tenant's count is kept under "rl:<tenant>", or "rl:<name>#<tenant>"
 // for a limiter with an Options.Name, with the tenant ID escaped and
-// bounded; requests without a tenant share "rl:unknown" unless the door
-// keys them by address (IPv6 by Options.IPv6Prefix). The tenant must come
-// from something the gateway has verified: a client that picks its tenant
-// ID, or its address, picks its budget.
+// bounded; requests without a tenant share "rl:unknown" unless the
+// middleware keys them by address (IPv6 by Options.IPv6Prefix). The tenant
+// must come from something the gateway has verified: a client that picks
+// its tenant ID, or its address, picks its budget.
 package ratelimit

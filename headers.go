@@ -148,7 +148,7 @@ func appendList[T string | []byte](b []byte, prev T) []byte {
 }
 
 // SetFastHTTPHeaders writes d's fields into h, the response header of a
-// door on fasthttp (Fiber v2's and v3's c.Response().Header), as
+// middleware on fasthttp (Fiber v2's and v3's c.Response().Header), as
 // SetHeaders does into an http.Header.
 func (d *Decision) SetFastHTTPHeaders(h *fasthttp.ResponseHeader) {
 	var buf [128]byte

@@ -18,7 +18,7 @@ import (
 // requests (or units of cost) per Window, or the tenant's own Plan,
 // counted in Options.Counter by Options.Algorithm. It holds the whole
 // decision (keys, plans, time budget, breaker, fallback, shadow mode, log,
-// metrics); a front door only reads the tenant and the cost from a
+// metrics); a middleware only reads the tenant and the cost from a
 // request and writes the Decision into the response. A Limiter is safe for
 // concurrent use by multiple goroutines.
 type Limiter struct {
@@ -101,8 +101,8 @@ const (
 	// Options.Fallback counted the request against FallbackLimit.
 	ByFallback
 	// ByNone: nothing could count the request; it was let through, or
-	// refused with Options.FailClosed. A door answers the refusal 503, not
-	// 429.
+	// refused with Options.FailClosed. The middleware answers the refusal
+	// 503, not 429.
 	ByNone
 	// ByCache: the over-limit cache refused the request, from what the
 	// counter had reported, without asking it.
@@ -268,7 +268,7 @@ func (l *Limiter) TenantID(v any) (string, bool) {
 
 // CheckCost returns nil when the limiter can count requests of any cost
 // (TakeN), and otherwise an error that names the counter that cannot: a
-// Counter of your own counts one request at a time, by Incr. A front door
+// Counter of your own counts one request at a time, by Incr. A middleware
 // with a Cost function calls it at setup and panics with the error.
 func (l *Limiter) CheckCost() error {
 	for _, c := range []struct {

@@ -16,10 +16,11 @@ import (
 // A power of two; a key's shard is the top bits of its hash.
 const memShards = 256
 
-// MemoryCounter is a fixed-window Counter that lives in the process: the
+// MemoryCounter is a Counter that lives in the process: the
 // zero-dependency default, right for a single replica. Its windows behave
-// like RedisCounter's: the first Incr of a key starts the key's window and
-// the count starts again at 1 once the window is over.
+// like RedisCounter's, fixed or sliding (see Algorithm): in a fixed window
+// the first request of a key starts the key's window and the count starts
+// again once the window is over.
 //
 // Keys are spread over 256 shards, each an open-addressing hash table whose
 // slots are atomic pointers. Incrementing a key whose window is live takes

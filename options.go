@@ -7,8 +7,8 @@ import (
 )
 
 // Options configures a Limiter: the budget, the counter, and what happens
-// when the counter fails. Every front door (RateLimitShared,
-// HTTPMiddleware, the Fiber v3 module) decides through a Limiter built
+// when the counter fails. Every middleware (RateLimitShared,
+// FiberMiddleware, HTTPMiddleware, the Fiber v3 module) decides through a Limiter built
 // from these fields.
 type Options struct {
 	// Counter is the store that counts requests per key. Give every replica
@@ -28,7 +28,7 @@ type Options struct {
 	// RedisCounter share one budget, so setup panics when their Limit or
 	// Window differ. At most 64 bytes of visible ASCII without '"' or '\'.
 	//
-	// Optional. Default: "" (keys "rl:<tenant>", as before names existed)
+	// Optional. Default: "" (keys "rl:<tenant>", policy "default")
 	Name string
 
 	// Limit is how many requests a tenant may make per window, or how many
@@ -92,7 +92,7 @@ type Options struct {
 	// Optional. Default: 64
 	IPv6Prefix int
 
-	// FailClosed refuses requests (503 at an HTTP door) when the counter
+	// FailClosed refuses requests (503 from the middleware) when the counter
 	// fails, instead of letting them through. Failing open (the default)
 	// turns a store outage into a spell of unmetered traffic; failing
 	// closed turns it into an outage of everything behind the limiter.

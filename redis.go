@@ -9,22 +9,23 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// RedisCounter is a fixed-window Counter kept in Redis, so that every replica
-// of a gateway spends from one budget per key.
+// RedisCounter is a Counter kept in Redis, so that every replica of a
+// gateway spends from one budget per key.
 //
 // Calls share round trips. A call that finds no round trip in flight goes
 // out at once; calls that arrive while round trips are in flight wait for
-// the next one and go out together in one write. Calls to one key in one
-// round trip are one INCRBY, and each caller still gets a count of its
-// own.
+// the next one and go out together in one write, and each caller still
+// gets a count of its own.
 //
-// Each round trip runs a Lua script over its keys: for each key it runs
-// INCRBY, reads PTTL, and gives the key its expiry when it has none, so
-// the first request of a window starts the window's clock and no key is
-// ever left without an expiry. The script runs atomically on the
-// server, and it is sent so that go-redis never sends it twice, whatever
-// the client's MaxRetries: go-redis re-sends commands after a lost reply,
-// which would count those requests twice.
+// Each round trip runs a Lua script over its keys. For a Limiter, the
+// script itself decides: for each key it adds the cost of each request
+// that fits under the limit (fixed or sliding window, see Algorithm), so
+// a refused request spends nothing, and it gives a new window its expiry
+// in the same step, so no key is ever left without one. The script runs
+// atomically on the server, and it is sent so that go-redis never sends it
+// twice, whatever the client's MaxRetries: go-redis re-sends commands
+// after a lost reply, which would count those requests twice. Incr, for
+// callers of the Counter interface, is an INCRBY of 1 in the same script.
 //
 // RedisCounter works with a *redis.Client, a *redis.ClusterClient and a
 // *redis.Ring. On a single server one script call carries the whole round
@@ -36,7 +37,10 @@ import (
 // counter has the cluster client reload its slot map at once, so that the
 // calls of that node's keys go to the replica that takes its place as soon
 // as the cluster has promoted it. It needs a server that runs Lua scripts
-// (EVAL), which every Redis since 2.6, Valkey and KeyDB do. It is safe for
+// (EVAL), which every Redis since 2.6, Valkey and KeyDB do; on a server
+// whose ACL forbids them, a fixed window counts by a MULTI/EXEC
+// transaction per key instead (where a refused request's cost stays
+// counted), and a sliding window fails. It is safe for
 // concurrent use by multiple goroutines.
 //
 // A call returns when its context is done, whatever the client's options;

@@ -1,4 +1,4 @@
-// Package fiberv3 is the Fiber v3 front door of
+// Package fiberv3 is the Fiber v3 middleware of
 // github.com/gatewaykit/ratelimit: a fiber.Handler that rate-limits each
 // tenant with a ratelimit.Limiter.
 //
@@ -58,7 +58,7 @@ import (
 
 // Config says how the handler that New returns reads a request and answers
 // it. The fields mean what the fields of the same names in ratelimit.Config
-// mean for the Fiber v2 door. The zero Config is valid: every field is
+// mean for the Fiber v2 middleware. The zero Config is valid: every field is
 // optional.
 type Config struct {
 	// Next skips the limiter for a request when it returns true. Skipped
