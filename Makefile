@@ -13,7 +13,7 @@ FUZZTIME ?= 30s
 # which are modules too: make test runs the first's tests and builds and
 # vets the second, so that neither rots unseen.
 MODULES = fiberv3 prometheus
-EXAMPLES = examples/gateway examples/fiberv3 examples/nethttp
+EXAMPLES = examples/gateway examples/fiberv3 examples/nethttp examples/quickstart
 
 export GOWORK = off
 
@@ -66,7 +66,7 @@ test-unit: test-examples
 # Every example module builds and passes go vet.
 test-examples:
 	@for e in $(EXAMPLES); do \
-		echo "test-examples: $$e"; (cd $$e && go build -o /dev/null . && go vet ./...) || exit 1; \
+		echo "test-examples: $$e"; (cd $$e && go build ./... && go vet ./...) || exit 1; \
 	done
 
 # The Prometheus rules load and pass their tests (promtool, from Debian's

@@ -1,0 +1,41 @@
+module github.com/gatewaykit/ratelimit/examples/quickstart
+
+go 1.26.0
+
+// The README's quick start, one program per middleware, word for word
+// (readme_test.go checks it). A module of its own for Fiber v3; it builds
+// against the library and its Fiber v3 module in this repository.
+replace (
+	github.com/gatewaykit/ratelimit => ../..
+	github.com/gatewaykit/ratelimit/fiberv3 => ../../fiberv3
+)
+
+require (
+	github.com/gatewaykit/ratelimit v0.0.0
+	github.com/gatewaykit/ratelimit/fiberv3 v0.0.0-00010101000000-000000000000
+	github.com/gofiber/fiber/v2 v2.52.15
+	github.com/gofiber/fiber/v3 v3.1.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/gofiber/schema v1.7.0 // indirect
+	github.com/gofiber/utils/v2 v2.0.2 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/klauspost/compress v1.20.4 // indirect
+	github.com/mattn/go-colorable v0.1.14 // indirect
+	github.com/mattn/go-isatty v0.0.20 // indirect
+	github.com/mattn/go-runewidth v0.0.16 // indirect
+	github.com/molecule-man/go-brrr v1.3.1 // indirect
+	github.com/philhofer/fwd v1.2.0 // indirect
+	github.com/redis/go-redis/v9 v9.23.0 // indirect
+	github.com/rivo/uniseg v0.2.0 // indirect
+	github.com/tinylib/msgp v1.6.3 // indirect
+	github.com/valyala/bytebufferpool v1.0.0 // indirect
+	github.com/valyala/fasthttp v1.78.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/crypto v0.58.0 // indirect
+	golang.org/x/net v0.62.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
+)
