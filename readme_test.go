@@ -1,0 +1,49 @@
+package ratelimit
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// The README's quick start is the programs in examples/quickstart, which
+// make test builds and vets: word for word, so that what a newcomer copies
+// compiles.
+func TestREADMEQuickStartIsTheExamples(t *testing.T) {
+	readme := readFile(t, "README.md")
+	for _, door := range []string{"fiberv2", "fiberv3", "nethttp"} {
+		path := filepath.Join("examples", "quickstart", door, "main.go")
+		if src := readFile(t, path); !strings.Contains(readme, "```go\n"+src+"```\n") {
+			t.Errorf("README.md has no go block that is %s word for word", path)
+		}
+	}
+}
+
+// The README stays short (depth goes to docs/), and its links to files of
+// the repository lead somewhere.
+func TestREADMEIsShortAndItsLinksResolve(t *testing.T) {
+	readme := readFile(t, "README.md")
+	if n := len(readme); n > 10000 {
+		t.Errorf("README.md has %d characters; keep it to 10,000 and move depth to docs/", n)
+	}
+	links := regexp.MustCompile(`\]\(([^)#:]+)(#[^)]*)?\)`).FindAllStringSubmatch(readme, -1)
+	if len(links) == 0 {
+		t.Fatal("found no relative link in README.md")
+	}
+	for _, l := range links {
+		if _, err := os.Stat(l[1]); err != nil {
+			t.Errorf("README.md links to %s: %v", l[1], err)
+		}
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
