@@ -105,7 +105,10 @@ func HTTPMiddleware(lim *Limiter, cfg HTTPConfig) func(http.Handler) http.Handle
 			case d.By == ByNone:
 				http.Error(w, "service unavailable", http.StatusServiceUnavailable)
 			default:
-				cfg.LimitReached.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), contextDecision{}, &d)))
+				// A copy, so that only a refused request puts its Decision
+				// on the heap.
+				refused := d
+				cfg.LimitReached.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), contextDecision{}, &refused)))
 			}
 		})
 	}
