@@ -246,33 +246,10 @@ func TestSlidingWindowReplicasAdmitExactlyTheLimit(t *testing.T) {
 			la := NewLimiter(opts)
 			opts.Counter = b
 			lb := NewLimiter(opts)
-			tenant := uniqueTenant(t)
-			var allowed, counted atomic.Int64
-			var wg sync.WaitGroup
-			release := make(chan struct{})
-			for i := range requests {
-				lim := la
-				if i%2 == 1 {
-					lim = lb
-				}
-				wg.Go(func() {
-					<-release
-					d := lim.Take(context.Background(), tenant)
-					// A refusal the over-limit cache gives, from an earlier
-					// answer of the same counter, is the counter's too.
-					if d.By == ByCounter || d.By == ByCache && !d.Allowed {
-						counted.Add(1)
-					}
-					if d.Allowed {
-						allowed.Add(1)
-					}
-				})
-			}
-			close(release)
-			wg.Wait()
-			if counted.Load() != requests || allowed.Load() != limit {
+			counted, allowed := burstAtOnce([]*Limiter{la, lb}, uniqueTenant(t), requests)
+			if counted != requests || allowed != limit {
 				t.Fatalf("%d of %d requests decided by the counter, %d allowed; want all decided by the counter (or refused by its cache), exactly %d allowed",
-					counted.Load(), requests, allowed.Load(), limit)
+					counted, requests, allowed, limit)
 			}
 		})
 	}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -352,4 +353,29 @@ func newFiberLimiter(cfg Config, now func() time.Time) (*Limiter, fiber.Handler)
 func fiberHandler(cfg Config, now func() time.Time) fiber.Handler {
 	_, h := newFiberLimiter(cfg, now)
 	return h
+}
+
+// burstAtOnce sends requests for tenant at once, spread in turn over limiters,
+// and returns how many the store decided (the counter, or the over-limit
+// cache refusing from its answers) and how many were allowed by anyone.
+func burstAtOnce(limiters []*Limiter, tenant string, requests int) (decided, allowed int64) {
+	var nd, na atomic.Int64
+	var wg sync.WaitGroup
+	release := make(chan struct{})
+	for i := range requests {
+		lim := limiters[i%len(limiters)]
+		wg.Go(func() {
+			<-release
+			d := lim.Take(context.Background(), tenant)
+			if d.By == ByCounter || d.By == ByCache && !d.Allowed {
+				nd.Add(1)
+			}
+			if d.Allowed {
+				na.Add(1)
+			}
+		})
+	}
+	close(release)
+	wg.Wait()
+	return nd.Load(), na.Load()
 }
