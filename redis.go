@@ -37,11 +37,12 @@ import (
 // counter has the cluster client reload its slot map at once, so that the
 // calls of that node's keys go to the replica that takes its place as soon
 // as the cluster has promoted it. It needs a server that runs Lua scripts
-// (EVAL), which every Redis since 2.6, Valkey and KeyDB do; on a server
-// whose ACL forbids them, a fixed window counts by a MULTI/EXEC
-// transaction per key instead (where a refused request's cost stays
-// counted), and a sliding window fails. It is safe for
-// concurrent use by multiple goroutines.
+// (EVAL), which every Redis since 2.6, Valkey and KeyDB do (the sliding
+// window's script, which reads the server's clock before it writes, needs
+// Redis 5 or newer); on a server whose ACL forbids scripts, a fixed window
+// counts by a MULTI/EXEC transaction per key instead (where a refused
+// request's cost stays counted), and a sliding window fails. It is safe
+// for concurrent use by multiple goroutines.
 //
 // A call returns when its context is done, whatever the client's options;
 // a call that gives up before its round trip left is not counted, one that
