@@ -116,7 +116,7 @@ func redisSliding(client func(t *testing.T) redis.UniversalClient) func(t *testi
 		if err != nil {
 			t.Fatal(err)
 		}
-		offset := server.Sub(time.Now())
+		offset := time.Until(server)
 		now := func() time.Time { return time.Now().Add(offset) }
 		return func(o Options) *Limiter {
 			o.Counter = c
