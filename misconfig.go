@@ -68,16 +68,9 @@ func (r *RedisCounter) ping(ctx context.Context, t take) error {
 		}
 		return nil
 	}
-	var err error
-	switch c := r.nodes.rdb.(type) {
-	case *redis.Client:
-		err = check(ctx, c)
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, check)
-	case *redis.Ring:
-		err = c.ForEachShard(ctx, check)
-	default:
-		err = asMisconfigured(c.Ping(ctx).Err())
+	known, err := eachServer(ctx, r.nodes.rdb, check)
+	if !known {
+		err = asMisconfigured(r.nodes.rdb.Ping(ctx).Err())
 	}
 	if err != nil {
 		return err

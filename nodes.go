@@ -218,3 +218,18 @@ func nodeMayBeGone(err error) bool {
 	_, ok := errors.AsType[net.Error](err)
 	return ok
 }
+
+// eachServer calls fn for every server that rdb knows: itself, a cluster's
+// primaries, a ring's shards. It reports false, calling nothing, for a
+// client of another kind.
+func eachServer(ctx context.Context, rdb redis.UniversalClient, fn func(context.Context, *redis.Client) error) (bool, error) {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return true, fn(ctx, c)
+	case *redis.ClusterClient:
+		return true, c.ForEachMaster(ctx, fn)
+	case *redis.Ring:
+		return true, c.ForEachShard(ctx, fn)
+	}
+	return false, nil
+}

@@ -407,15 +407,8 @@ func requireEveryKeyExpires(t *testing.T, rdb redis.UniversalClient) {
 		}
 		return iter.Err()
 	}
-	var err error
-	switch c := rdb.(type) {
-	case *redis.Client:
-		err = check(ctx, c)
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, check)
-	case *redis.Ring:
-		err = c.ForEachShard(ctx, check)
-	default:
+	known, err := eachServer(ctx, rdb, check)
+	if !known {
 		t.Fatalf("cannot scan the servers of a %T", rdb)
 	}
 	if err != nil {
