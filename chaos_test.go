@@ -215,6 +215,13 @@ func testChaosConnectionKills(t *testing.T, client func(t *testing.T, name strin
 	// callers looping on the breaker's instant answers saturate both
 	// cores under -race, and the figures measure Go's scheduler.
 	load := startChaosLoad(h, callers, ids, time.Millisecond)
+	// The kills start once every caller has had its first answer, so that
+	// the connecting is measured on its own. A kill in the middle of a
+	// connection's handshake makes go-redis try the handshake again after
+	// a backoff (with MaxRetries at 10, for up to seconds), and the first
+	// requests would then wait out the connecting allowance. Later kills
+	// still land in the handshakes of the connections dialled again.
+	load.awaitFirstAnswers(t, 5*time.Second)
 	var kills, killErrs int64
 	ticker := time.NewTicker(every)
 	stop := time.After(duration)
@@ -960,6 +967,8 @@ type chaosLoad struct {
 	panics  atomic.Int64
 	mu      sync.Mutex
 	samples []chaosSample
+	// answered is done once every caller has had its first answer.
+	answered sync.WaitGroup
 	// oversleep is the most a 10 ms sleep overslept during the load: how
 	// late the scheduler ran a goroutine that was ready, which every
 	// latency figure includes.
@@ -982,6 +991,7 @@ func startChaosLoad(h fasthttp.RequestHandler, callers int, tenants []string, pa
 			}
 		}
 	})
+	l.answered.Add(callers)
 	for i := range callers {
 		tenant := i % len(tenants)
 		l.wg.Go(func() {
@@ -1000,6 +1010,9 @@ func startChaosLoad(h fasthttp.RequestHandler, callers int, tenants []string, pa
 				start := l.since()
 				status, counted := l.request(h, tenants[tenant])
 				mine = append(mine, chaosSample{start, l.since(), tenant, status, counted})
+				if len(mine) == 1 {
+					l.answered.Done()
+				}
 				if pace > 0 {
 					time.Sleep(pace)
 				}
@@ -1010,6 +1023,19 @@ func startChaosLoad(h fasthttp.RequestHandler, callers int, tenants []string, pa
 }
 
 func (l *chaosLoad) since() time.Duration { return time.Since(l.t0) }
+
+// awaitFirstAnswers waits until every caller has had its first answer, or
+// fails t after patience and returns.
+func (l *chaosLoad) awaitFirstAnswers(t *testing.T, patience time.Duration) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { l.answered.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(patience):
+		t.Errorf("the callers had no first answer within %v", patience)
+	}
+}
 
 // request sends one request, and records a panic rather than dying of it.
 func (l *chaosLoad) request(h fasthttp.RequestHandler, tenant string) (status int, counted bool) {
