@@ -303,3 +303,75 @@ func TestConcurrentCostsAddUp(t *testing.T) {
 		}
 	})
 }
+
+// TestManyKeysOfBothKindsInOneRoundTrip sends, in rounds, requests of many
+// tenants to four limiters that share one counter: fixed and sliding
+// windows, with costs of 1 and of 2, and different limits. Their calls meet
+// in shared round trips (on a single server or a ring's shard, one script
+// call carries keys of every kind), and each key must still be decided
+// exactly: its limit allowed, no more, and nothing failed.
+func TestManyKeysOfBothKindsInOneRoundTrip(t *testing.T) {
+	const tenants, each = 8, 12 // each key is asked in each of 12 rounds
+	kinds := []struct {
+		name  string
+		algo  Algorithm
+		limit int
+		cost  int
+	}{
+		{"fixed", FixedWindow, 5, 1},
+		{"sliding", SlidingWindow, 6, 1},
+		{"fixed-cost", FixedWindow, 10, 2},
+		{"sliding-cost", SlidingWindow, 14, 2},
+	}
+	for _, s := range takeSubjects {
+		t.Run(s.name, func(t *testing.T) {
+			c, _ := s.counter(t)
+			var limiters []*Limiter
+			for _, k := range kinds {
+				limiters = append(limiters, NewLimiter(Options{Name: k.name, Counter: c, Limit: k.limit,
+					Window: time.Minute, Algorithm: k.algo, StoreTimeout: 10 * time.Second, Logger: newLogRecorder().logger()}))
+			}
+			ids := make([]string, tenants)
+			for i := range ids {
+				ids[i] = uniqueTenant(t)
+			}
+			var mu sync.Mutex
+			decided, allowed := map[[2]int]int{}, map[[2]int]int{}
+			// In each round every key is asked once, all at once, so that
+			// most keys of a script call have one caller: the kinds that
+			// carry no costs, beside those that do.
+			for range each {
+				var wg sync.WaitGroup
+				release := make(chan struct{})
+				for k := range kinds {
+					for i := range ids {
+						wg.Go(func() {
+							<-release
+							d := limiters[k].TakeN(context.Background(), ids[i], kinds[k].cost)
+							mu.Lock()
+							defer mu.Unlock()
+							if d.By == ByCounter || d.By == ByCache && !d.Allowed {
+								decided[[2]int{k, i}]++
+							}
+							if d.Allowed {
+								allowed[[2]int{k, i}]++
+							}
+						})
+					}
+				}
+				close(release)
+				wg.Wait()
+			}
+			for k, kind := range kinds {
+				want := kind.limit / kind.cost
+				for i := range ids {
+					key := [2]int{k, i}
+					if decided[key] != each || allowed[key] != want {
+						t.Errorf("%s, tenant %d: %d of %d decided by the store, %d allowed; want all decided, %d allowed",
+							kind.name, i, decided[key], each, allowed[key], want)
+					}
+				}
+			}
+		})
+	}
+}
