@@ -8,8 +8,8 @@ import (
 
 // Options configures a Limiter: the budget, the counter, and what happens
 // when the counter fails. Every middleware (RateLimitShared,
-// FiberMiddleware, HTTPMiddleware, the Fiber v3 module) decides through a Limiter built
-// from these fields.
+// FiberMiddleware, HTTPMiddleware, the Fiber v3 module) decides through a
+// Limiter built from these fields.
 type Options struct {
 	// Counter is the store that counts requests per key. Give every replica
 	// a RedisCounter over the same Redis to share one budget between them;

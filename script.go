@@ -76,12 +76,13 @@ for _, key in ipairs(KEYS) do
     end
     o = o + 2
   else
-    local sliding, n, first = kind == 's' or kind == 'S', 1, at + 3
-    if kind == 'F' or kind == 'S' then n, first = tonumber(ARGV[at+3], 16), at + 4 end
-    local costs = first
-    if n == 1 and (kind == 'f' or kind == 's') then costs = nil end
-    at = first
-    if costs then at = first + n end
+    local sliding, n, costs = kind == 's' or kind == 'S', 1, nil
+    if kind == 's' then
+      at = at + 3
+    else
+      n, costs = tonumber(ARGV[at+3], 16), at + 4
+      at = costs + n
+    end
     local function cost(j)
       if costs then return tonumber(ARGV[costs+j-1], 16) end
       return 1
