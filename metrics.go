@@ -58,18 +58,24 @@ func (o Outcome) String() string {
 	return "invalid"
 }
 
-// Cause is why the store failed a round trip.
+// Cause is why a request's call to the store did not decide it: the
+// store's failure, or, for CauseCanceled, the request's own.
 type Cause int
 
 const (
 	CauseTimeout       Cause = iota // no answer within the time rule (see Options.StoreTimeout)
 	CauseRefused                    // the server could not be reached: a refused connection, a failed dial
 	CauseConfiguration              // the server answered that it is set up wrong (NOAUTH, NOPERM, ...)
-	CauseOther
+	CauseOther                      // any other failure of the store: a reset connection, an error reply
+	// CauseCanceled: the request's own context ended (its client went
+	// away, or its deadline passed) before the store answered. Not the
+	// store's failure: it moves no breaker and is not logged as one.
+	CauseCanceled
 	numCauses
 )
 
-// String returns "timeout", "refused", "configuration" or "other".
+// String returns "timeout", "refused", "configuration", "other" or
+// "canceled".
 func (c Cause) String() string {
 	switch c {
 	case CauseTimeout:
@@ -80,6 +86,8 @@ func (c Cause) String() string {
 		return "configuration"
 	case CauseOther:
 		return "other"
+	case CauseCanceled:
+		return "canceled"
 	}
 	return "invalid"
 }
@@ -109,8 +117,9 @@ type MetricsSnapshot struct {
 	BreakersOpen int64        // of those, open
 	BreakersHalf int64        // of those, half-open, probing their server
 
-	// The store's failed round trips, by cause. A request decided while
-	// its breaker was open made none.
+	// The store's failed round trips, by cause, and under CauseCanceled
+	// the calls that the request's own context ended before the store
+	// answered. A request decided while its breaker was open made none.
 	StoreErrors [numCauses]uint64 // indexed by Cause
 
 	// The store's round trips (those of a MemoryCounter are not timed).
