@@ -69,19 +69,29 @@ test-examples:
 		echo "test-examples: $$e"; (cd $$e && go build -o /dev/null ./... && go vet ./...) || exit 1; \
 	done
 
-# The Prometheus rules load and pass their tests (promtool, from Debian's
-# prometheus package; .ci/run installs it). Without promtool this says so
-# and fails, unless PROMTOOL=skip.
+# The Prometheus rules load and pass their tests with promtool: PROMTOOL
+# if it is on PATH, or else Debian 12's, which scripts/promtool.sh fetches
+# into PROMTOOL_DIR the first time, as the Redis servers are fetched.
+# PROMTOOL=skip leaves the rules untested.
 PROMTOOL ?= promtool
+PROMTOOL_DIR ?= .cache/promtool
+promtool_dir = $(abspath $(PROMTOOL_DIR))
 test-rules:
 ifeq ($(PROMTOOL),skip)
 	@echo "test-rules: skipped (PROMTOOL=skip)"
 else
-	@command -v $(PROMTOOL) >/dev/null 2>&1 || { \
-		echo "make: no promtool on PATH: install Debian's prometheus package (apt-get install prometheus)," >&2; \
-		echo "or run make test PROMTOOL=skip to leave the Prometheus rules untested." >&2; exit 1; }
-	$(PROMTOOL) check rules prometheus/rules.yml
-	$(PROMTOOL) test rules prometheus/rules_test.yml
+	@promtool=$$(command -v "$(PROMTOOL)") || { \
+		[ "$(PROMTOOL)" = promtool ] || { echo "make: PROMTOOL=$(PROMTOOL) is not a command" >&2; exit 1; }; \
+		./scripts/promtool.sh "$(promtool_dir)" || { \
+			echo "make: no promtool on PATH, and fetching one failed (see above)." >&2; \
+			echo "Install Debian's prometheus package or put a promtool on PATH;" >&2; \
+			echo "or run make test PROMTOOL=skip to leave the Prometheus rules untested." >&2; \
+			exit 1; \
+		}; \
+		promtool="$(promtool_dir)/bin/promtool"; \
+	}; \
+	echo "test-rules: $$promtool: $$("$$promtool" --version 2>&1 | head -n 1)"; \
+	"$$promtool" check rules prometheus/rules.yml && "$$promtool" test rules prometheus/rules_test.yml
 endif
 
 # The library's tests (unit, Redis, cluster, chaos) once on each of
