@@ -2,10 +2,17 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // plans is a PlanFor that a test changes as it goes.
@@ -165,4 +172,242 @@ func TestShadowModeLogs(t *testing.T) {
 	if s := m.Snapshot(); s.ShadowLimited != 5 || s.Allowed != 1 {
 		t.Errorf("metrics %+v; want 1 allowed, 5 shadow-limited", s)
 	}
+}
+
+// closedCounter is a counter that fails every request: a MemoryCounter
+// after its Close.
+func closedCounter() *MemoryCounter {
+	c := NewMemoryCounter()
+	c.Close()
+	return c
+}
+
+// While the counter fails, the fallback counts a tenant in its plan's
+// window, not in Options.Window: the Decision and the headers report the
+// plan's window, Reset and RetryAfter are within it, and the budget comes
+// back once the plan's windows have passed.
+func TestFallbackCountsInThePlansWindow(t *testing.T) {
+	const planWindow = 10 * time.Second
+	for _, tc := range []struct {
+		algo Algorithm
+		// How long a spent budget takes to come back: a fixed window's
+		// end, or a sliding window's count falling over two windows.
+		back time.Duration
+	}{
+		{FixedWindow, planWindow},
+		{SlidingWindow, 2 * planWindow},
+	} {
+		t.Run(tc.algo.String(), func(t *testing.T) {
+			clock := newFakeClock()
+			lim := newLimiter(Options{Counter: closedCounter(), Limit: 10, Window: time.Minute, Algorithm: tc.algo,
+				PlanFor:  func(string) Plan { return Plan{Window: planWindow} },
+				Fallback: newMemoryCounter(clock.Now), FallbackLimit: 2, Logger: newLogRecorder().logger()}, clock.Now)
+			ctx := context.Background()
+			for i := range 2 {
+				d := lim.Take(ctx, "acme")
+				if !d.Allowed || d.By != ByFallback || d.Limit != 2 || d.Window != planWindow || d.Reset <= 0 || d.Reset > tc.back {
+					t.Fatalf("request %d: %+v; want allowed by the fallback's 2, in the plan's %v window, Reset within %v",
+						i+1, d, planWindow, tc.back)
+				}
+				if got, want := http2Header(d).Get("RateLimit-Policy"), `"default";q=2;w=10`; got != want {
+					t.Errorf("request %d: RateLimit-Policy %q, want %q", i+1, got, want)
+				}
+			}
+			d := lim.Take(ctx, "acme")
+			if d.Allowed || d.By != ByFallback || d.Window != planWindow || d.RetryAfter <= 0 || d.RetryAfter > tc.back {
+				t.Fatalf("request 3: %+v; want refused by the fallback, in the plan's %v window, RetryAfter within %v",
+					d, planWindow, tc.back)
+			}
+			clock.Advance(tc.back)
+			if d := lim.Take(ctx, "acme"); !d.Allowed || d.By != ByFallback {
+				t.Fatalf("%v later: %+v; want allowed: the plan's windows have passed", tc.back, d)
+			}
+		})
+	}
+}
+
+// In shadow mode a limiter writes no rate limit header field, whoever
+// decides: also when the counter fails and the fallback decides, whether
+// it allows the request or would refuse it.
+func TestShadowModeWritesNoHeadersWhenTheFallbackDecides(t *testing.T) {
+	fields := []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit-Policy", "RateLimit", "Retry-After"}
+	doors := []struct {
+		name string
+		// serve returns a function that sends a request of tenant acme
+		// through lim's middleware, to a handler that answers 200.
+		serve func(t *testing.T, lim *Limiter) func() *http.Response
+	}{
+		{"Fiber v2", func(t *testing.T, lim *Limiter) func() *http.Response {
+			app := newApp(FiberMiddleware(lim, Config{}), nil)
+			return func() *http.Response { return get(t, app, "acme") }
+		}},
+		{"net/http", func(_ *testing.T, lim *Limiter) func() *http.Response {
+			h := HTTPMiddleware(lim, HTTPConfig{})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			return func() *http.Response {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil).WithContext(WithTenant(context.Background(), "acme")))
+				return rec.Result()
+			}
+		}},
+	}
+	for _, door := range doors {
+		t.Run(door.name, func(t *testing.T) {
+			clock := newFakeClock()
+			m := &Metrics{}
+			lim := newLimiter(Options{Counter: closedCounter(), Limit: 10, Window: time.Minute, Shadow: true,
+				Fallback: newMemoryCounter(clock.Now), FallbackLimit: 1, Metrics: m, Logger: newLogRecorder().logger()}, clock.Now)
+			serve := door.serve(t, lim)
+			for _, request := range []string{"allowed by the fallback", "that the fallback would refuse"} {
+				resp := serve()
+				if resp.StatusCode != http.StatusOK {
+					t.Errorf("request %s: status %d, want 200", request, resp.StatusCode)
+				}
+				for _, f := range fields {
+					if v, ok := resp.Header[http.CanonicalHeaderKey(f)]; ok {
+						t.Errorf("request %s: %s = %q; want no rate limit field in shadow mode", request, f, v)
+					}
+				}
+			}
+			want := map[DecisionCount]bool{
+				{Outcome: OutcomeAllowed, By: ByFallback, Count: 1}:       true,
+				{Outcome: OutcomeShadowLimited, By: ByFallback, Count: 1}: true,
+			}
+			s := m.Snapshot()
+			for _, c := range s.Decisions {
+				delete(want, c)
+			}
+			if len(want) != 0 || len(s.Decisions) != 2 {
+				t.Errorf("decisions %+v; want one allowed by the fallback and one it would have refused", s.Decisions)
+			}
+		})
+	}
+}
+
+// Tenants whose plans have different windows may share a round trip, and
+// one script call: each key still gets its own plan's window. Two tenants,
+// of a minute and of 10 s, are made to meet in one batch: the server is
+// paused while the batcher's round trips are all in flight, so that both
+// calls wait for the next one. Each key's expiry on the server, and each
+// Decision, must be its own plan's window.
+//
+// Only on a single server: a cluster's script call carries one key, so
+// keys of different windows never share one there, and a ring's carries
+// the keys of one shard, which the test cannot choose for its tenants.
+func TestPlansOfDifferentWindowsInOneScriptCall(t *testing.T) {
+	const pause = 500 * time.Millisecond
+	rdb := newRedisClient(t)
+	calls := &scriptCalls{}
+	rdb.AddHook(calls)
+	admin := newRedisClient(t)
+	ctx := context.Background()
+	tenSeconds, minute := uniqueTenant(t), uniqueTenant(t)
+	windows := map[string]time.Duration{tenSeconds: 10 * time.Second, minute: time.Minute}
+	counter := NewRedisCounter(rdb)
+	lim := NewLimiter(Options{Counter: counter, Limit: 10, Window: 30 * time.Second, StoreTimeout: 10 * time.Second,
+		PlanFor: func(tenant string) Plan { return Plan{Window: windows[tenant]} }, Logger: newLogRecorder().logger()})
+	if d := lim.Take(ctx, uniqueTenant(t)); d.By != ByCounter { // loads the script, dials
+		t.Fatalf("warm-up: %+v", d)
+	}
+
+	// CLIENT PAUSE holds every client's commands, the admin's too.
+	if err := admin.Do(ctx, "client", "pause", pause.Milliseconds()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	b := counter.nodes.first.batch
+	var wg sync.WaitGroup
+	for range rounds {
+		wg.Go(func() { lim.Take(ctx, uniqueTenant(t)) })
+	}
+	held := batcherReaches(b, pause, func() bool { return b.inFlight == rounds })
+	decisions := map[string]*Decision{tenSeconds: {}, minute: {}}
+	var joined error
+	for i, tenant := range []string{tenSeconds, minute} {
+		if held != nil || joined != nil {
+			break
+		}
+		wg.Go(func() { *decisions[tenant] = lim.Take(ctx, tenant) })
+		joined = batcherReaches(b, pause, func() bool { return b.filling != nil && len(b.filling.ops) == i+1 })
+	}
+	wg.Wait()
+	if held != nil || joined != nil {
+		t.Fatalf("the two tenants' calls did not wait in one batch while the server was paused: %v; %v", held, joined)
+	}
+	if !calls.sharedBy(tenantKey(tenSeconds), tenantKey(minute)) {
+		t.Fatalf("script calls %v; want one that carries both %s and %s", calls.all(), tenantKey(tenSeconds), tenantKey(minute))
+	}
+
+	for tenant, window := range windows {
+		d := decisions[tenant]
+		if !d.Allowed || d.By != ByCounter || d.Window != window || d.Reset != window {
+			t.Errorf("tenant of a %v plan: %+v; want allowed by the counter, Window and Reset %v", window, *d, window)
+		}
+		ttl, err := admin.PTTL(ctx, tenantKey(tenant)).Result()
+		if err != nil || ttl <= window-5*time.Second || ttl > window {
+			t.Errorf("PTTL of the key of a %v plan: %v, %v; want about %v", window, ttl, err, window)
+		}
+	}
+}
+
+// batcherReaches waits, up to timeout, until cond holds of b's state,
+// read under b's lock.
+func batcherReaches(b *batcher, timeout time.Duration, cond func() bool) error {
+	return poll(timeout, func() error {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if !cond() {
+			return errors.New("the batcher is not there yet")
+		}
+		return nil
+	})
+}
+
+// scriptCalls is a go-redis hook that records the keys of each script call
+// (EVALSHA or EVAL) its client sends.
+type scriptCalls struct {
+	mu   sync.Mutex
+	keys [][]string
+}
+
+func (s *scriptCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (s *scriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		s.record(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (s *scriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			s.record(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (s *scriptCalls) record(cmd redis.Cmder) {
+	if name := cmd.Name(); name != "evalsha" && name != "eval" {
+		return
+	}
+	args := cmd.Args()
+	n, _ := args[2].(int)
+	keys := make([]string, 0, n)
+	for _, k := range args[3 : 3+n] {
+		keys = append(keys, fmt.Sprint(k))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.keys = append(s.keys, keys)
+}
+
+func (s *scriptCalls) all() [][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.keys)
+}
+
+// sharedBy reports whether one script call carried exactly keys, in order.
+func (s *scriptCalls) sharedBy(keys ...string) bool {
+	return slices.ContainsFunc(s.all(), func(call []string) bool { return slices.Equal(call, keys) })
 }

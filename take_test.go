@@ -375,3 +375,39 @@ func TestManyKeysOfBothKindsInOneRoundTrip(t *testing.T) {
 		})
 	}
 }
+
+// A request's cost counts in the fallback as it does in the counter: while
+// the counter fails, each request of cost 4 spends 4 of the fallback's
+// budget, and one that no longer fits is refused and spends nothing.
+func TestFallbackTakesTheRequestsCost(t *testing.T) {
+	failing := []struct {
+		name    string
+		counter func() Counter
+	}{
+		{"closed MemoryCounter", func() Counter { return closedCounter() }},
+		{"RedisCounter on a closed client", func() Counter {
+			rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+			rdb.Close()
+			return NewRedisCounter(rdb)
+		}},
+	}
+	for _, f := range failing {
+		for _, algo := range algorithms {
+			t.Run(f.name+"/"+algo.String(), func(t *testing.T) {
+				clock := newFakeClock()
+				lim := newLimiter(Options{Counter: f.counter(), Limit: 10, Window: time.Minute, Algorithm: algo,
+					Fallback: newMemoryCounter(clock.Now), FallbackLimit: 10, Logger: newLogRecorder().logger()}, clock.Now)
+				for i, want := range []struct {
+					allowed   bool
+					remaining int
+				}{{true, 6}, {true, 2}, {false, 2}} {
+					d := lim.TakeN(context.Background(), "acme", 4)
+					if d.By != ByFallback || d.Allowed != want.allowed || d.Remaining != want.remaining || d.Limit != 10 || d.Err == nil {
+						t.Fatalf("request %d of cost 4: %+v; want decided by the fallback, allowed %v, remaining %d of 10, with the counter's error",
+							i+1, d, want.allowed, want.remaining)
+					}
+				}
+			})
+		}
+	}
+}
