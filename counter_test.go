@@ -254,19 +254,27 @@ func checkNoGoroutineLeft(t *testing.T, before map[string]string) bool {
 
 // A MemoryCounter starts no goroutine: after each case of the table, with
 // the counter still open and once it is closed, no goroutine is left that
-// the case started.
+// the case started. It passes at its default bound, and at the smallest
+// one that holds every key a case counts at once.
 func TestMemoryCounterConformance(t *testing.T) {
-	testCounterConformance(t, func(t *testing.T) counterSubject {
-		before := goroutines()
-		clock := newFakeClock()
-		m := newMemoryCounter(clock.Now)
-		t.Cleanup(func() {
-			open := checkNoGoroutineLeft(t, before)
-			m.Close()
-			if open {
-				checkNoGoroutineLeft(t, before)
-			}
+	for _, bound := range []struct {
+		name string
+		opts []MemoryOption
+	}{{"default", nil}, {"MaxKeys(2)", []MemoryOption{MaxKeys(2)}}} {
+		t.Run(bound.name, func(t *testing.T) {
+			testCounterConformance(t, func(t *testing.T) counterSubject {
+				before := goroutines()
+				clock := newFakeClock()
+				m := newMemoryCounter(clock.Now, bound.opts...)
+				t.Cleanup(func() {
+					open := checkNoGoroutineLeft(t, before)
+					m.Close()
+					if open {
+						checkNoGoroutineLeft(t, before)
+					}
+				})
+				return counterSubject{counter: m, advance: clock.Advance}
+			})
 		})
-		return counterSubject{counter: m, advance: clock.Advance}
-	})
+	}
 }

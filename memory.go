@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"math"
 	"math/bits"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,16 @@ import (
 // memShards is the number of independently locked parts of a MemoryCounter.
 // A power of two; a key's shard is the top bits of its hash.
 const memShards = 256
+
+// memDefaultMaxKeys is the bound of a MemoryCounter without MaxKeys, the
+// zero value's included.
+const memDefaultMaxKeys = 1_000_000
+
+// memMinShare is the fewest windows a shard's share of MaxKeys holds: a
+// counter bounded below memShards × memMinShare uses fewer shards. Keys
+// never spread exactly evenly, and the smaller the shares, the sooner the
+// first of them fills.
+const memMinShare = 1024
 
 // MemoryCounter is a Counter that lives in the process: the
 // zero-dependency default, right for a single replica. Its windows behave
@@ -38,11 +49,32 @@ const memShards = 256
 // longest window after it ends (two, if its shard was busy at its turn), or
 // at the next call if calls are further apart than that.
 //
-// The zero value is an empty counter ready to use, like NewMemoryCounter's.
-// A MemoryCounter is safe for concurrent use by multiple goroutines.
+// It holds at most MaxKeys windows, one per key: 1,000,000 unless told
+// otherwise, which a gateway does not meet in normal use, and a ceiling
+// for one whose clients flood it with new keys (tenant IDs they choose,
+// or the 2^32 IPv6 /64 prefixes of a routed /32 under AnonymousByIP).
+// A new key always gets a window: when its shard has no room, the shard
+// drops its windows that have ended and, when that is not room enough,
+// its live windows that end soonest, a batch at a time; Evicted counts
+// those. See MaxKeys for exactly what is guaranteed. A lookup of a live
+// key pays nothing for the bound but one more word read to pick the
+// shard; a new key in a full shard pays, once per eighth of the shard's
+// share, for a pass over the shard.
+//
+// The zero value is an empty counter ready to use, like NewMemoryCounter's,
+// with the default bound. A MemoryCounter is safe for concurrent use by
+// multiple goroutines.
 type MemoryCounter struct {
 	shards [memShards]memShard
 	closed atomic.Bool
+
+	// The bound (see MaxKeys): maxKeys windows (0: memDefaultMaxKeys) in
+	// equal shares over the shards in use. shardsOff masks off the bits of
+	// a shard index that a counter of fewer shards leaves unused (0: all
+	// memShards are used).
+	maxKeys   int
+	shardsOff uint64
+	evicted   atomic.Uint64 // live windows dropped to stay within maxKeys
 
 	// The shards' turns to be rebuilt, in a ring: one every
 	// sweepSpan/memShards, so that each has one per sweepSpan.
@@ -121,17 +153,105 @@ var (
 
 func (m *MemoryCounter) keyOwners() *keyOwners { return &m.owners }
 
-// NewMemoryCounter returns an empty in-memory counter. It starts no
-// goroutine; Close releases its memory.
-func NewMemoryCounter() *MemoryCounter {
-	return newMemoryCounter(nil)
+// A MemoryOption configures the MemoryCounter that NewMemoryCounter
+// returns.
+type MemoryOption func(*memoryOptions)
+
+type memoryOptions struct {
+	maxKeys int
+}
+
+// MaxKeys bounds a MemoryCounter to n windows, one per key it counts.
+// Without it, and in the zero value, the bound is 1,000,000 windows,
+// about 100 MB of memory with keys of 20 bytes.
+//
+// What is guaranteed: the counter never holds more than n windows, ended
+// ones included, whatever the keys and however many goroutines call it;
+// a new key always gets a window; and a key whose window is not dropped
+// counts exactly.
+//
+// How: n is split into equal shares (within one) over the counter's
+// shards: 256 of them from n = 262,144 up, fewer below so that each share
+// holds at least 1,024 windows, and one below n = 2,048. A key's shard is
+// picked by a hash with a seed of the process's own. When a new key finds
+// its shard's share full, the shard drops its windows that have ended and,
+// if that frees less than an eighth of the share, drops live windows, those
+// that end soonest, until an eighth is free. Freeing a batch makes a pass
+// over the shard (time linear in its share) come once per eighth of its
+// share of new keys: an insert costs amortised O(1). Hence:
+//   - The windows dropped are the soonest-ending of their shard, which is
+//     the whole counter below n = 2,048, not always of the whole counter.
+//   - The first eviction can come before the counter holds n windows in
+//     all, since the key's shard can fill first: for keys spread at random,
+//     at about 90 % of n or more, about 95 % at the default. A shard that
+//     has just evicted holds about seven eighths of its share.
+//   - A window ends when it stops counting requests: a fixed window at its
+//     end, a sliding one a window later, since the next window weighs its
+//     count. That is the order of "soonest", and a window dropped before
+//     then is an eviction (see Evicted).
+//
+// A count in flight when its window is dropped is counted in that window,
+// as if it came just before; the key's next request starts a fresh window,
+// with a fresh budget (a sliding one without the window before).
+//
+// MaxKeys panics if n is less than 1.
+func MaxKeys(n int) MemoryOption {
+	if n < 1 {
+		panic(fmt.Sprintf("ratelimit: MaxKeys must be at least 1, not %d", n))
+	}
+	return func(o *memoryOptions) { o.maxKeys = n }
+}
+
+// NewMemoryCounter returns an empty in-memory counter, bounded by MaxKeys
+// (default 1,000,000 windows). It starts no goroutine; Close releases its
+// memory.
+func NewMemoryCounter(opts ...MemoryOption) *MemoryCounter {
+	return newMemoryCounter(nil, opts...)
 }
 
 // newMemoryCounter is NewMemoryCounter on the clock now (nil: the real
 // clock).
-func newMemoryCounter(now func() time.Time) *MemoryCounter {
-	return &MemoryCounter{clock: newClock(now)}
+func newMemoryCounter(now func() time.Time, opts ...MemoryOption) *MemoryCounter {
+	var o memoryOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	m := &MemoryCounter{clock: newClock(now), maxKeys: o.maxKeys}
+	shards := uint64(memShards)
+	for shards > 1 && uint64(m.bound())/shards < memMinShare {
+		shards /= 2
+	}
+	m.shardsOff = (memShards - 1) &^ (shards - 1)
+	return m
 }
+
+// bound is the most windows m holds.
+func (m *MemoryCounter) bound() int {
+	if m.maxKeys == 0 {
+		return memDefaultMaxKeys
+	}
+	return m.maxKeys
+}
+
+// share is the most windows shard i of m holds: the shards' shares, equal
+// within one, add up to m's bound.
+func (m *MemoryCounter) share(i uint64) int {
+	shards := memShards - m.shardsOff // shardsOff is the high bits of memShards-1
+	n := m.bound()
+	share := n / int(shards)
+	if i < uint64(n)%shards {
+		share++
+	}
+	return share
+}
+
+// Evicted returns how many windows m has dropped while they were live, to
+// stay within MaxKeys: each let its key start a fresh window early, and so
+// gave its tenant a fresh budget. Windows dropped after they ended, and
+// those that Close drops, are not counted. A count that grows says that
+// the bound is too small for the traffic, or that a client floods the
+// counter with new keys.
+func (m *MemoryCounter) Evicted() uint64 { return m.evicted.Load() }
 
 // Incr bumps the counter for key and returns the count after the increment.
 func (m *MemoryCounter) Incr(ctx context.Context, key string, window time.Duration) (int64, error) {
@@ -208,16 +328,17 @@ func (m *MemoryCounter) window(key []byte, width int64, algo Algorithm) (*memWin
 		m.sweep(now)
 	}
 	h := maphash.Bytes(memSeed, key)
-	s := &m.shards[memShardOf(h)]
-	if t := s.table.Load(); t != nil {
+	i := memShardOf(h) &^ m.shardsOff
+	if t := m.shards[i].table.Load(); t != nil {
 		// A window is only ever replaced once it has ended, so counting in
 		// one that is live at now counts in the right window even if it is
-		// replaced a moment later.
+		// replaced a moment later; one dropped to stay within MaxKeys
+		// counts the request as if it came before the drop.
 		if _, w := t.find(h, key); w != nil && w.liveFor(now, width, algo) {
 			return w, now, nil
 		}
 	}
-	w, err := m.windowLocked(s, h, key, now, width, algo)
+	w, err := m.windowLocked(i, h, key, now, width, algo)
 	return w, now, err
 }
 
@@ -237,8 +358,10 @@ func (t *memTable) find(h uint64, key []byte) (int, *memWindow) {
 	}
 }
 
-// windowLocked handles a new key, an ended window, and rebuilding.
-func (m *MemoryCounter) windowLocked(s *memShard, h uint64, key []byte, now, width int64, algo Algorithm) (*memWindow, error) {
+// windowLocked handles a new key, an ended window, and rebuilding, in
+// shard si.
+func (m *MemoryCounter) windowLocked(si, h uint64, key []byte, now, width int64, algo Algorithm) (*memWindow, error) {
+	s := &m.shards[si]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if m.closed.Load() {
@@ -257,17 +380,24 @@ func (m *MemoryCounter) windowLocked(s *memShard, h uint64, key []byte, now, wid
 			}
 		}
 	}
+	share := m.share(si)
 	t := s.table.Load()
 	if t == nil || now-s.rebuiltAt >= s.span {
-		t = s.rebuild(t, now)
+		t = m.rebuild(s, t, now, share)
 	}
 
 	i, w := t.find(h, key)
 	if w != nil && w.liveFor(now, width, algo) {
 		return w, nil
 	}
-	if w == nil && 2*(t.used+1) > len(t.slots) {
-		t = s.rebuild(t, now)
+	switch {
+	case w == nil && t.used >= share:
+		// Full: free an eighth of the share at once, so that the next
+		// eighth of new keys go in without a pass over the shard.
+		t = m.rebuild(s, t, now, share-max(share/8, 1))
+		i, w = t.find(h, key)
+	case w == nil && 2*(t.used+1) > len(t.slots):
+		t = m.rebuild(s, t, now, share)
 		i, w = t.find(h, key)
 	}
 
@@ -336,16 +466,18 @@ func (m *MemoryCounter) sweep(now int64) {
 		}
 		// A table that holds no window is already as small as one gets.
 		if t := s.table.Load(); t != nil && t.used > 0 && now-s.rebuiltAt >= s.span {
-			s.rebuild(t, now)
+			m.rebuild(s, t, now, math.MaxInt) // ended windows only
 		}
 		s.mu.Unlock()
 	}
 }
 
-// rebuild replaces the shard's table, old, with one holding the windows of
-// old that are live at now, with room for one more and at most half full.
-// It is called with s.mu held.
-func (s *memShard) rebuild(old *memTable, now int64) *memTable {
+// rebuild replaces the table of s, old, with one holding the windows of
+// old that are live at now, at most limit of them, with room for one more
+// and at most half full. When more than limit are live, it drops those
+// that end soonest, and counts them in m.evicted. It is called with s.mu
+// held.
+func (m *MemoryCounter) rebuild(s *memShard, old *memTable, now int64, limit int) *memTable {
 	var live []*memWindow
 	if old != nil {
 		for i := range old.slots {
@@ -353,6 +485,11 @@ func (s *memShard) rebuild(old *memTable, now int64) *memTable {
 				live = append(live, w)
 			}
 		}
+	}
+	if drop := len(live) - limit; drop > 0 {
+		soonestFirst(live, drop)
+		live = live[drop:]
+		m.evicted.Add(uint64(drop))
 	}
 	size := 8
 	for size < 2*(len(live)+1) {
@@ -370,6 +507,38 @@ func (s *memShard) rebuild(old *memTable, now int64) *memTable {
 	s.table.Store(t)
 	s.rebuiltAt = now
 	return t
+}
+
+// soonestFirst reorders ws so that its first k windows end no later than
+// any of the others: a quickselect on keep, in time linear in len(ws) on
+// average. The pivots are random, so no order of windows makes it slow.
+func soonestFirst(ws []*memWindow, k int) {
+	lo, hi := 0, len(ws) // the boundary k is within ws[lo:hi]
+	for hi-lo > 1 {
+		p := ws[lo+rand.IntN(hi-lo)].keep()
+		// ws[lo:lt] end before p, ws[lt:gt] at p, ws[gt:hi] after it.
+		lt, i, gt := lo, lo, hi
+		for i < gt {
+			switch e := ws[i].keep(); {
+			case e < p:
+				ws[lt], ws[i] = ws[i], ws[lt]
+				lt, i = lt+1, i+1
+			case e > p:
+				gt--
+				ws[i], ws[gt] = ws[gt], ws[i]
+			default:
+				i++
+			}
+		}
+		switch {
+		case k < lt:
+			hi = lt
+		case k > gt:
+			lo = gt
+		default:
+			return
+		}
+	}
 }
 
 // Close drops every window and makes later calls return ErrClosed. It is
