@@ -148,6 +148,9 @@ func (op *takeOp) resultOf(ord int64) int64 {
 // sockets enforces. The answer is the call's result and the op's a and
 // prev (see takeOp).
 func (b *batcher) take(ctx context.Context, k opKey, cost int64, deadline time.Time, wait time.Duration) (res, a, prev int64, err error) {
+	if err := ctx.Err(); err != nil {
+		return 0, 0, 0, err // gone already: never sent
+	}
 	// Inline only when nothing but the wait can end the call: the store
 	// bounds a round trip by its deadline, not by a cancellation.
 	inline := b.inline && wait > 0 && ctx.Done() == nil
@@ -282,7 +285,6 @@ func (b *batcher) join(ctx context.Context, k opKey, cost int64, deadline time.T
 	if b.inFlight < b.rounds {
 		b.inFlight++
 		b.filling = nil
-		bt.sent = true
 		start = true
 	}
 	if fresh && wait > 0 && !(start && inline) {
@@ -318,8 +320,9 @@ func (bt *batch) find(k opKey) int {
 }
 
 // leave withdraws a caller that stops waiting. It reports whether the
-// answer is in after all; if the batch has not been sent, the call is taken
-// out of it and will not be counted.
+// answer is in after all; if the batch has not been sent (flush marks it
+// sent as it reads its ops), the call is taken out of it and will not be
+// counted.
 func (b *batcher) leave(bt *batch, pos int, ord int64) (answered bool) {
 	b.mu.Lock()
 	if !bt.sent {
@@ -364,8 +367,8 @@ func (b *batcher) run(bt *batch) {
 }
 
 // next is called at the end of a round trip. It returns the batch that
-// filled meanwhile, marked sent, to be sent in the same slot of rounds; or
-// nil, freeing the slot.
+// filled meanwhile, to be sent in the same slot of rounds; or nil, freeing
+// the slot.
 func (b *batcher) next() *batch {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -378,15 +381,17 @@ func (b *batcher) next() *batch {
 	}
 	if bt == nil {
 		b.inFlight--
-	} else {
-		bt.sent = true
 	}
 	return bt
 }
 
-// flush sends bt's ops that still count anything, and closes done.
+// flush sends bt's ops that still count anything, and closes done. Once
+// it has marked bt sent, a caller that leaves may be counted all the same.
 func (b *batcher) flush(bt *batch) {
 	defer bt.finish()
+	b.mu.Lock()
+	bt.sent = true
+	b.mu.Unlock()
 	ops := make([]*takeOp, 0, len(bt.ops))
 	for i := range bt.ops {
 		if bt.ops[i].stayed() > 0 { // else each of its callers left

@@ -419,3 +419,40 @@ func TestBatcherDecidesEachCallerInOrder(t *testing.T) {
 		t.Fatalf("round trips %+v; want one op of the six callers", trips)
 	}
 }
+
+// A caller whose context is done never joins a round trip, though none is
+// in flight and its own would leave at once; one that leaves after its
+// batch was started but before it was sent is withdrawn from it.
+func TestBatcherSendsNothingForACallerAlreadyGone(t *testing.T) {
+	store := &fakeStore{}
+	b := &batcher{send: store.send, rounds: 4}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 20 {
+		if _, _, err := incrIn(b, ctx, "rl:a", 1000, time.Time{}, 0); !errors.Is(err, context.Canceled) {
+			t.Fatalf("a caller whose context was canceled got %v, want context.Canceled", err)
+		}
+	}
+	waitFor(t, "no round trip in flight", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.inFlight == 0
+	})
+	if trips := store.tripsNow(); len(trips) != 0 {
+		t.Fatalf("%d round trips, want none", len(trips))
+	}
+
+	// Started, so no other call joins it, but not yet sent: flush marks a
+	// batch sent as it reads it.
+	bt, pos, ord, start := b.join(context.Background(), opKey{key: "rl:a", ms: 1000, limit: math.MaxInt64}, 1, time.Time{}, 0, false)
+	if !start {
+		t.Fatal("the lone call was not told to start its round trip")
+	}
+	if b.leave(bt, pos, ord) {
+		t.Fatal("leave reports an answer before anything was sent")
+	}
+	b.flush(bt)
+	if trips := store.tripsNow(); len(trips) != 0 {
+		t.Fatalf("%d round trips, want none: the batch's only caller left before it was sent", len(trips))
+	}
+}

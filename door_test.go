@@ -39,6 +39,9 @@ func newFiberV2Door(t testing.TB, s doortest.Settings) func(*http.Request) *http
 		if id := c.Get("X-Tenant"); id != "" {
 			c.Locals("tenant", id)
 		}
+		if how := c.Get(doortest.ContextHeader); how != "" {
+			c.SetUserContext(doortest.RequestContext(c.UserContext(), how))
+		}
 		return c.Next()
 	})
 	app.Use(RateLimitShared(cfg))
@@ -86,6 +89,9 @@ func newHTTPDoor(t testing.TB, s doortest.Settings) func(*http.Request) *http.Re
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if id := r.Header.Get("X-Tenant"); id != "" {
 			r = r.WithContext(WithTenant(r.Context(), id))
+		}
+		if how := r.Header.Get(doortest.ContextHeader); how != "" {
+			r = r.WithContext(doortest.RequestContext(r.Context(), how))
 		}
 		limited.ServeHTTP(w, r)
 	})

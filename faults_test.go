@@ -100,10 +100,12 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 		n     int
 	}{
 		// One a second: the first failure, and the failed probe a second
-		// later.
+		// later. The breaker tells the outage as one story: it opened, it
+		// closed; its half-open probes and their failures are no lines of
+		// its own.
 		{"ratelimit: counter failed, request decided by fail open", slog.LevelError, 2},
-		{"ratelimit: circuit breaker open", slog.LevelError, 2},
-		{"ratelimit: circuit breaker half-open", slog.LevelWarn, 2},
+		{"ratelimit: circuit breaker open", slog.LevelError, 1},
+		{"ratelimit: circuit breaker half-open", slog.LevelWarn, 0},
 		{"ratelimit: circuit breaker closed", slog.LevelInfo, 1},
 	} {
 		lines := logs.withMsg(want.msg)
@@ -116,14 +118,14 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 			}
 		}
 	}
-	opened := logs.withMsg("ratelimit: circuit breaker open")
-	if len(opened) == 2 {
-		first, probe := opened[0], opened[1]
-		if n, _ := first.int("failures"); first.str("cause") != "counter failed" || n != 3 || !errors.Is(first.err(), refused) {
-			t.Errorf("the first open line does not give its cause, 3 failures and the store's error: %v", first)
+	if opened := logs.withMsg("ratelimit: circuit breaker open"); len(opened) == 1 {
+		if n, _ := opened[0].int("failures in a row"); n != 3 || !errors.Is(opened[0].err(), refused) {
+			t.Errorf("the open line does not give 3 failures in a row and the store's error: %v", opened[0])
 		}
-		if probe.str("cause") != "probe failed" || !errors.Is(probe.err(), refused) {
-			t.Errorf("the second open line does not say the probe failed, with the store's error: %v", probe)
+	}
+	if closed := logs.withMsg("ratelimit: circuit breaker closed"); len(closed) == 1 {
+		if n, _ := closed[0].int("failed probes"); n != 1 || closed[0].str("open for") != "2s" {
+			t.Errorf("the closed line does not say it was open for 2s with 1 failed probe: %v", closed[0])
 		}
 	}
 	s := m.Snapshot()
@@ -622,5 +624,85 @@ func TestBreakerPerNode(t *testing.T) {
 	opened := rec.withMsg("ratelimit: circuit breaker open")
 	if len(opened) != 1 || opened[0].str("node") != "10.0.0.1:6379" {
 		t.Fatalf("breaker lines %v; want one, for node 10.0.0.1:6379", opened)
+	}
+}
+
+// A request that gives up while its call is in flight, because its client
+// went away or its deadline came before StoreTimeout, says nothing of the
+// store: however many do, the breaker stays closed, nothing is logged,
+// and Metrics count them as canceled. Requests that wait out StoreTimeout
+// are still the store's failures, and open it.
+func TestRequestsOwnEndIsNotTheStoresFailure(t *testing.T) {
+	const (
+		budget = 100 * time.Millisecond
+		gone   = 10 * time.Millisecond
+	)
+	for _, s := range silentStores {
+		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
+			logs := newLogRecorder()
+			m := &Metrics{}
+			limiter := RateLimitShared(Config{
+				Counter: s.counter(t), Limit: 100, Window: time.Minute, StoreTimeout: budget,
+				BreakerFailures: 2, Logger: logs.logger(), Metrics: m,
+			})
+			for _, app := range []*fiber.App{newApp(withCancelAfter(gone, limiter), nil), newApp(withDeadline(gone, limiter), nil)} {
+				for range 3 {
+					if resp := get(t, app, "acme"); resp.StatusCode != http.StatusOK || resp.Header.Get("X-RateLimit-Remaining") != "" {
+						t.Fatalf("a request that gave up: status %d, remaining %q; want 200 and none (nothing counted it)",
+							resp.StatusCode, resp.Header.Get("X-RateLimit-Remaining"))
+					}
+				}
+			}
+			snap := m.Snapshot()
+			if snap.Breaker != BreakerClosed || snap.StoreErrors[CauseCanceled] != 6 || snap.StoreErrors[CauseTimeout] != 0 || snap.StoreLatency.Count != 0 {
+				t.Errorf("after 6 requests that gave up: breaker %v, %d canceled, %d timeouts, %d round trips timed; want closed, 6, 0, 0",
+					snap.Breaker, snap.StoreErrors[CauseCanceled], snap.StoreErrors[CauseTimeout], snap.StoreLatency.Count)
+			}
+			if lines := logs.lines(); len(lines) != 0 {
+				t.Errorf("log %v; want no line: the store did nothing wrong", lines)
+			}
+
+			plain := newApp(limiter, nil)
+			get(t, plain, "acme")
+			get(t, plain, "acme")
+			if snap := m.Snapshot(); snap.Breaker != BreakerOpen || snap.StoreErrors[CauseTimeout] != 2 {
+				t.Errorf("after 2 requests that waited out StoreTimeout: breaker %v, %d timeouts; want open, 2", snap.Breaker, snap.StoreErrors[CauseTimeout])
+			}
+			if n := len(logs.withMsg("ratelimit: counter failed")); n != 1 {
+				t.Errorf("%d lines about the counter's failure, want 1: %v", n, logs.lines())
+			}
+		})
+	}
+}
+
+// A probe whose request gives up before the counter answers says nothing
+// of the counter: the breaker stays open, and the next request probes at
+// once, without another cool-down.
+func TestAbandonedProbeLeavesTheBreakerToTheNext(t *testing.T) {
+	clock := newFakeClock()
+	store := &switchable{err: errors.New("connection refused")}
+	m := &Metrics{}
+	l := newLimiter(Options{
+		Counter: store, Limit: 100, Window: time.Minute, BreakerFailures: 1, BreakerCooldown: time.Second,
+		Logger: slog.New(slog.DiscardHandler), Metrics: m,
+	}, clock.Now)
+	l.Take(context.Background(), "acme") // opens it
+	clock.Advance(time.Second)
+
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	if d := l.Take(gone, "acme"); d.By != ByNone || !errors.Is(d.Err, ErrContextDone) {
+		t.Fatalf("the probe's request, canceled: %+v; want ByNone with ErrContextDone", d)
+	}
+	if snap := m.Snapshot(); snap.Breaker != BreakerOpen || store.count() != 1 {
+		t.Fatalf("after the abandoned probe: breaker %v, %d store calls; want open and 1", snap.Breaker, store.count())
+	}
+	store.set(nil)
+	if d := l.Take(context.Background(), "acme"); d.By != ByCounter || !d.Allowed {
+		t.Fatalf("the next request: %+v; want the probe, decided by the counter", d)
+	}
+	if snap := m.Snapshot(); snap.Breaker != BreakerClosed {
+		t.Fatalf("breaker %v after the probe succeeded, want closed", snap.Breaker)
 	}
 }

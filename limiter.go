@@ -395,6 +395,12 @@ func (l *Limiter) plan(tenant string, t *take) error {
 // failed decides into d the request t that Options.Counter could not
 // decide, for err: by the fallback, or failing open or closed.
 func (l *Limiter) failed(ctx context.Context, d *Decision, tenant string, kb []byte, t *take, err error) {
+	if errors.Is(err, ErrContextDone) {
+		// The request's own doing: nothing to say of the counter, and no
+		// fallback's count to spend for a client that is gone.
+		l.uncounted(d, tenant, kb, t, err)
+		return
+	}
 	lastResort := "fail open"
 	if l.opts.FailClosed {
 		lastResort = "fail closed"
@@ -424,7 +430,13 @@ func (l *Limiter) failed(ctx context.Context, d *Decision, tenant string, kb []b
 			slog.String("tenant", logTenant(tenant)), slog.String("key", string(kb)), slog.Any("err", ferr))
 		err = fmt.Errorf("%w; fallback: %w", err, ferr)
 	}
-	// Nobody counted: only the limit and the policy are known.
+	l.uncounted(d, tenant, kb, t, err)
+}
+
+// uncounted decides into d the request t that nothing counted, for err:
+// let through, or refused with Options.FailClosed. Only the limit and the
+// policy are known.
+func (l *Limiter) uncounted(d *Decision, tenant string, kb []byte, t *take, err error) {
 	*d = Decision{Allowed: !l.opts.FailClosed, By: ByNone, Limit: int(t.limit), Window: t.window, Remaining: -1,
 		Err: err, policy: &l.policy}
 	l.decided(d, tenant, kb)
@@ -493,6 +505,8 @@ func (l *Limiter) decided(d *Decision, tenant string, kb []byte) {
 }
 
 // ask decides t in opts.Counter, through the breaker of its key's node.
+// The breaker and the metrics' latency learn only what the counter did:
+// a request whose own context ended (ErrContextDone) tells them nothing.
 func (l *Limiter) ask(ctx context.Context, t take, now time.Time) (take, error) {
 	b := l.breakers.first
 	if l.nodes != nil {
@@ -509,13 +523,18 @@ func (l *Limiter) ask(ctx context.Context, t take, now time.Time) (take, error) 
 		return t, errBreakerOpen
 	}
 	t, err := l.rule.call(ctx, l.opts.Counter, t, now)
+	switch {
+	case err == nil:
+		b.success(probe)
+	case errors.Is(err, ErrContextDone):
+		b.abandoned(probe)
+		l.opts.Metrics.canceled()
+		return t, err
+	default:
+		b.failure(probe, err)
+	}
 	if m := l.opts.Metrics; m != nil {
 		m.roundTrip(l.clock.Now().Sub(now), err == nil, causeOf(err))
-	}
-	if err != nil {
-		b.failure(probe, err)
-	} else {
-		b.success(probe)
 	}
 	return t, err
 }

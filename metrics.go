@@ -230,6 +230,14 @@ func (m *Metrics) breakerChanged(from, to BreakerState) {
 	}
 }
 
+// canceled records a call to the store that the request's own context
+// ended (ErrContextDone).
+func (m *Metrics) canceled() {
+	if m != nil {
+		m.storeErrors[CauseCanceled].Add(1)
+	}
+}
+
 // roundTrip records a round trip to the store that took d, and failed of
 // cause unless ok.
 func (m *Metrics) roundTrip(d time.Duration, ok bool, cause Cause) {

@@ -16,7 +16,9 @@ import (
 // connecting (dial, handshake, a cluster's slot map) happens inside the
 // first calls. Calls wait on a timer, not on a goroutine of their own, and
 // a RedisCounter learns of a refused connection from its dial, so an
-// unreachable store fails at once with its real cause.
+// unreachable store fails at once with its real cause. A wait that the
+// request's own context ends (canceled, or its deadline before
+// StoreTimeout) is the request's doing, not the counter's: ErrContextDone.
 
 const connectFactor = 10
 
@@ -48,8 +50,8 @@ func (r *timeRule) budget(ctx context.Context, now time.Time) (wait time.Duratio
 	return wait, deadline
 }
 
-// ended records a call's outcome. A call that timed out gets an error that
-// says what it waited for.
+// ended records the outcome of a call that could wait for wait. A call
+// that timed out gets an error that says what it waited for.
 func (r *timeRule) ended(wait time.Duration, err error) error {
 	if !r.settled.Load() {
 		r.settled.Store(true)
@@ -60,10 +62,34 @@ func (r *timeRule) ended(wait time.Duration, err error) error {
 	case wait > r.timeout:
 		return fmt.Errorf("ratelimit: counter did not answer within %v, the %d × StoreTimeout allowed before its first answer (%w)",
 			wait, connectFactor, err)
-	case wait < r.timeout:
-		return fmt.Errorf("ratelimit: counter did not answer within %v, before the request's own deadline (%w)", wait, err)
 	}
 	return fmt.Errorf("ratelimit: counter did not answer within StoreTimeout (%v) (%w)", wait, err)
+}
+
+// ErrContextDone is in a Decision's Err when the request's own context
+// ended before the counter decided: its client went away (net/http cancels
+// r.Context() then), or its deadline passed, while it queued or before
+// StoreTimeout. A request whose context is done when the limiter asks the
+// counter is not sent, so not counted; one whose context ends while its
+// round trip is in flight may have been counted. Either is decided as a
+// request that nothing counted (let through, or refused with
+// Options.FailClosed), without Options.Fallback, whose count it would
+// spend for a client that is gone. It says nothing about the store: it
+// moves no circuit breaker, is not logged, and Metrics count it under
+// CauseCanceled.
+var ErrContextDone = errors.New("ratelimit: the request's context ended before the counter decided")
+
+// ownFault reports whether err, the failure of a call that could wait for
+// wait, is the request's own doing rather than the counter's: its context
+// was canceled, or its deadline ended the wait before StoreTimeout did.
+// A deadline that left the counter StoreTimeout or more is the counter's
+// failure to answer in time.
+func (r *timeRule) ownFault(ctx context.Context, wait time.Duration, err error) bool {
+	cerr := ctx.Err()
+	if cerr == context.Canceled && errors.Is(err, cerr) {
+		return true
+	}
+	return wait < r.timeout && (errors.Is(err, errTimedOut) || cerr != nil && errors.Is(err, cerr))
 }
 
 // boundedTaker is a counter that decides a take itself, and returns it
@@ -76,12 +102,15 @@ type boundedTaker interface {
 }
 
 // call decides t in c under the time rule; now is when the request
-// arrived.
+// arrived. A request whose context is already done gets no call.
 func (r *timeRule) call(ctx context.Context, c Counter, t take, now time.Time) (take, error) {
+	if err := ctx.Err(); err != nil {
+		return t, fmt.Errorf("%w (%w)", ErrContextDone, err)
+	}
 	wait, deadline := r.budget(ctx, now)
 	if wait <= 0 {
 		// The request's own deadline has passed.
-		return t, fmt.Errorf("increment rate limit key %s: %w", t.key, context.DeadlineExceeded)
+		return t, fmt.Errorf("%w (%w)", ErrContextDone, context.DeadlineExceeded)
 	}
 	var err error
 	if b, ok := c.(boundedTaker); ok {
@@ -94,6 +123,10 @@ func (r *timeRule) call(ctx context.Context, c Counter, t take, now time.Time) (
 			err = fmt.Errorf("increment rate limit key %s: %w (%w)", t.key, errTimedOut, err)
 		}
 		cancel()
+	}
+	if err != nil && r.ownFault(ctx, wait, err) {
+		// Not an answer, nor a failure, of the counter's.
+		return t, fmt.Errorf("%w: %w", ErrContextDone, err)
 	}
 	return t, r.ended(wait, err)
 }

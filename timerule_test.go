@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ type ruleProbe struct {
 	outcomes []error // nil: a count
 	waits    []time.Duration
 	ends     []time.Time
+	during   func() // when set, called inside each call
 }
 
 func (p *ruleProbe) Incr(ctx context.Context, key string, window time.Duration) (int64, error) {
@@ -22,6 +24,9 @@ func (p *ruleProbe) Incr(ctx context.Context, key string, window time.Duration) 
 
 func (p *ruleProbe) takeWithin(_ context.Context, t take, deadline time.Time, wait time.Duration) (take, error) {
 	p.waits, p.ends = append(p.waits, wait), append(p.ends, deadline)
+	if p.during != nil {
+		p.during()
+	}
 	err := p.outcomes[0]
 	p.outcomes = p.outcomes[1:]
 	if err != nil {
@@ -68,13 +73,18 @@ func TestTimeRule(t *testing.T) {
 			{nil, 5 * time.Second, timeout, ""},
 			{timedOut, 5 * time.Second, timeout, "did not answer within StoreTimeout (100ms)"},
 		}},
-		{"an earlier request deadline shortens it", []call{
-			{timedOut, 30 * time.Millisecond, 30 * time.Millisecond, "did not answer within 30ms, before the request's own deadline"},
+		{"an earlier request deadline shortens it, and its end is the request's own", []call{
+			{timedOut, 30 * time.Millisecond, 30 * time.Millisecond, ErrContextDone.Error()},
 			{nil, 60 * time.Millisecond, 60 * time.Millisecond, ""},
+		}},
+		{"a request deadline that left StoreTimeout is the counter's failure", []call{
+			{nil, 0, 10 * timeout, ""},
+			{timedOut, timeout, timeout, "did not answer within StoreTimeout (100ms)"},
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := newFakeClock()
+			// At the real time: the calls' contexts end by it.
+			clock := &fakeClock{now: time.Now()}
 			probe := &ruleProbe{}
 			for _, c := range tt.calls {
 				probe.outcomes = append(probe.outcomes, c.outcome)
@@ -112,7 +122,34 @@ func TestTimeRuleExpiredRequest(t *testing.T) {
 	rule := &timeRule{timeout: defaultStoreTimeout}
 	ctx, cancel := context.WithDeadline(context.Background(), clock.Now().Add(-time.Millisecond))
 	defer cancel()
-	if _, err := rule.call(ctx, probe, take{key: "rl:a", cost: 1, limit: 10, window: time.Minute}, clock.Now()); !errors.Is(err, context.DeadlineExceeded) || len(probe.waits) != 0 {
-		t.Fatalf("call = %v after %d counter calls; want context.DeadlineExceeded and none", err, len(probe.waits))
+	if _, err := rule.call(ctx, probe, take{key: "rl:a", cost: 1, limit: 10, window: time.Minute}, clock.Now()); !errors.Is(err, ErrContextDone) || !errors.Is(err, context.DeadlineExceeded) || len(probe.waits) != 0 {
+		t.Fatalf("call = %v after %d counter calls; want ErrContextDone, context.DeadlineExceeded and none", err, len(probe.waits))
+	}
+}
+
+// A request whose context is canceled, before the call or during it, gets
+// ErrContextDone: the counter neither answered nor failed, so the rule
+// still gives the next call the connecting allowance.
+func TestTimeRuleCanceledRequest(t *testing.T) {
+	clock := &fakeClock{now: time.Now()}
+	rule := &timeRule{timeout: defaultStoreTimeout}
+	tk := take{key: "rl:a", cost: 1, limit: 10, window: time.Minute}
+
+	before, cancel := context.WithCancel(context.Background())
+	cancel()
+	probe := &ruleProbe{}
+	if _, err := rule.call(before, probe, tk, clock.Now()); !errors.Is(err, ErrContextDone) || !errors.Is(err, context.Canceled) || len(probe.waits) != 0 {
+		t.Fatalf("canceled before: %v after %d counter calls; want ErrContextDone, context.Canceled and none", err, len(probe.waits))
+	}
+
+	during, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	probe = &ruleProbe{outcomes: []error{fmt.Errorf("increment rate limit key rl:a: %w", context.Canceled), nil}, during: cancel}
+	if _, err := rule.call(during, probe, tk, clock.Now()); !errors.Is(err, ErrContextDone) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled during the call: %v; want ErrContextDone and context.Canceled", err)
+	}
+	probe.during = nil
+	if _, err := rule.call(context.Background(), probe, tk, clock.Now()); err != nil || probe.waits[1] != connectFactor*defaultStoreTimeout {
+		t.Fatalf("the next call: %v, wait %v; want an answer within the connecting allowance, %v", err, probe.waits[1], connectFactor*defaultStoreTimeout)
 	}
 }

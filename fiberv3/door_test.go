@@ -48,6 +48,9 @@ func newTableDoor(t testing.TB, s doortest.Settings) func(*http.Request) *http.R
 		if id := c.Get("X-Tenant"); id != "" {
 			c.Locals("tenant", strings.Clone(id))
 		}
+		if how := c.Get(doortest.ContextHeader); how != "" {
+			c.SetContext(doortest.RequestContext(c.Context(), how))
+		}
 		return c.Next()
 	})
 	app.Use(fiberv3.New(ratelimit.NewLimiter(s.Options), cfg))

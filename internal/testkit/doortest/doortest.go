@@ -17,6 +17,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,6 +46,30 @@ type Settings struct {
 	// Cost, when set, gives the door a Cost that reads the request's
 	// X-Cost header, a number (1 when there is none).
 	Cost bool
+}
+
+// ContextHeader names the request header by which the table asks a door
+// for a request whose context is done: upstream of the door, a middleware
+// replaces the context the door reads (r.WithContext for net/http,
+// c.SetUserContext for Fiber v2, c.SetContext for Fiber v3) with
+// RequestContext of it and the header's value.
+const ContextHeader = "X-Context"
+
+// RequestContext returns ctx ended as how says: "canceled", as net/http
+// cancels a request's context once its client hangs up, or "expired", a
+// deadline that passed while the request queued.
+func RequestContext(ctx context.Context, how string) context.Context {
+	switch how {
+	case "canceled":
+		ctx, cancel := context.WithCancel(ctx)
+		cancel()
+		return ctx
+	case "expired":
+		ctx, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Millisecond))
+		cancel() // it is over already; the error stays DeadlineExceeded
+		return ctx
+	}
+	panic("doortest: RequestContext: unknown " + how)
 }
 
 // CostOf is the cost a door with Settings.Cost gives a request whose X-Cost
@@ -102,10 +127,22 @@ var stores = []store{
 			return ratelimit.NewRedisCounter(rdb)
 		},
 	},
+	{
+		name: "cluster",
+		counter: func(t testing.TB) ratelimit.Counter {
+			return ratelimit.NewRedisCounter(redistest.Cluster(t))
+		},
+		failing: func(t testing.TB) ratelimit.Counter {
+			rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{redistest.ClosedAddr(t)}, MaxRetries: -1})
+			t.Cleanup(func() { rdb.Close() })
+			return ratelimit.NewRedisCounter(rdb)
+		},
+	},
 }
 
-// Run runs the table against door, on a MemoryCounter and on Redis (which
-// skips or fails as internal/testkit/redistest says when there is no server).
+// Run runs the table against door, on a MemoryCounter and on Redis, a
+// single node and a cluster (which skip or fail as
+// internal/testkit/redistest says when there is no server).
 func Run(t *testing.T, door Door) {
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
@@ -151,6 +188,9 @@ func (r *run) serve(s Settings) func(req request) *http.Response {
 		if req.cost != 0 {
 			hr.Header.Set("X-Cost", strconv.Itoa(req.cost))
 		}
+		if req.ctx != "" {
+			hr.Header.Set(ContextHeader, req.ctx)
+		}
 		resp := srv(hr)
 		r.t.Cleanup(func() { resp.Body.Close() })
 		return resp
@@ -159,7 +199,8 @@ func (r *run) serve(s Settings) func(req request) *http.Response {
 
 type request struct {
 	tenant, client, path string
-	cost                 int // 0: no X-Cost header
+	cost                 int    // 0: no X-Cost header
+	ctx                  string // how its context is done (see RequestContext); "": it is not
 }
 
 // count returns the count key holds in c, by one more increment: a case
@@ -453,6 +494,60 @@ var cases = []struct {
 		o.Counter = r.store.failing(r.t)
 		r.expect("failing, closed", r.serve(Settings{Options: o})(request{tenant: "acme"}), 200, map[string]string{"X-RateLimit-Limit": ""})
 	}},
+	{"a request whose context is done is not a store failure", func(r *run) {
+		if r.store.name == "memory" {
+			r.t.Skip("a MemoryCounter never waits, so it decides whatever the request's context says")
+		}
+		// Limit 1: globex spends its budget. Then, one after another, more
+		// requests of acme than the breaker's threshold arrive with their
+		// contexts done: canceled, as net/http's is once the client hangs
+		// up, or past a deadline that ended while they queued. None is
+		// sent to the store, so none is counted; each is let through
+		// uncounted (fail open), without the fallback; and the breaker
+		// stays closed, so globex is still refused.
+		o := r.opts(1)
+		o.Metrics = &ratelimit.Metrics{}
+		o.Fallback = ratelimit.NewMemoryCounter()
+		o.BreakerFailures = 2
+		logs := &logCount{}
+		o.Logger = slog.New(logs)
+		send := r.serve(Settings{Options: o})
+		r.expect("globex", send(request{tenant: "globex"}), 200, map[string]string{"X-RateLimit-Remaining": "0"})
+		for _, how := range []string{"canceled", "expired"} {
+			for i := range 3 {
+				r.expect(how+" acme "+strconv.Itoa(i+1), send(request{tenant: "acme", ctx: how}), 200, map[string]string{
+					"X-RateLimit-Limit": "1", "X-RateLimit-Remaining": "", "RateLimit": "", "Retry-After": "",
+				})
+			}
+		}
+		r.expect("globex after them", send(request{tenant: "globex"}), 429, map[string]string{"X-RateLimit-Remaining": "0", "Retry-After": "*"})
+		if n := r.count(o.Counter, r.key("acme")); n != 0 {
+			r.t.Errorf("%s counted %d in the store, want 0: a request whose context is done is never sent", r.key("acme"), n)
+		}
+		if n := r.count(o.Fallback, r.key("acme")); n != 0 {
+			r.t.Errorf("the fallback counted %d of acme, want 0", n)
+		}
+		s := o.Metrics.Snapshot()
+		if s.StoreErrors[ratelimit.CauseCanceled] != 6 || s.Breaker != ratelimit.BreakerClosed || s.FailedOpen != 6 || s.FallbackAllowed != 0 {
+			r.t.Errorf("metrics: %d canceled, breaker %v, %d failed open, %d by the fallback; want 6, closed, 6, 0",
+				s.StoreErrors[ratelimit.CauseCanceled], s.Breaker, s.FailedOpen, s.FallbackAllowed)
+		}
+		for c, n := range s.StoreErrors {
+			if ratelimit.Cause(c) != ratelimit.CauseCanceled && n != 0 {
+				r.t.Errorf("metrics: %d store errors of cause %v, want none", n, ratelimit.Cause(c))
+			}
+		}
+		if n := logs.n.Load(); n != 0 {
+			r.t.Errorf("%d log lines, want none: the store did nothing wrong", n)
+		}
+		// Under FailClosed they are refused as a request nothing counted
+		// is: 503.
+		o = r.opts(1)
+		o.Name += "-closed"
+		o.FailClosed, o.Logger = true, discard
+		resp := r.serve(Settings{Options: o})(request{tenant: "acme", ctx: "canceled"})
+		r.expect("canceled, fail closed", resp, 503, map[string]string{"X-RateLimit-Remaining": "", "Retry-After": ""})
+	}},
 	{"custom over-limit answer", func(r *run) {
 		send := r.serve(Settings{Options: r.opts(1), CustomLimitReached: true})
 		r.expect("within", send(request{tenant: "acme"}), 200, nil)
@@ -465,6 +560,17 @@ var cases = []struct {
 }
 
 var discard = slog.New(slog.DiscardHandler)
+
+// logCount is a slog.Handler that counts the records it is given.
+type logCount struct{ n atomic.Int64 }
+
+func (*logCount) Enabled(context.Context, slog.Level) bool { return true }
+func (h *logCount) Handle(context.Context, slog.Record) error {
+	h.n.Add(1)
+	return nil
+}
+func (h *logCount) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *logCount) WithGroup(string) slog.Handler      { return h }
 
 // uniqueName returns a limiter name no other run uses.
 func uniqueName(t testing.TB) string {
