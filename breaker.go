@@ -86,6 +86,12 @@ func (bs *breakers) of(id int, addr string) *breaker {
 // breaker stops a limiter from calling a failing counter, or one failing
 // node of it. While it is closed it costs an atomic load per request, and
 // a second one after a failure.
+//
+// Its log tells an outage as one story, however long: a line when it opens
+// and one when it closes again, with how long it was open and how many
+// probes failed meanwhile. Going half-open and back to open is in the
+// metrics; a failed probe's error is in the limiter's throttled line about
+// the counter's failures.
 type breaker struct {
 	threshold int64
 	cooldown  time.Duration
@@ -96,8 +102,13 @@ type breaker struct {
 
 	state    atomic.Int32
 	failures atomic.Int64  // consecutive failures while closed
-	openedAt atomic.Int64  // nanoseconds since the clock's epoch
+	openedAt atomic.Int64  // nanoseconds since the clock's epoch, of the last opening
 	lastTrip atomic.Uint64 // the last sharedFailure counted
+
+	// Since it last closed: when it opened first, and the probes that
+	// failed.
+	outageAt     atomic.Int64
+	failedProbes atomic.Int64
 }
 
 // sharedFailure is an error that several requests got from one failed
@@ -125,7 +136,7 @@ func (b *breaker) allow() (ok, probe bool) {
 			!b.state.CompareAndSwap(int32(BreakerOpen), int32(BreakerHalfOpen)) {
 			return false, false
 		}
-		b.changed(BreakerOpen, BreakerHalfOpen, slog.String("cause", "cool-down of "+b.cooldown.String()+" over; probing the counter"))
+		b.metrics.breakerChanged(BreakerOpen, BreakerHalfOpen)
 		return true, true
 	}
 	return false, false // half-open: the probe is out
@@ -140,7 +151,9 @@ func (b *breaker) success(probe bool) {
 	if probe {
 		b.failures.Store(0)
 		b.state.Store(int32(BreakerClosed))
-		b.changed(BreakerHalfOpen, BreakerClosed, slog.String("cause", "probe succeeded"))
+		b.metrics.breakerChanged(BreakerHalfOpen, BreakerClosed)
+		b.say(slog.LevelInfo, "ratelimit: circuit breaker closed",
+			slog.Duration("open for", b.since(b.outageAt.Load())), slog.Int64("failed probes", b.failedProbes.Load()))
 		return
 	}
 	if b.failures.Load() != 0 { // a load, not a store, on the hot path
@@ -151,7 +164,8 @@ func (b *breaker) success(probe bool) {
 // failure records a counter call that failed with err.
 func (b *breaker) failure(probe bool, err error) {
 	if probe {
-		b.open(BreakerHalfOpen, slog.String("cause", "probe failed"), slog.Any("err", err))
+		b.failedProbes.Add(1)
+		b.open(BreakerHalfOpen)
 		return
 	}
 	if t, ok := errors.AsType[sharedFailure](err); ok && b.lastTrip.Swap(t.roundTrip()) == t.roundTrip() {
@@ -160,35 +174,44 @@ func (b *breaker) failure(probe bool, err error) {
 		return
 	}
 	n := b.failures.Add(1)
-	if n >= b.threshold {
-		b.open(BreakerClosed, slog.String("cause", "counter failed"), slog.Int64("failures", n), slog.Any("err", err))
+	if n >= b.threshold && b.open(BreakerClosed) {
+		b.outageAt.Store(b.openedAt.Load())
+		b.failedProbes.Store(0)
+		b.say(slog.LevelError, "ratelimit: circuit breaker open",
+			slog.Int64("failures in a row", n), slog.Any("err", err), slog.Duration("probe every", b.cooldown))
 	}
 }
 
-func (b *breaker) open(from BreakerState, attrs ...slog.Attr) {
+// abandoned records that a call ended without the counter's answer or
+// failure: its request's context ended first. That says nothing of the
+// counter; a probe that ends so leaves the breaker open, for the next
+// request to probe at once.
+func (b *breaker) abandoned(probe bool) {
+	if probe && b.state.CompareAndSwap(int32(BreakerHalfOpen), int32(BreakerOpen)) {
+		b.metrics.breakerChanged(BreakerHalfOpen, BreakerOpen)
+	}
+}
+
+// open opens the breaker from the state from, and reports whether this
+// call did.
+func (b *breaker) open(from BreakerState) bool {
 	if BreakerState(b.state.Load()) != from {
-		return // another request opened it
+		return false // another request opened it
 	}
 	// The time is stored before the state, so that no request sees the new
 	// state with an old time; two requests opening at once both store it.
 	b.openedAt.Store(int64(b.clock.elapsed()))
 	if !b.state.CompareAndSwap(int32(from), int32(BreakerOpen)) {
-		return
+		return false
 	}
-	b.changed(from, BreakerOpen, append(attrs, slog.Duration("cooldown", b.cooldown))...)
+	b.metrics.breakerChanged(from, BreakerOpen)
+	return true
 }
 
-func (b *breaker) changed(from, to BreakerState, attrs ...slog.Attr) {
-	b.metrics.breakerChanged(from, to)
+// say writes a line about the breaker, naming its node.
+func (b *breaker) say(level slog.Level, msg string, attrs ...slog.Attr) {
 	if b.node != "" {
 		attrs = append(attrs, slog.String("node", b.node))
 	}
-	level := slog.LevelInfo
-	switch to {
-	case BreakerOpen:
-		level = slog.LevelError
-	case BreakerHalfOpen:
-		level = slog.LevelWarn
-	}
-	b.log(level, "ratelimit: circuit breaker "+to.String(), attrs...)
+	b.log(level, msg, attrs...)
 }
