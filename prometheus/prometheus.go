@@ -39,9 +39,20 @@
 //   - ratelimit_store_round_trip_seconds, a histogram: the latency of the
 //     round trips to the store (a MemoryCounter's are not timed).
 //   - ratelimit_store_errors_total{cause}, a counter: the store's failed
-//     round trips, by cause (timeout, refused, configuration, other).
+//     round trips, by cause (timeout, refused, configuration, other), and
+//     under cause="canceled" the calls that the request's own context
+//     ended before the store answered (its client went away, or its
+//     deadline passed): the clients' doing, not the store's failure.
 //     Configuration errors do not heal by themselves: the deployment
 //     needs fixing.
+//
+// A MemoryCounter is not a limiter's own (limiters may share one, or have
+// one as their Fallback), so it is added by itself, under a name of its
+// own, with AddMemoryCounter:
+//
+//   - ratelimit_memory_evicted_total{counter}, a counter: the windows the
+//     MemoryCounter dropped while they were live, to stay within its
+//     bound (ratelimit.MaxKeys). Each gave a tenant a fresh budget early.
 //
 // rules.yml, beside this file, has recording and alerting rules on these
 // series.
@@ -84,6 +95,7 @@ var (
 		ratelimit.CauseRefused,
 		ratelimit.CauseConfiguration,
 		ratelimit.CauseOther,
+		ratelimit.CauseCanceled,
 	}
 )
 
@@ -98,22 +110,29 @@ var (
 		"Latency of the limiter's round trips to its store.",
 		[]string{"limiter"}, nil)
 	storeErrorsDesc = prometheus.NewDesc("ratelimit_store_errors_total",
-		"Failed round trips of the limiter to its store, by cause.",
+		"Failed round trips of the limiter to its store, by cause; canceled: ended by the request's own context.",
 		[]string{"limiter", "cause"}, nil)
+	evictedDesc = prometheus.NewDesc("ratelimit_memory_evicted_total",
+		"Live windows the MemoryCounter dropped to stay within its bound (MaxKeys).",
+		[]string{"counter"}, nil)
 )
 
-// Collector is a prometheus.Collector of the Metrics of limiters, each
-// under a name of its own. It is safe for concurrent use by multiple
-// goroutines: limiters may be added while Prometheus scrapes.
+// Collector is a prometheus.Collector of the Metrics of limiters and of
+// MemoryCounters' evictions, each under a name of its own. It is safe for
+// concurrent use by multiple goroutines: limiters and counters may be
+// added while Prometheus scrapes.
 type Collector struct {
-	mu       sync.Mutex
-	limiters []namedMetrics // sorted by name, so that every scrape lists them alike
+	mu sync.Mutex
+	// Sorted by name, so that every scrape lists them alike.
+	limiters []named[ratelimit.Metrics]
+	counters []named[ratelimit.MemoryCounter]
 }
 
-// namedMetrics is a limiter's Metrics and the name it is exported under.
-type namedMetrics struct {
-	name    string
-	metrics *ratelimit.Metrics
+// named is a limiter's Metrics, or a MemoryCounter, and the name it is
+// exported under.
+type named[T any] struct {
+	name string
+	v    *T
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -129,47 +148,69 @@ func NewCollector() *Collector {
 // added before: one name twice would merge two limiters' series, and one
 // Metrics twice would count its limiter's decisions twice in every sum.
 func (c *Collector) Add(limiter string, m *ratelimit.Metrics) {
-	switch {
-	case m == nil:
-		panic(fmt.Sprintf("prometheus: limiter %q added with a nil Metrics", limiter))
-	case limiter == "":
-		panic("prometheus: a limiter added with an empty name")
-	case !utf8.ValidString(limiter):
-		panic(fmt.Sprintf("prometheus: limiter %q added with a name that is not UTF-8", limiter))
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	i, found := slices.BinarySearchFunc(c.limiters, limiter, func(l namedMetrics, name string) int {
+	c.limiters = insert(c.limiters, "limiter", "Metrics", limiter, m)
+}
+
+// AddMemoryCounter exports m's evictions (MemoryCounter.Evicted) under the
+// label counter="<name>", from the next scrape on. It panics as Add does:
+// when m is nil, when name is empty or not UTF-8, or when either was added
+// before.
+func (c *Collector) AddMemoryCounter(name string, m *ratelimit.MemoryCounter) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.counters = insert(c.counters, "memory counter", "MemoryCounter", name, m)
+}
+
+// insert returns list with v added under name, in order of names. It
+// panics, naming v's kind and type, when v is nil, when name is empty or
+// not UTF-8, or when list has either already.
+func insert[T any](list []named[T], kind, typ, name string, v *T) []named[T] {
+	switch {
+	case v == nil:
+		panic(fmt.Sprintf("prometheus: %s %q added with a nil %s", kind, name, typ))
+	case name == "":
+		panic(fmt.Sprintf("prometheus: a %s added with an empty name", kind))
+	case !utf8.ValidString(name):
+		panic(fmt.Sprintf("prometheus: %s %q added with a name that is not UTF-8", kind, name))
+	}
+	i, found := slices.BinarySearchFunc(list, name, func(l named[T], name string) int {
 		return strings.Compare(l.name, name)
 	})
 	if found {
-		panic(fmt.Sprintf("prometheus: limiter %q added twice", limiter))
+		panic(fmt.Sprintf("prometheus: %s %q added twice", kind, name))
 	}
-	for _, l := range c.limiters {
-		if l.metrics == m {
-			panic(fmt.Sprintf("prometheus: limiter %q added with the Metrics of limiter %q", limiter, l.name))
+	for _, l := range list {
+		if l.v == v {
+			panic(fmt.Sprintf("prometheus: %s %q added with the %s of %s %q", kind, name, typ, kind, l.name))
 		}
 	}
-	c.limiters = slices.Insert(c.limiters, i, namedMetrics{limiter, m})
+	return slices.Insert(list, i, named[T]{name, v})
 }
 
-// Describe sends the descriptions of the four metrics, so that a registry
+// Describe sends the descriptions of the five metrics, so that a registry
 // can check that no other collector exports them.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- decisionsDesc
 	ch <- breakersDesc
 	ch <- latencyDesc
 	ch <- storeErrorsDesc
+	ch <- evictedDesc
 }
 
-// Collect reads each limiter's Metrics and sends what they count.
+// Collect reads each limiter's Metrics and each MemoryCounter's evictions,
+// and sends what they count.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	// The snapshots are read outside the lock: Add waits for no scrape.
 	c.mu.Lock()
-	limiters := slices.Clone(c.limiters)
+	limiters, counters := slices.Clone(c.limiters), slices.Clone(c.counters)
 	c.mu.Unlock()
 	for _, l := range limiters {
-		collect(ch, l.name, l.metrics.Snapshot())
+		collect(ch, l.name, l.v.Snapshot())
+	}
+	for _, m := range counters {
+		ch <- prometheus.MustNewConstMetric(evictedDesc, prometheus.CounterValue, float64(m.v.Evicted()), m.name)
 	}
 }
 

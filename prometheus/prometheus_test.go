@@ -219,12 +219,13 @@ func TestStore(t *testing.T) {
 	c := NewCollector()
 	c.Add("global", m)
 
-	want := `# HELP ratelimit_store_errors_total Failed round trips of the limiter to its store, by cause.
+	want := `# HELP ratelimit_store_errors_total Failed round trips of the limiter to its store, by cause; canceled: ended by the request's own context.
 # TYPE ratelimit_store_errors_total counter
 ratelimit_store_errors_total{cause="timeout",limiter="global"} 1
 ratelimit_store_errors_total{cause="refused",limiter="global"} 1
 ratelimit_store_errors_total{cause="configuration",limiter="global"} 0
 ratelimit_store_errors_total{cause="other",limiter="global"} 1
+ratelimit_store_errors_total{cause="canceled",limiter="global"} 0
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "ratelimit_store_errors_total"); err != nil {
 		t.Error(err)
@@ -271,12 +272,41 @@ func TestHistogramBuckets(t *testing.T) {
 	t.Error("no ratelimit_store_round_trip_seconds")
 }
 
+// A MemoryCounter's evictions, whether or not a limiter counts in it: one
+// full at MaxKeys(1) evicts a window for each new key, one at the default
+// bound none.
+func TestMemoryEvictions(t *testing.T) {
+	small, big := ratelimit.NewMemoryCounter(ratelimit.MaxKeys(1)), ratelimit.NewMemoryCounter()
+	for _, key := range []string{"rl:a", "rl:b", "rl:c"} {
+		for _, m := range []*ratelimit.MemoryCounter{small, big} {
+			if _, err := m.Incr(context.Background(), key, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	l, lm := limiter(ratelimit.Options{Counter: small, Limit: 10})
+	take(l, 1) // a fourth key: a third eviction
+	c := NewCollector()
+	c.Add("global", lm)
+	c.AddMemoryCounter("small", small)
+	c.AddMemoryCounter("big", big)
+	want := `# HELP ratelimit_memory_evicted_total Live windows the MemoryCounter dropped to stay within its bound (MaxKeys).
+# TYPE ratelimit_memory_evicted_total counter
+ratelimit_memory_evicted_total{counter="big"} 0
+ratelimit_memory_evicted_total{counter="small"} 3
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "ratelimit_memory_evicted_total"); err != nil {
+		t.Error(err)
+	}
+}
+
 // The series follow Prometheus's naming conventions.
 func TestLint(t *testing.T) {
 	l, m := limiter(ratelimit.Options{Counter: &mapCounter{}, Limit: 1})
 	take(l, 2)
 	c := NewCollector()
 	c.Add("global", m)
+	c.AddMemoryCounter("fallback", ratelimit.NewMemoryCounter())
 	problems, err := testutil.CollectAndLint(c)
 	if err != nil {
 		t.Fatal(err)
@@ -335,18 +365,46 @@ func TestAddPanics(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := NewCollector()
 			c.Add("global", taken)
-			defer func() {
-				msg, _ := recover().(string)
-				if !strings.HasPrefix(msg, "prometheus: ") {
-					t.Errorf("panic %q, want one that starts with %q", msg, "prometheus: ")
-				}
-			}()
+			defer checkPanic(t)
 			c.Add(tc.limiter, tc.m)
 		})
 	}
 }
 
-// Limiters may be added while Prometheus scrapes (run with -race).
+func TestAddMemoryCounterPanics(t *testing.T) {
+	taken := ratelimit.NewMemoryCounter()
+	for _, tc := range []struct {
+		name, counter string
+		m             *ratelimit.MemoryCounter
+	}{
+		{"nil MemoryCounter", "api", nil},
+		{"empty name", "", ratelimit.NewMemoryCounter()},
+		{"name not UTF-8", "api\xff", ratelimit.NewMemoryCounter()},
+		{"name twice", "local", ratelimit.NewMemoryCounter()},
+		{"MemoryCounter twice", "api", taken},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := NewCollector()
+			c.AddMemoryCounter("local", taken)
+			c.Add("api", new(ratelimit.Metrics)) // a limiter's name is no counter's
+			defer checkPanic(t)
+			c.AddMemoryCounter(tc.counter, tc.m)
+		})
+	}
+}
+
+// checkPanic, deferred, fails t unless the function panicked with a
+// message of this package.
+func checkPanic(t *testing.T) {
+	t.Helper()
+	msg, _ := recover().(string)
+	if !strings.HasPrefix(msg, "prometheus: ") {
+		t.Errorf("panic %q, want one that starts with %q", msg, "prometheus: ")
+	}
+}
+
+// Limiters and counters may be added while Prometheus scrapes (run with
+// -race).
 func TestConcurrentAdd(t *testing.T) {
 	c := NewCollector()
 	var wg sync.WaitGroup
@@ -354,6 +412,7 @@ func TestConcurrentAdd(t *testing.T) {
 		wg.Go(func() {
 			l, m := limiter(ratelimit.Options{Limit: 1})
 			c.Add(fmt.Sprint("limiter ", i), m)
+			c.AddMemoryCounter(fmt.Sprint("counter ", i), ratelimit.NewMemoryCounter())
 			take(l, 2)
 			testutil.CollectAndCount(c)
 		})
@@ -361,5 +420,8 @@ func TestConcurrentAdd(t *testing.T) {
 	wg.Wait()
 	if n := testutil.CollectAndCount(c, "ratelimit_breakers"); n != 8*3 {
 		t.Errorf("%d series of ratelimit_breakers, want %d", n, 8*3)
+	}
+	if n := testutil.CollectAndCount(c, "ratelimit_memory_evicted_total"); n != 8 {
+		t.Errorf("%d series of ratelimit_memory_evicted_total, want 8", n)
 	}
 }
