@@ -1,19 +1,20 @@
 # Checks and demos; CI runs `make lint`, `make test`, `make test-servers`
 # and a short `make fuzz` from .ci/run.
 #
-# The library's targets run with GOWORK=off: they check the library on its
-# own go.mod, as its users build it. go.work exists only so that
-# `go run ./examples/gateway` works from the root.
+# Every target runs with GOWORK=off: each module is checked on its own
+# go.mod, as its users build it, whatever go.work a developer keeps.
 
 STATICCHECK_VERSION = v0.8.2
 FUZZ_TARGETS = FuzzTenantKey FuzzHeaders
 FUZZTIME ?= 300000x
 
-# The nested modules, each with a go.mod of its own, and the examples,
-# which are modules too: make test runs the first's tests and builds and
-# vets the second, so that neither rots unseen.
+# The nested modules, each with a go.mod of its own, and the examples:
+# make test runs the first's tests and builds and vets the second, so that
+# neither rots unseen. examples/gateway is part of the library's module
+# (lint checks it there); the other examples are modules of their own.
 MODULES = fiberv3 prometheus
-EXAMPLES = examples/gateway examples/fiberv3 examples/nethttp examples/quickstart
+EXAMPLE_MODULES = examples/fiberv3 examples/nethttp examples/quickstart
+EXAMPLES = examples/gateway $(EXAMPLE_MODULES)
 
 export GOWORK = off
 
@@ -132,10 +133,10 @@ bench-peers:
 lint: vuln
 	@unformatted=$$(gofmt -l .); \
 	if [ -n "$$unformatted" ]; then echo "gofmt -l: not formatted:"; echo "$$unformatted"; exit 1; fi
-	@for dir in . $(MODULES) $(EXAMPLES) bench; do \
+	@for dir in . $(MODULES) $(EXAMPLE_MODULES) bench; do \
 		echo "lint: go vet in $$dir"; (cd $$dir && go vet ./...) || exit 1; \
 	done
-	@for dir in . $(MODULES) $(EXAMPLES); do \
+	@for dir in . $(MODULES) $(EXAMPLE_MODULES); do \
 		echo "lint: staticcheck in $$dir"; \
 		(cd $$dir && go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...) || exit 1; \
 	done
@@ -143,7 +144,7 @@ lint: vuln
 # govulncheck on the library, the Fiber v3 module and the examples; fails
 # on a called vulnerability in a required module (see .ci/vulncheck.sh).
 vuln:
-	./.ci/vulncheck.sh . $(MODULES) $(EXAMPLES)
+	./.ci/vulncheck.sh . $(MODULES) $(EXAMPLE_MODULES)
 
 run:
-	GOWORK= go run ./examples/gateway
+	go run ./examples/gateway

@@ -3,15 +3,16 @@
 #
 #   scripts/metrics-picture.sh [OUT.png]      # default docs/metrics.png
 #
-# It starts a throwaway redis-server, three replicas of examples/gateway
-# sharing it (limit LIMIT per WINDOW, fallback LIMIT/3 per replica), and a
-# Prometheus server that scrapes them every second, all on free loopback
-# ports in a temporary directory. It sends load (tenant acme far over its
-# budget, tenant globex within it), kills Redis at OUTAGE_AT seconds and
-# starts it again OUTAGE seconds later, runs to RUN seconds, and has
-# headless Chromium screenshot Prometheus's own graph of
-# ratelimit_decisions_total by outcome and decider. The replicas' logs are
-# kept beside the picture's run in $KEEP when it is set.
+# It starts a throwaway redis-server, three replicas of examples/nethttp
+# (which serves /metrics, as examples/fiberv3 does) sharing it (limit LIMIT
+# per WINDOW, fallback LIMIT/3 per replica), and a Prometheus server that
+# scrapes them every second, all on free loopback ports in a temporary
+# directory. It sends load (tenant acme far over its budget, tenant globex
+# within it), kills Redis at OUTAGE_AT seconds and starts it again OUTAGE
+# seconds later, runs to RUN seconds, and has headless Chromium screenshot
+# Prometheus's own graph of ratelimit_decisions_total by outcome and
+# decider. The replicas' logs are kept beside the picture's run in $KEEP
+# when it is set.
 #
 # Needs redis-server, prometheus and chromium on PATH (Debian: apt-get
 # install redis-server prometheus chromium) and Go for the example.
@@ -52,8 +53,8 @@ wait_for() { # wait_for URL: until it answers, at most 10 s
 	echo "metrics-picture: $1 did not answer" >&2; exit 1
 }
 
-echo "metrics-picture: building examples/gateway"
-(cd examples/gateway && GOWORK=off go build -o "$tmp/gateway" .)
+echo "metrics-picture: building examples/nethttp"
+(cd examples/nethttp && GOWORK=off go build -o "$tmp/nethttp" .)
 
 redis_port=$(free_port)
 start_redis() {
@@ -70,7 +71,7 @@ gateways=()
 for i in 1 2 3; do
 	port=$(free_port)
 	ADDR=127.0.0.1:$port REDIS_URL=redis://127.0.0.1:$redis_port/0 REPLICAS=3 LIMIT=$LIMIT WINDOW=$WINDOW \
-		"$tmp/gateway" >"$tmp/gateway$i.log" 2>&1 &
+		"$tmp/nethttp" >"$tmp/gateway$i.log" 2>&1 &
 	pids+=($!)
 	gateways+=("127.0.0.1:$port")
 done

@@ -2,16 +2,16 @@
 // tenant with the fiberv3 door: a budget for every route, and a stricter
 // one for /expensive, both counted in one counter.
 //
-//	go run ./examples/fiberv3                                    # in-memory counter
-//	REDIS_URL=redis://localhost:6379/0 go run ./examples/fiberv3 # shared counter in Redis
+//	cd examples/fiberv3
+//	go run .                                    # in-memory counter
+//	REDIS_URL=redis://localhost:6379/0 go run . # shared counter in Redis
 //
 // It listens on 127.0.0.1:3001; ADDR, LIMIT, WINDOW, ROUTE_LIMIT,
 // ROUTE_WINDOW, ALGORITHM and REPLICAS change it (see the start-up
 // message). GET /metrics serves both limiters' metrics to Prometheus.
 //
-// The example is a Go module of its own, as the fiberv3 door is; the
-// repository's go.work lets the command above run from the repository's
-// root.
+// The example is a Go module of its own, for Fiber v3 and Prometheus's
+// client (see its go.mod).
 package main
 
 import (
@@ -102,7 +102,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	demo.Usage("fiberv3 gateway", "http://"+ln.Addr().String(), s, store)
+	demo.Usage("fiberv3 gateway", "http://"+ln.Addr().String(), s, store, true)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -7,10 +7,12 @@
 //
 // It listens on 127.0.0.1:3000; ADDR, LIMIT, WINDOW, ROUTE_LIMIT,
 // ROUTE_WINDOW, ALGORITHM and REPLICAS change it (see the start-up
-// message). GET /metrics serves both limiters' metrics to Prometheus.
+// message).
 //
-// The example is a Go module of its own (for Prometheus); the repository's
-// go.work lets the command above run from the repository's root.
+// It is part of the library's own module and needs nothing that the
+// library does not, so that its first run fetches and compiles no more
+// than the library. examples/nethttp and examples/fiberv3, modules of
+// their own, also serve the limiters' metrics to Prometheus on /metrics.
 package main
 
 import (
@@ -23,13 +25,9 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
-	"github.com/gofiber/fiber/v2/middleware/adaptor"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gatewaykit/ratelimit"
 	"github.com/gatewaykit/ratelimit/examples/internal/demo"
-	rlprom "github.com/gatewaykit/ratelimit/prometheus"
 )
 
 func main() {
@@ -57,10 +55,10 @@ func run() error {
 	// to /expensive spends from both.
 	global := ratelimit.Options{
 		Name: "global", Counter: store.Counter, Limit: s.Limit, Window: s.Window, Algorithm: s.Algorithm,
-		Logger: logger, Metrics: &ratelimit.Metrics{},
+		Logger: logger,
 	}
 	expensive := global
-	expensive.Name, expensive.Limit, expensive.Window, expensive.Metrics = "expensive", s.RouteLimit, s.RouteWindow, &ratelimit.Metrics{}
+	expensive.Name, expensive.Limit, expensive.Window = "expensive", s.RouteLimit, s.RouteWindow
 	if store.Fallback != nil {
 		// While Redis fails, each replica counts alone: its share of the
 		// budget keeps the whole gateway near the shared one.
@@ -72,17 +70,11 @@ func run() error {
 		return err
 	}
 
-	metrics := rlprom.NewCollector()
-	metrics.Add("global", global.Metrics)
-	metrics.Add("expensive", expensive.Metrics)
-	registry := prometheus.NewRegistry()
-	registry.MustRegister(metrics)
-
 	// Requests without a known API key count by client address; health
-	// probes and scrapes count nothing.
+	// probes count nothing.
 	door := ratelimit.Config{
 		AnonymousByIP: true,
-		Next:          func(c *fiber.Ctx) bool { return c.Path() == "/healthz" || c.Path() == "/metrics" },
+		Next:          func(c *fiber.Ctx) bool { return c.Path() == "/healthz" },
 	}
 	app := fiber.New(fiber.Config{DisableStartupMessage: true})
 	app.Use(resolveTenant)
@@ -92,13 +84,12 @@ func run() error {
 		return c.SendString(answer(c, "/expensive"))
 	})
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendString("ok\n") })
-	app.Get("/metrics", adaptor.HTTPHandler(promhttp.HandlerFor(registry, promhttp.HandlerOpts{})))
 
 	ln, err := net.Listen("tcp", s.Addr)
 	if err != nil {
 		return err
 	}
-	demo.Usage("gateway (Fiber v2)", "http://"+ln.Addr().String(), s, store)
+	demo.Usage("gateway (Fiber v2)", "http://"+ln.Addr().String(), s, store, false)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

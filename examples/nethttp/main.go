@@ -3,8 +3,9 @@
 // stricter one for /expensive, both counted in one counter. A refusal is
 // answered with RFC 9457 problem details (ratelimit.ProblemDetails).
 //
-//	go run ./examples/nethttp                                    # in-memory counter
-//	REDIS_URL=redis://localhost:6379/0 go run ./examples/nethttp # shared counter in Redis
+//	cd examples/nethttp
+//	go run .                                    # in-memory counter
+//	REDIS_URL=redis://localhost:6379/0 go run . # shared counter in Redis
 //
 // It listens on 127.0.0.1:3002; ADDR, LIMIT, WINDOW, ROUTE_LIMIT,
 // ROUTE_WINDOW, ALGORITHM and REPLICAS change it (see the start-up
@@ -12,8 +13,9 @@
 // same middleware wraps an httputil.ReverseProxy, a chi router or any
 // http.Handler.
 //
-// The example is a Go module of its own (for Prometheus); the repository's
-// go.work lets the command above run from the repository's root.
+// The example is a Go module of its own, for Prometheus's client (see its
+// go.mod). scripts/metrics-picture.sh draws the README's metrics picture
+// from three replicas of it.
 package main
 
 import (
@@ -99,7 +101,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	demo.Usage("nethttp gateway", "http://"+ln.Addr().String(), s, store)
+	demo.Usage("nethttp gateway", "http://"+ln.Addr().String(), s, store, true)
 
 	srv := &http.Server{Handler: resolveTenant(mux), ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -150,11 +150,16 @@ func Answer(route, tenant, clientAddr string) string {
 	return fmt.Sprintf("%s: served a request without a known API key, counted under its client address %s\n", route, clientAddr)
 }
 
-// Usage prints how to try an example listening at url.
-func Usage(name, url string, s Settings, store *Store) {
+// Usage prints how to try an example listening at url; metrics says
+// whether it serves the limiters' metrics to Prometheus on /metrics.
+func Usage(name, url string, s Settings, store *Store, metrics bool) {
 	var keys []string
 	for _, k := range slices.Sorted(maps.Keys(APIKeys)) {
 		keys = append(keys, k+" -> "+APIKeys[k])
+	}
+	unlimited := fmt.Sprintf("Health check (not limited):\n  curl %s/healthz\n", url)
+	if metrics {
+		unlimited = fmt.Sprintf("Health check and the limiters' metrics (neither limited):\n  curl %s/healthz\n  curl %s/metrics\n", url, url)
 	}
 	fmt.Printf(`%s listening on %s with %s:
   every route: %d requests per %v per tenant (%v); /expensive: %d per %v more
@@ -164,12 +169,9 @@ Try it: the first %d answers are 200, then 429 until the window ends.
   for i in $(seq 7); do curl -s -o /dev/null -w '%%{http_code}\n' -H 'X-API-Key: key-acme' %s/; done
 The rate limit headers, and both budgets on /expensive:
   curl -i -H 'X-API-Key: key-globex' %s/expensive
-Health check and the limiters' metrics (neither limited):
-  curl %s/healthz
-  curl %s/metrics
-
+%s
 Settings: ADDR, LIMIT, WINDOW, ROUTE_LIMIT, ROUTE_WINDOW, ALGORITHM (fixed|sliding),
 REDIS_URL (redis://host:6379/0), REPLICAS (replicas sharing REDIS_URL). Ctrl-C stops it.
 `, name, url, store.About, s.Limit, s.Window, s.Algorithm, s.RouteLimit, s.RouteWindow,
-		strings.Join(keys, ", "), s.Limit, url, url, url, url)
+		strings.Join(keys, ", "), s.Limit, url, url, unlimited)
 }
