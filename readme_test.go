@@ -15,8 +15,25 @@ func TestREADMEQuickStartIsTheExamples(t *testing.T) {
 	readme := readFile(t, "README.md")
 	for _, door := range []string{"fiberv2", "fiberv3", "nethttp"} {
 		path := filepath.Join("examples", "quickstart", door, "main.go")
-		if src := readFile(t, path); !strings.Contains(readme, "```go\n"+src+"```\n") {
+		if !hasGoBlock(readme, readFile(t, path)) {
 			t.Errorf("README.md has no go block that is %s word for word", path)
+		}
+	}
+}
+
+// The README's Redis and metrics snippets are files of programs in
+// examples/quickstart too, word for word but for their package clause, so
+// that they compile as pasted, imports included.
+func TestREADMESnippetsAreExamples(t *testing.T) {
+	readme := readFile(t, "README.md")
+	for _, file := range []string{"redis/limiter.go", "metrics/metrics.go"} {
+		path := filepath.Join("examples", "quickstart", file)
+		body, ok := strings.CutPrefix(readFile(t, path), "package main\n\n")
+		if !ok {
+			t.Fatalf("%s does not start with its package clause, package main", path)
+		}
+		if !hasGoBlock(readme, body) {
+			t.Errorf("README.md has no go block that is %s word for word, but for its package clause", path)
 		}
 	}
 }
@@ -37,6 +54,11 @@ func TestREADMEIsShortAndItsLinksResolve(t *testing.T) {
 			t.Errorf("README.md links to %s: %v", l[1], err)
 		}
 	}
+}
+
+// hasGoBlock says whether readme has a go code block that is src.
+func hasGoBlock(readme, src string) bool {
+	return strings.Contains(readme, "```go\n"+src+"```\n")
 }
 
 func readFile(t *testing.T, path string) string {

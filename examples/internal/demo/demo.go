@@ -124,7 +124,7 @@ func (s Settings) FallbackLimit(limit int) int { return max(1, limit/s.Replicas)
 // example at start-up, in the server's own words, rather than letting
 // every request fail open.
 func Check(limiters ...*ratelimit.Limiter) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	for _, l := range limiters {
 		if err := l.Ping(ctx); err != nil {
