@@ -111,6 +111,19 @@ type breaker struct {
 	failedProbes atomic.Int64
 }
 
+// keyAnswer is an error that a server answered for one key, such as a key
+// that holds something other than a count: the server is up and serves
+// other keys, so the breaker takes it as an answer, not a failure.
+type keyAnswer interface {
+	error
+	keyOnly()
+}
+
+func isKeyAnswer(err error) bool {
+	_, ok := errors.AsType[keyAnswer](err)
+	return ok
+}
+
 // sharedFailure is an error that several requests got from one failed
 // round trip to the counter, which roundTrip names. The breaker counts
 // them as one failure, or a single dropped connection would fail a whole

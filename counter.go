@@ -57,11 +57,12 @@ type take struct {
 	node   int // key's node, when the counter has several (see nodeCounter)
 
 	// The answer.
-	allowed   bool
-	remaining int64         // units left after the decision
-	reset     time.Duration // until one more unit than remaining is available
-	retry     time.Duration // when refused: until cost would fit
-	slide     sliding       // a sliding window's key after the decision
+	allowed       bool
+	byTransaction bool          // counted without a script: a refused cost stays counted (see noscript.go)
+	remaining     int64         // units left after the decision
+	reset         time.Duration // until one more unit than remaining is available
+	retry         time.Duration // when refused: until cost would fit
+	slide         sliding       // a sliding window's key after the decision
 }
 
 // decided fills in t's answer for a fixed window whose count is count

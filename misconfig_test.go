@@ -2,6 +2,11 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -104,11 +109,243 @@ func TestPingWithoutScripting(t *testing.T) {
 	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { rdb.Close() })
 	c := NewRedisCounter(rdb)
-	if err := NewLimiter(Options{Counter: c, Limit: 10, Window: time.Minute}).Ping(context.Background()); err != nil {
+	rec := newLogRecorder()
+	if err := NewLimiter(Options{Counter: c, Limit: 10, Window: time.Minute, Logger: rec.logger()}).Ping(context.Background()); err != nil {
 		t.Fatalf("a fixed window without scripts: Ping = %v, want nil: it counts by transactions", err)
 	}
+	if lines := rec.withMsg("ratelimit: the server refuses scripts, so fixed windows count by MULTI/EXEC"); len(lines) != 1 || lines[0].level != slog.LevelWarn {
+		t.Fatalf("log %v; want Ping to say, at warning level, that the fixed window counts by transactions", rec.lines())
+	}
 	err := NewLimiter(Options{Counter: c, Name: "sliding", Limit: 10, Window: time.Minute, Algorithm: SlidingWindow}).Ping(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), "+@scripting") {
-		t.Fatalf("a sliding window without scripts: Ping = %v; want the NOPERM and +@scripting", err)
+	if err == nil || !strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), aclSliding) {
+		t.Fatalf("a sliding window without scripts: Ping = %v; want the NOPERM and the permissions it needs", err)
 	}
 }
+
+// The permissions docs/redis.md lists are exactly enough: a user with
+// only those runs each algorithm, Ping included, on a single node, a
+// cluster and a ring. A user with the fewer permissions that the docs once
+// listed fails at start-up, and the error says it is a permission, with
+// the ones to grant, not that a key holds something else.
+func TestACLPermissionsTheDocsList(t *testing.T) {
+	doc, err := os.ReadFile("docs/redis.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		algo Algorithm
+		acl  string
+	}{{FixedWindow, aclFixed}, {SlidingWindow, aclSliding}}
+	for _, c := range cases {
+		if !strings.Contains(string(doc), c.acl) {
+			t.Errorf("docs/redis.md does not list %q, the permissions of a %v", c.acl, c.algo)
+		}
+	}
+	ctx := context.Background()
+	for _, s := range userClients {
+		t.Run(s.name, func(t *testing.T) {
+			admin := s.admin(t)
+			extra := ""
+			if s.name == "cluster" {
+				extra = " +cluster|slots"
+				if !strings.Contains(string(doc), strings.TrimSpace(extra)) {
+					t.Errorf("docs/redis.md does not list %q, which a cluster client needs", extra)
+				}
+			}
+			for _, c := range cases {
+				t.Run(c.algo.String(), func(t *testing.T) {
+					user, password := aclUser(t, admin, strings.Fields(c.acl+extra)...)
+					lim := NewLimiter(Options{Counter: NewRedisCounter(s.client(t, user, password)), Limit: 2, Window: time.Minute, Algorithm: c.algo})
+					if err := lim.Ping(ctx); err != nil {
+						t.Fatalf("Ping as a user with %q: %v", c.acl+extra, err)
+					}
+					tenant := uniqueTenant(t)
+					for i, want := range []bool{true, true, false} {
+						if d := lim.Take(ctx, tenant); d.By != ByCounter || d.Allowed != want {
+							t.Fatalf("request %d: %+v; want decided by the counter, allowed %v", i+1, d, want)
+						}
+					}
+
+					// What the docs once listed: scripts, but not the
+					// commands they run, which every server checks.
+					user, password = aclUser(t, admin, strings.Fields("~rl:* ~{rl:* +evalsha +eval +ping"+extra)...)
+					rec := newLogRecorder()
+					lim = NewLimiter(Options{Counter: NewRedisCounter(s.client(t, user, password)), Limit: 2, Window: time.Minute, Algorithm: c.algo, Logger: rec.logger()})
+					err := lim.Ping(ctx)
+					if err == nil || !strings.Contains(err.Error(), "the ACL user lacks a permission") || !strings.Contains(err.Error(), c.acl) ||
+						strings.Contains(err.Error(), "other than a count") {
+						t.Fatalf("Ping as a user without the scripts' commands: %v; want a missing permission, naming %q", err, c.acl)
+					}
+					if d := lim.Take(ctx, tenant); d.By != ByNone || len(rec.withMsg("ratelimit: the counter is misconfigured")) != 1 {
+						t.Fatalf("Take: %+v, log %v; want decided without the counter and logged as a misconfiguration", d, rec.lines())
+					}
+				})
+			}
+		})
+	}
+}
+
+// A server out of memory that evicts nothing, and a read-only replica, are
+// each a misconfiguration with its own fix, in the server's own words: at
+// start-up (Ping) and at request time (the log, the metrics), in either
+// algorithm. Neither is taken for a key that holds something else.
+func TestMisconfiguredServerAnswers(t *testing.T) {
+	ctx := context.Background()
+	full := startChaosRedis(t, 0)
+	fullAdmin := redis.NewClient(&redis.Options{Addr: full.Addr()})
+	t.Cleanup(func() { fullAdmin.Close() })
+	for _, kv := range [][2]string{{"maxmemory-policy", "noeviction"}, {"maxmemory", "1"}} {
+		if err := fullAdmin.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	primary := startChaosRedis(t, 0)
+	replica := startChaosRedis(t, 0)
+	replicaAdmin := redis.NewClient(&redis.Options{Addr: replica.Addr()})
+	t.Cleanup(func() { replicaAdmin.Close() })
+	host, port, _ := net.SplitHostPort(primary.Addr())
+	if err := replicaAdmin.Do(ctx, "replicaof", host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name, addr, words, fix string
+	}{
+		{"out of memory", full.Addr(), "OOM", "maxmemory"},
+		{"read-only replica", replica.Addr(), "READONLY", "primary"},
+	} {
+		for _, algo := range algorithms {
+			t.Run(tt.name+"/"+algo.String(), func(t *testing.T) {
+				rdb := redis.NewClient(&redis.Options{Addr: tt.addr})
+				t.Cleanup(func() { rdb.Close() })
+				rec := newLogRecorder()
+				m := &Metrics{}
+				lim := NewLimiter(Options{Counter: NewRedisCounter(rdb), Limit: 10, Window: time.Minute, Algorithm: algo, Logger: rec.logger(), Metrics: m})
+				err := lim.Ping(ctx)
+				if err == nil || !strings.Contains(err.Error(), tt.words) || !strings.Contains(err.Error(), tt.fix) {
+					t.Fatalf("Ping = %v; want the server's %q and what to fix (%q)", err, tt.words, tt.fix)
+				}
+				if d := lim.Take(ctx, "acme"); d.By != ByNone || !d.Allowed {
+					t.Fatalf("Take: %+v; want failed open", d)
+				}
+				lines := rec.withMsg("ratelimit: the counter is misconfigured")
+				if len(lines) != 1 || !strings.Contains(lines[0].str("err"), tt.words) || !strings.Contains(lines[0].str("fix"), tt.fix) {
+					t.Fatalf("log %v; want one misconfiguration line with the server's words and the fix", rec.lines())
+				}
+				if s := m.Snapshot(); s.StoreErrors[CauseConfiguration] != 1 {
+					t.Fatalf("store errors %v; want one of cause configuration", s.StoreErrors)
+				}
+			})
+		}
+	}
+}
+
+// A plain client on one node of a cluster is a misconfiguration: Ping
+// says so whatever node the probe key hashes to, and at request time the
+// tenants whose keys live on other nodes are refused with MOVED, which is
+// logged and counted as a misconfiguration, and does not open the breaker:
+// the server answered, and the tenants of its own keys are still counted.
+func TestPlainClientOnAClusterNode(t *testing.T) {
+	ctx := context.Background()
+	addrs := clusterAddrs(t)
+	cluster := newClusterClient(t)
+	rdb := redis.NewClient(&redis.Options{Addr: addrs[0]})
+	t.Cleanup(func() { rdb.Close() })
+	counter := NewRedisCounter(rdb)
+
+	// Limiters whose probe keys hash to the connected node and to others.
+	local, remote := 0, 0
+	for i := 0; local == 0 || remote == 0; i++ {
+		name := "node" + strconv.Itoa(i)
+		var buf [maxKeyLen]byte
+		probe := string(appendProbeKey(buf[:0], keyPrefix(name), FixedWindow))
+		node, err := cluster.MasterForKey(ctx, probe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if node.Options().Addr == addrs[0] {
+			local++
+		} else {
+			remote++
+		}
+		err = NewLimiter(Options{Counter: counter, Name: name, Limit: 10, Window: time.Minute}).Ping(ctx)
+		if err == nil || !strings.Contains(err.Error(), "cluster mode") || !strings.Contains(err.Error(), "redis.NewClusterClient") {
+			t.Fatalf("Ping of limiter %s (probe key on %s, the client on %s) = %v; want the server is a cluster node, use redis.NewClusterClient",
+				name, node.Options().Addr, addrs[0], err)
+		}
+	}
+
+	rec := newLogRecorder()
+	m := &Metrics{}
+	lim := NewLimiter(Options{Counter: counter, Name: uniqueTenant(t), Limit: 1000, Window: time.Minute, BreakerFailures: 2, Logger: rec.logger(), Metrics: m})
+	var here, there string
+	for i := 0; here == "" || there == ""; i++ {
+		tenant := "t" + strconv.Itoa(i)
+		var buf [maxKeyLen]byte
+		node, err := cluster.MasterForKey(ctx, string(appendKey(buf[:0], lim.keyPrefix, tenant, FixedWindow)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if node.Options().Addr == addrs[0] {
+			here = tenant
+		} else {
+			there = tenant
+		}
+	}
+	for range 5 {
+		if d := lim.Take(ctx, there); d.By != ByNone || !strings.Contains(d.Err.Error(), "MOVED") {
+			t.Fatalf("a tenant of another node: %+v; want decided without the counter, for MOVED", d)
+		}
+	}
+	if d := lim.Take(ctx, here); d.By != ByCounter {
+		t.Fatalf("a tenant of the connected node after 5 MOVED answers: %+v; want decided by the counter, the breaker closed", d)
+	}
+	s := m.Snapshot()
+	if s.StoreErrors[CauseConfiguration] != 5 || s.Breaker != BreakerClosed {
+		t.Errorf("metrics: store errors %v, breaker %v; want 5 of cause configuration, closed", s.StoreErrors, s.Breaker)
+	}
+	lines := rec.withMsg("ratelimit: the counter is misconfigured")
+	if len(lines) != 1 || !strings.Contains(lines[0].str("fix"), "redis.NewClusterClient") {
+		t.Errorf("log %v; want one misconfiguration line saying to use redis.NewClusterClient", rec.lines())
+	}
+}
+
+// The answers that mean misconfiguration, as each server words them, and
+// those that do not.
+func TestMisconfiguredAnswersAreRecognised(t *testing.T) {
+	for _, tt := range []struct {
+		err     string
+		cluster bool
+		fix     string // a word of it; "" for not a misconfiguration
+	}{
+		{"NOAUTH Authentication required.", false, "Password"},
+		{"NOPERM this user has no permissions to run the 'evalsha' command", false, aclFixed},
+		{"The user executing the script can't run this command or subcommand", false, aclFixed},                                         // Redis 6, in a script
+		{"ERR The user executing the script can't run this command or subcommand script: 105e, on @user_script:53.", false, aclSliding}, // Redis 7
+		{"ERR ACL failure in script: User lim has no permissions to run the 'time' command script: 105e", false, aclSliding},            // Redis 8, Valkey
+		{"OOM command not allowed when used memory > 'maxmemory'.", false, "maxmemory"},
+		{"READONLY You can't write against a read only replica.", false, "primary"},
+		{"MOVED 12006 127.0.0.1:7001", false, "redis.NewClusterClient"},
+		{"ASK 12006 127.0.0.1:7001", false, "redis.NewClusterClient"},
+		{"CROSSSLOT Keys in request don't hash to the same slot", false, "redis.NewClusterClient"},
+		{"MOVED 12006 127.0.0.1:7001", true, ""}, // a cluster client follows it; one that could not is a cluster changing
+		{"CLUSTERDOWN The cluster is down", true, ""},
+		{"LOADING Redis is loading the dataset in memory", false, ""},
+	} {
+		err := asMisconfigured(serverAnswer(tt.err), tt.cluster)
+		m, ok := errors.AsType[misconfigured](err)
+		switch {
+		case tt.fix == "" && ok:
+			t.Errorf("%q (cluster client %v) taken for a misconfiguration: %s", tt.err, tt.cluster, m.fix())
+		case tt.fix != "" && !ok:
+			t.Errorf("%q (cluster client %v) not taken for a misconfiguration", tt.err, tt.cluster)
+		case ok && !strings.Contains(m.fix(), tt.fix):
+			t.Errorf("%q: fix %q, want one saying %q", tt.err, m.fix(), tt.fix)
+		}
+	}
+}
+
+// serverAnswer is an error reply of a server, as go-redis gives one.
+type serverAnswer string
+
+func (e serverAnswer) Error() string { return string(e) }
+func (serverAnswer) RedisError()     {}

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -14,21 +15,7 @@ import (
 // returns its name and password.
 func noScriptUser(t *testing.T, rdb redis.UniversalClient) (user, password string) {
 	t.Helper()
-	user, password = "noscript-"+strings.ReplaceAll(uniqueTenant(t), ":", "-"), "secret"
-	add := func(ctx context.Context, c *redis.Client) error {
-		return c.Do(ctx, "acl", "setuser", user, "on", ">"+password, "~*", "+@all", "-@scripting").Err()
-	}
-	var err error
-	switch c := rdb.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachShard(context.Background(), add)
-	case *redis.Client:
-		err = add(context.Background(), c)
-	}
-	if err != nil {
-		t.Fatalf("ACL SETUSER: %v", err)
-	}
-	return user, password
+	return aclUser(t, rdb, "~*", "+@all", "-@scripting")
 }
 
 // On a server that refuses scripts, the fixed window still counts, with a
@@ -36,24 +23,7 @@ func noScriptUser(t *testing.T, rdb redis.UniversalClient) (user, password strin
 // limit of 100 let 100 through. A sliding window, which needs the script,
 // fails with the server's refusal, and is decided by the fail policy.
 func TestServerWithoutScripting(t *testing.T) {
-	for _, s := range []struct {
-		name   string
-		client func(t *testing.T, user, password string) redis.UniversalClient
-		admin  func(t *testing.T) redis.UniversalClient
-	}{
-		{"single node", func(t *testing.T, user, password string) redis.UniversalClient {
-			opt := redisOptions(t)
-			opt.Username, opt.Password = user, password
-			rdb := redis.NewClient(opt)
-			t.Cleanup(func() { rdb.Close() })
-			return rdb
-		}, func(t *testing.T) redis.UniversalClient { return newRedisClient(t) }},
-		{"cluster", func(t *testing.T, user, password string) redis.UniversalClient {
-			rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterAddrs(t), Username: user, Password: password})
-			t.Cleanup(func() { rdb.Close() })
-			return rdb
-		}, func(t *testing.T) redis.UniversalClient { return newClusterClient(t) }},
-	} {
+	for _, s := range userClients[:2] { // single node, cluster
 		t.Run(s.name, func(t *testing.T) {
 			admin := s.admin(t)
 			user, password := noScriptUser(t, admin)
@@ -93,8 +63,15 @@ func TestServerWithoutScripting(t *testing.T) {
 			}
 			lines := rec.withMsg("ratelimit: the counter is misconfigured")
 			if len(lines) == 0 || !strings.Contains(lines[len(lines)-1].str("err"), "NOPERM") ||
-				!strings.Contains(lines[len(lines)-1].str("fix"), "+@scripting") {
+				!strings.Contains(lines[len(lines)-1].str("fix"), aclSliding) {
 				t.Fatalf("log %v; want the refusal logged as misconfiguration, with what to fix", rec.lines())
+			}
+			// The switch to transactions is said once, at warning level,
+			// with why and what it changes, by each limiter that counts so.
+			switched := rec.withMsg("ratelimit: the server refuses scripts, so fixed windows count by MULTI/EXEC")
+			if len(switched) != 2 || switched[0].level != slog.LevelWarn || !strings.Contains(switched[0].str("err"), "NOPERM") ||
+				!strings.Contains(switched[0].msg, "cost stays counted") || !strings.Contains(switched[0].str("fix"), aclFixed) {
+				t.Fatalf("log %v; want one warning from each of the two fixed-window limiters, with the refusal, what changes and the fix", rec.lines())
 			}
 		})
 	}

@@ -86,6 +86,15 @@ func (r *RedisCounter) nodeOf(key string) (id int, addr string) {
 
 func (r *RedisCounter) manyNodes() bool { return r.nodes.manyNodes() }
 
+// scriptRefusal is a server's refusal to run the script, or nil: the
+// counter then counts fixed windows by transactions (see noscript.go).
+func (r *RedisCounter) scriptRefusal() error {
+	if p := r.nodes.refused.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // Incr bumps the counter for key and returns the count after the increment.
 func (r *RedisCounter) Incr(ctx context.Context, key string, window time.Duration) (int64, error) {
 	n, _, err := r.IncrTTL(ctx, key, window)
@@ -114,8 +123,9 @@ func (r *RedisCounter) takeWithin(ctx context.Context, t take, deadline time.Tim
 	k := opKey{key: t.key, ms: ceilDiv(t.window, time.Millisecond), limit: t.limit, algo: t.algo}
 	res, a, prev, err := r.nodes.byID(t.node).batch.take(ctx, k, t.cost, deadline, wait)
 	if err != nil {
-		return t, fmt.Errorf("increment rate limit key %s: %w", t.key, asMisconfigured(err))
+		return t, fmt.Errorf("increment rate limit key %s: %w", t.key, asMisconfigured(err, r.nodes.cluster != nil))
 	}
+	t.byTransaction = t.algo == FixedWindow && r.nodes.refused.Load() != nil
 	allowed, count := res >= 0, res
 	if !allowed {
 		count = -res - 1

@@ -36,6 +36,51 @@ var redisClients = []struct {
 	{"ring", func(t *testing.T) redis.UniversalClient { return newRingClient(t) }},
 }
 
+// userClients are redisClients that log in as an ACL user: client makes
+// one for user, admin one as the tests' own user, who may add users.
+var userClients = []struct {
+	name   string
+	client func(t *testing.T, user, password string) redis.UniversalClient
+	admin  func(t *testing.T) redis.UniversalClient
+}{
+	{"single node", func(t *testing.T, user, password string) redis.UniversalClient {
+		opt := redisOptions(t)
+		opt.Username, opt.Password = user, password
+		rdb := redis.NewClient(opt)
+		t.Cleanup(func() { rdb.Close() })
+		return rdb
+	}, func(t *testing.T) redis.UniversalClient { return newRedisClient(t) }},
+	{"cluster", func(t *testing.T, user, password string) redis.UniversalClient {
+		rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterAddrs(t), Username: user, Password: password})
+		t.Cleanup(func() { rdb.Close() })
+		return rdb
+	}, func(t *testing.T) redis.UniversalClient { return newClusterClient(t) }},
+	{"ring", func(t *testing.T, user, password string) redis.UniversalClient {
+		opt := ringOptions(t)
+		opt.Username, opt.Password = user, password
+		rdb := redis.NewRing(opt)
+		t.Cleanup(func() { rdb.Close() })
+		return rdb
+	}, func(t *testing.T) redis.UniversalClient { return newRingClient(t) }},
+}
+
+// aclUser adds, on every server of admin, an ACL user of its own with the
+// ACL rules, and returns its name and password.
+func aclUser(t *testing.T, admin redis.UniversalClient, rules ...string) (user, password string) {
+	t.Helper()
+	user, password = "u-"+strings.ReplaceAll(uniqueTenant(t), ":", "-"), "secret"
+	args := []any{"acl", "setuser", user, "on", ">" + password}
+	for _, r := range rules {
+		args = append(args, r)
+	}
+	if _, err := eachServer(context.Background(), admin, func(ctx context.Context, c *redis.Client) error {
+		return c.Do(ctx, args...).Err()
+	}); err != nil {
+		t.Fatalf("ACL SETUSER %s %v: %v", user, rules, err)
+	}
+	return user, password
+}
+
 func TestRedisCounterConformance(t *testing.T) {
 	for _, c := range redisClients {
 		t.Run(c.name, func(t *testing.T) {

@@ -45,16 +45,30 @@ import (
 // server's clock (TIME) and prev the count of the window before; the
 // window's key is "<tag>:<window ms>:<window number>", and expires at the
 // end of the window after it. A key that holds something other than a
-// count answers a = -3 and fails alone.
+// count (WRONGTYPE, or a string that is not an integer) answers a = -3
+// and fails alone. Any other error of a
+// command (NOPERM, OOM, READONLY: the server's setup, which every key
+// meets alike) ends the script with the server's own words, stripped of
+// the "@user_script: <line>:" that Redis 6 puts before them; the keys
+// decided before it in the same call keep their counts.
 const takeScript = `
 local tonumber, call, pcall, type = tonumber, redis.call, redis.pcall, type
 local out, o, at, now = {}, 0, 1, nil
+local function fatal(r)
+  local find = string.find
+  if find(r.err, 'WRONGTYPE', 1, true) or find(r.err, 'not an integer', 1, true) or find(r.err, 'overflow', 1, true) then
+    return nil
+  end
+  return redis.error_reply((string.gsub(r.err, '^@user_script: %d+: %-?', '')))
+end
 for _, key in ipairs(KEYS) do
   local kind, limit, msarg = ARGV[at], tonumber(ARGV[at+1], 16), ARGV[at+2]
   if kind == 'f' then
     at = at + 3
     local after = pcall('INCRBY', key, 1)
     if type(after) == 'table' then
+      local e = fatal(after)
+      if e then return e end
       out[o+1], out[o+2] = -3, 0
     else
       local res, a = after, 0
@@ -100,12 +114,20 @@ for _, key in ipairs(KEYS) do
       local tag = key .. ':' .. msarg .. ':'
       curkey = tag .. string.format('%d', index)
       prev = pcall('GET', tag .. string.format('%d', index - 1))
-      if type(prev) == 'table' then prev = nil elseif prev then prev = tonumber(prev) else prev = 0 end
+      if type(prev) == 'table' then
+        local e = fatal(prev)
+        if e then return e end
+        prev = nil
+      elseif prev then prev = tonumber(prev) else prev = 0 end
     end
     local after = nil
     if prev ~= nil then
       after = pcall('INCRBY', curkey, total)
-      if type(after) == 'table' then after = nil end
+      if type(after) == 'table' then
+        local e = fatal(after)
+        if e then return e end
+        after = nil
+      end
     end
     local head = 1
     if sliding then head = 2 end
