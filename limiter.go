@@ -10,6 +10,8 @@ import (
 	"net/netip"
 	"reflect"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -38,6 +40,12 @@ type Limiter struct {
 	// Read once per request that asks a counter other than a
 	// MemoryCounter.
 	clock clock
+
+	// The counter counts by transactions, and the limiter has said so.
+	byTransaction atomic.Bool
+
+	// The throttled log of each type of tenant that TenantID cannot read.
+	unreadableTypes sync.Map // reflect.Type → *throttledLog
 
 	// The budgets a decision is made against, with their header values
 	// formatted once.
@@ -259,11 +267,23 @@ func (l *Limiter) TenantID(v any) (string, bool) {
 		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 			id = strconv.FormatUint(rv.Uint(), 10)
 		default:
-			l.mistakes.record(slog.LevelError, "ratelimit: the request's tenant is of a type the limiter cannot read; it counts as a request without a tenant",
-				slog.String("type", fmt.Sprintf("%T", v)))
+			l.unreadable(rv.Type())
 		}
 	}
 	return id, id != ""
+}
+
+// unreadable logs a tenant of type typ that TenantID cannot read, one line
+// a second at most for each such type, so that one type's lines never hide
+// another's. The types are the gateway's own, a handful at most.
+func (l *Limiter) unreadable(typ reflect.Type) {
+	log, ok := l.unreadableTypes.Load(typ)
+	if !ok {
+		log, _ = l.unreadableTypes.LoadOrStore(typ, newThrottledLog(l.opts.Logger, l.clock))
+	}
+	log.(*throttledLog).record(slog.LevelError, "ratelimit: the request's tenant is of a type the limiter cannot read; it counts as a request without a tenant",
+		slog.String("type", typ.String()),
+		slog.String("fix", "store the tenant as a string, an integer or a fmt.Stringer (in c.Locals(\"tenant\") for Fiber), or set the middleware's Tenant"))
 }
 
 // CheckCost returns nil when the limiter can count requests of any cost
@@ -303,7 +323,10 @@ func (l *Limiter) Ping(ctx context.Context) error {
 			err = ErrClosed
 		}
 	case pinger:
-		err = c.ping(ctx, t)
+		t, err = c.ping(ctx, t)
+		if err == nil && t.byTransaction {
+			l.countsByTransaction()
+		}
 	}
 	if m, ok := errors.AsType[misconfigured](err); ok {
 		return fmt.Errorf("ratelimit: the counter failed its check: %w; to fix: %s", err, m.fix())
@@ -317,7 +340,24 @@ func (l *Limiter) Ping(ctx context.Context) error {
 // pinger is a counter that can check itself (see Limiter.Ping) by deciding
 // t, a request on a key that no tenant has.
 type pinger interface {
-	ping(ctx context.Context, t take) error
+	ping(ctx context.Context, t take) (take, error)
+}
+
+var _ pinger = (*RedisCounter)(nil)
+
+// countsByTransaction says once, at warning level, that the counter
+// counts without its script (see noscript.go), and what that changes.
+func (l *Limiter) countsByTransaction() {
+	if l.byTransaction.Load() || !l.byTransaction.CompareAndSwap(false, true) {
+		return
+	}
+	var refusal error
+	if r, ok := l.opts.Counter.(interface{ scriptRefusal() error }); ok {
+		refusal = r.scriptRefusal()
+	}
+	l.failures.write(slog.LevelWarn, "ratelimit: the server refuses scripts, so fixed windows count by MULTI/EXEC: "+
+		"exact, but a refused request's cost stays counted, so a tenant that keeps knocking over its limit keeps its window full",
+		slog.String("fix", "grant the user "+aclFixed+" to decide in the store"), slog.Any("err", refusal))
 }
 
 // take decides into d the request of tenant (for its plan and the log), of
@@ -364,6 +404,9 @@ func (l *Limiter) take(ctx context.Context, d *Decision, tenant string, kb []byt
 		t, err = l.ask(ctx, t, now)
 		if err == nil && !t.allowed && l.refusals != nil {
 			l.refusals.add(kb, &t, since)
+		}
+		if t.byTransaction {
+			l.countsByTransaction()
 		}
 	}
 	if err != nil {
@@ -506,7 +549,8 @@ func (l *Limiter) decided(d *Decision, tenant string, kb []byte) {
 
 // ask decides t in opts.Counter, through the breaker of its key's node.
 // The breaker and the metrics' latency learn only what the counter did:
-// a request whose own context ended (ErrContextDone) tells them nothing.
+// a request whose own context ended (ErrContextDone) tells them nothing,
+// and an answer about one key (keyAnswer) says that the server is up.
 func (l *Limiter) ask(ctx context.Context, t take, now time.Time) (take, error) {
 	b := l.breakers.first
 	if l.nodes != nil {
@@ -530,6 +574,8 @@ func (l *Limiter) ask(ctx context.Context, t take, now time.Time) (take, error) 
 		b.abandoned(probe)
 		l.opts.Metrics.canceled()
 		return t, err
+	case isKeyAnswer(err):
+		b.success(probe) // the server answered, for this key
 	default:
 		b.failure(probe, err)
 	}

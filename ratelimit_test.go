@@ -965,15 +965,22 @@ func TestTenantID(t *testing.T) {
 	}{
 		{"acme", "acme"}, {"", ""}, {nil, ""}, {tenantName{"globex"}, "globex"},
 		{42, "42"}, {int8(-3), "-3"}, {uint64(1 << 63), "9223372036854775808"}, {tenantNumber(7), "7"},
-		{[]byte("bytes"), ""}, {3.5, ""},
+		{[]byte("bytes"), ""}, {3.5, ""}, {[]byte("again"), ""}, {2.5, ""},
 	} {
 		if got, ok := lim.TenantID(tt.v); got != tt.want || ok != (tt.want != "") {
 			t.Errorf("TenantID(%#v) = %q, %v; want %q", tt.v, got, ok, tt.want)
 		}
 	}
+	// Within one second: a line for each type, at error level, with the
+	// fix; the same type's second is held back.
 	lines := rec.withMsg("ratelimit: the request's tenant is of a type")
-	if len(lines) != 1 || lines[0].str("type") != "[]uint8" {
-		t.Fatalf("log %v; want one line (the second a second later is held back) naming []uint8", rec.lines())
+	if len(lines) != 2 || lines[0].str("type") != "[]uint8" || lines[1].str("type") != "float64" {
+		t.Fatalf("log %v; want two lines, one naming []uint8 and one float64", rec.lines())
+	}
+	for _, l := range lines {
+		if l.level != slog.LevelError || !strings.Contains(l.str("fix"), "fmt.Stringer") || !strings.Contains(l.str("fix"), "Tenant") {
+			t.Errorf("line %v; want error level, and a fix naming the types it reads and Tenant", l)
+		}
 	}
 
 	// Through the door: four tenants of an integer type keep four budgets.
