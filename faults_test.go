@@ -407,8 +407,16 @@ func TestMetricsCountEachDecision(t *testing.T) {
 	for range 5 {
 		get(t, app, "acme")
 	}
-	if s := m.Snapshot(); s.Allowed != 2 || s.Limited != 3 || s.Breaker != BreakerClosed {
-		t.Errorf("metrics = %+v, want 2 allowed, 3 limited, breaker closed", s)
+	if s := m.Snapshot(); s.Allowed != 2 || s.Limited != 3 || s.Breaker != BreakerClosed || s.Breakers != 1 {
+		t.Errorf("metrics = %+v, want 2 allowed, 3 limited, one breaker, closed", s)
+	}
+	// A MemoryCounter is called without a breaker, and the metrics show
+	// none.
+	m = &Metrics{}
+	app = newApp(RateLimitShared(Config{Limit: 2, Window: time.Minute, Metrics: m}), nil)
+	get(t, app, "acme")
+	if s := m.Snapshot(); s.Allowed != 1 || s.Breakers != 0 {
+		t.Errorf("metrics on memory = %+v, want 1 allowed and no breaker", s)
 	}
 }
 

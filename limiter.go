@@ -91,8 +91,9 @@ type Decision struct {
 	Shadowed bool
 
 	// Err is why Options.Counter could not decide, when By is not
-	// ByCounter; the Limiter has logged it. It is for logs and metrics,
-	// never for a client.
+	// ByCounter: the counter's failure, which the Limiter has logged, or
+	// ErrContextDone, the request's own context ending first, which it
+	// has not. It is for logs and metrics, never for a client.
 	Err error
 
 	policy *policyHeaders
@@ -181,9 +182,13 @@ func newLimiter(opts Options, now func() time.Time) *Limiter {
 	if l.mem == nil && !opts.DisableOverLimitCache {
 		l.refusals = newRefusals()
 	}
-	l.breakers = newBreakers(func(node string) *breaker {
-		return newBreaker(opts.BreakerFailures, opts.BreakerCooldown, clk, l.failures.write, opts.Metrics, node)
-	})
+	if l.mem == nil {
+		// A MemoryCounter is called without one: it never waits, and
+		// fails only once closed.
+		l.breakers = newBreakers(func(node string) *breaker {
+			return newBreaker(opts.BreakerFailures, opts.BreakerCooldown, clk, l.failures.write, opts.Metrics, node)
+		})
+	}
 	if nc, ok := opts.Counter.(nodeCounter); ok && nc.manyNodes() {
 		l.nodes = nc
 	}
@@ -196,8 +201,10 @@ func newLimiter(opts Options, now func() time.Time) *Limiter {
 // within Options.StoreTimeout.
 //
 // Take always decides: when the counter fails it falls back, or fails open
-// or closed, as Options say, and logs. It never blocks past the time rule
-// of Options.StoreTimeout.
+// or closed, as Options say, and logs. It never waits past
+// Options.StoreTimeout (10 × that while the counter has never answered).
+// When ctx is done before the counter decides, the request is decided as
+// one that nothing counted, with ErrContextDone in Decision.Err.
 func (l *Limiter) Take(ctx context.Context, tenant string) (d Decision) {
 	l.takeTenant(ctx, &d, tenant, 1)
 	return d
@@ -228,8 +235,10 @@ func (l *Limiter) takeTenant(ctx context.Context, d *Decision, tenant string, co
 // address: an IPv4 address as a whole, an IPv6 one by its
 // Options.IPv6Prefix. An IPv4-mapped IPv6 address counts as the IPv4 one;
 // an invalid address counts under "rl:unknown", as Take(ctx, "") does.
-// Only an address the gateway can vouch for belongs here (see the README
-// on proxies): a client that picks its address picks its budget.
+// Only an address the gateway can vouch for belongs here (behind a proxy,
+// one read from a header that only the proxy writes: see
+// Config.AnonymousByIP and HTTPConfig.ClientIP): a client that picks its
+// address picks its budget.
 func (l *Limiter) TakeAddr(ctx context.Context, addr netip.Addr) (d Decision) {
 	return l.TakeAddrN(ctx, addr, 1)
 }

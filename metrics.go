@@ -63,7 +63,7 @@ func (o Outcome) String() string {
 type Cause int
 
 const (
-	CauseTimeout       Cause = iota // no answer within the time rule (see Options.StoreTimeout)
+	CauseTimeout       Cause = iota // no answer within Options.StoreTimeout (10 × that while connecting)
 	CauseRefused                    // the server could not be reached: a refused connection, a failed dial
 	CauseConfiguration              // the server answered that it is set up wrong (NOAUTH, NOPERM, ...)
 	CauseOther                      // any other failure of the store: a reset connection, an error reply
@@ -91,6 +91,9 @@ func (c Cause) String() string {
 	}
 	return "invalid"
 }
+
+// StoreErrors has a place for every Cause.
+var _ [numCauses]uint64 = MetricsSnapshot{}.StoreErrors
 
 // LatencyBuckets are the upper bounds, in seconds, of the store latency
 // histogram's buckets.
@@ -120,7 +123,7 @@ type MetricsSnapshot struct {
 	// The store's failed round trips, by cause, and under CauseCanceled
 	// the calls that the request's own context ended before the store
 	// answered. A request decided while its breaker was open made none.
-	StoreErrors [numCauses]uint64 // indexed by Cause
+	StoreErrors [CauseCanceled + 1]uint64 // indexed by Cause
 
 	// The store's round trips (those of a MemoryCounter are not timed).
 	StoreLatency Histogram

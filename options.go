@@ -25,8 +25,9 @@ type Options struct {
 	// under its name in RateLimit-Policy and RateLimit. Unnamed limiters
 	// count under "rl:<tenant>" and report the policy "default". Two
 	// limiters with the same name (or none) on the same MemoryCounter or
-	// RedisCounter share one budget, so setup panics when their Limit or
-	// Window differ. At most 64 bytes of visible ASCII without '"' or '\'.
+	// RedisCounter share one budget, so setup panics when their Limit,
+	// Window or Algorithm differ, or one has PlanFor and the other not. At
+	// most 64 bytes of visible ASCII without '"' or '\'.
 	//
 	// Optional. Default: "" (keys "rl:<tenant>", policy "default")
 	Name string

@@ -18,12 +18,14 @@ import (
 //
 // For a net/http gateway, which has no error handler to shape the answer;
 // a Fiber app shapes the default *fiber.Error in its ErrorHandler.
-var ProblemDetails http.Handler = http.HandlerFunc(problemDetails)
+var ProblemDetails http.Handler = http.HandlerFunc(WriteProblemDetails)
 
 // quotaExceeded is the draft's problem type.
 const quotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 
-func problemDetails(w http.ResponseWriter, r *http.Request) {
+// WriteProblemDetails writes what ProblemDetails answers, for a
+// LimitReached of your own that does more first (a log line, a header).
+func WriteProblemDetails(w http.ResponseWriter, r *http.Request) {
 	body := struct {
 		Type     string   `json:"type"`
 		Title    string   `json:"title"`

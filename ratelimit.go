@@ -11,8 +11,10 @@ import (
 )
 
 // RateLimitShared returns a Fiber v2 handler that allows each tenant Limit
-// requests per fixed Window, counted in cfg.Counter under a key built from
-// the tenant ID ("rl:<tenant>" for plain IDs). Over budget it answers 429;
+// requests (or units of Cost) per Window, or its own PlanFor budget,
+// counted by cfg.Algorithm (fixed windows by default) in cfg.Counter under
+// a key built from the tenant ID ("rl:<tenant>" for plain IDs). Over
+// budget it answers 429;
 // when the counter fails it decides by cfg.Fallback, or lets the request
 // through (or answers 503 with FailClosed), and logs. Every response it
 // decides carries the rate limit headers (see Decision.SetHeaders).

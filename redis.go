@@ -45,8 +45,9 @@ import (
 // for concurrent use by multiple goroutines.
 //
 // A call returns when its context is done, whatever the client's options;
-// a call that gives up before its round trip left is not counted, one that
-// gives up while its round trip is in flight may be. So that a server that
+// a call whose context is done already is never sent, one that gives up
+// before its round trip left is not counted, one that gives up while its
+// round trip is in flight may be. So that a server that
 // cannot be reached (connection refused, an unknown host) fails calls at
 // once, with that cause, rather than after go-redis's dial retries, the
 // counter adds a dial hook to the client of each server it sends to: a
