@@ -2,10 +2,14 @@ package bench
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"unsafe"
 
 	"github.com/gatewaykit/ratelimit"
 	"github.com/go-redis/redis_rate/v10"
@@ -154,5 +158,53 @@ func BenchmarkCounter(b *testing.B) {
 				})
 			}
 		}
+	}
+}
+
+// newKeysBound is how many windows BenchmarkCounterNewKeys' counters hold
+// before the timer: 256 shards of 1,024, as many shards as the default
+// bound has.
+const newKeysBound = 1 << 18
+
+// BenchmarkCounterNewKeys is a stream of new keys, one per op, on a
+// MemoryCounter filled with newKeysBound windows before the timer.
+// "ratelimit" is held at that bound (MaxKeys), so that every op makes room
+// for its key: a batch of evictions in a shard once per eighth of its
+// share. "ratelimit-growing" has a bound the run never meets, so that its
+// tables grow instead, as every MemoryCounter's did before it had a bound.
+// Each goroutine writes keys of its own into a buffer of its own (no
+// formatting); it reports evictions per op.
+func BenchmarkCounterNewKeys(b *testing.B) {
+	for _, c := range []struct {
+		name    string
+		maxKeys int
+	}{{"ratelimit", newKeysBound}, {"ratelimit-growing", math.MaxInt}} {
+		b.Run("memory/"+c.name, func(b *testing.B) {
+			m := ratelimit.NewMemoryCounter(ratelimit.MaxKeys(c.maxKeys))
+			b.Cleanup(func() { m.Close() })
+			ctx := context.Background()
+			for i := range newKeysBound {
+				if _, err := m.Incr(ctx, "rl:full"+strconv.Itoa(i), window); err != nil {
+					b.Fatal(err)
+				}
+			}
+			evicted := m.Evicted()
+			var streams atomic.Uint32
+			walkParallel(b, func() func(int) bool {
+				key := []byte("rl:new:gggg:iiiiiiii") // the goroutine's stream, then i
+				binary.BigEndian.PutUint32(key[7:], streams.Add(1))
+				return func(i int) bool {
+					binary.BigEndian.PutUint64(key[12:], uint64(i))
+					// The counter copies a key it keeps.
+					if _, err := m.Incr(ctx, unsafe.String(&key[0], len(key)), window); err != nil {
+						b.Error(err)
+						return false
+					}
+					return true
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric(float64(m.Evicted()-evicted)/float64(b.N), "evicted/op")
+		})
 	}
 }
