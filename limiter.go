@@ -478,8 +478,10 @@ func (l *Limiter) failed(ctx context.Context, d *Decision, tenant string, kb []b
 			l.decided(d, tenant, kb)
 			return
 		}
-		l.failures.record(slog.LevelError, "ratelimit: counter failed, request decided by "+lastResort,
-			slog.String("tenant", logTenant(tenant)), slog.String("key", string(kb)), slog.Any("err", ferr))
+		if ctx.Err() == nil { // else the request gave up: not the fallback's failure
+			l.failures.record(slog.LevelError, "ratelimit: counter failed, request decided by "+lastResort,
+				slog.String("tenant", logTenant(tenant)), slog.String("key", string(kb)), slog.Any("err", ferr))
+		}
 		err = fmt.Errorf("%w; fallback: %w", err, ferr)
 	}
 	l.uncounted(d, tenant, kb, t, err)
