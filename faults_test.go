@@ -714,3 +714,22 @@ func TestAbandonedProbeLeavesTheBreakerToTheNext(t *testing.T) {
 		t.Fatalf("breaker %v after the probe succeeded, want closed", snap.Breaker)
 	}
 }
+
+// A request that gives up while the fallback decides it is not the
+// fallback's failure: the log has the counter's failure alone.
+func TestFallbackCallThatTheRequestEndsIsNotLogged(t *testing.T) {
+	rec := newLogRecorder()
+	l := NewLimiter(Options{
+		Counter: &switchable{err: errors.New("connection refused")}, Limit: 10, Window: time.Minute,
+		Fallback: &blockingStore{release: make(chan struct{})}, Logger: rec.logger(),
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if d := l.Take(ctx, "acme"); d.By != ByNone || !errors.Is(d.Err, context.DeadlineExceeded) {
+		t.Fatalf("Take: %+v; want decided without a counter, the fallback's wait ended by the request's deadline", d)
+	}
+	// The throttle lets one line a second through and counts the rest.
+	if lines := rec.lines(); len(lines) != 1 || lines[0].msg != "ratelimit: counter failed, request decided by fallback" || l.failures.suppressed.Load() != 0 {
+		t.Fatalf("log %v, %d more held back; want the counter's failure alone", lines, l.failures.suppressed.Load())
+	}
+}
