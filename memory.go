@@ -154,10 +154,8 @@ var (
 func (m *MemoryCounter) keyOwners() *keyOwners { return &m.owners }
 
 // A MemoryOption configures the MemoryCounter that NewMemoryCounter
-// returns.
-type MemoryOption func(*memoryOptions)
-
-type memoryOptions struct {
+// returns: MaxKeys. The zero MemoryOption changes nothing.
+type MemoryOption struct {
 	maxKeys int
 }
 
@@ -199,7 +197,7 @@ func MaxKeys(n int) MemoryOption {
 	if n < 1 {
 		panic(fmt.Sprintf("ratelimit: MaxKeys must be at least 1, not %d", n))
 	}
-	return func(o *memoryOptions) { o.maxKeys = n }
+	return MemoryOption{maxKeys: n}
 }
 
 // NewMemoryCounter returns an empty in-memory counter, bounded by MaxKeys
@@ -212,11 +210,12 @@ func NewMemoryCounter(opts ...MemoryOption) *MemoryCounter {
 // newMemoryCounter is NewMemoryCounter on the clock now (nil: the real
 // clock).
 func newMemoryCounter(now func() time.Time, opts ...MemoryOption) *MemoryCounter {
-	var o memoryOptions
-	for _, opt := range opts {
-		opt(&o)
+	m := &MemoryCounter{clock: newClock(now)}
+	for _, o := range opts {
+		if o.maxKeys != 0 {
+			m.maxKeys = o.maxKeys
+		}
 	}
-	m := &MemoryCounter{clock: newClock(now), maxKeys: o.maxKeys}
 	shards := uint64(memShards)
 	for shards > 1 && uint64(m.bound())/shards < memMinShare {
 		shards /= 2
