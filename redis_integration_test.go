@@ -46,22 +46,22 @@ var userClients = []struct {
 	{"single node", func(t *testing.T, user, password string) redis.UniversalClient {
 		opt := redisOptions(t)
 		opt.Username, opt.Password = user, password
-		rdb := redis.NewClient(opt)
-		t.Cleanup(func() { rdb.Close() })
-		return rdb
+		return closedAtEnd(t, redis.NewClient(opt))
 	}, func(t *testing.T) redis.UniversalClient { return newRedisClient(t) }},
 	{"cluster", func(t *testing.T, user, password string) redis.UniversalClient {
-		rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterAddrs(t), Username: user, Password: password})
-		t.Cleanup(func() { rdb.Close() })
-		return rdb
+		return closedAtEnd(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterAddrs(t), Username: user, Password: password}))
 	}, func(t *testing.T) redis.UniversalClient { return newClusterClient(t) }},
 	{"ring", func(t *testing.T, user, password string) redis.UniversalClient {
 		opt := ringOptions(t)
 		opt.Username, opt.Password = user, password
-		rdb := redis.NewRing(opt)
-		t.Cleanup(func() { rdb.Close() })
-		return rdb
+		return closedAtEnd(t, redis.NewRing(opt))
 	}, func(t *testing.T) redis.UniversalClient { return newRingClient(t) }},
+}
+
+// closedAtEnd returns rdb, closed when t ends.
+func closedAtEnd(t *testing.T, rdb redis.UniversalClient) redis.UniversalClient {
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
 }
 
 // aclUser adds, on every server of admin, an ACL user of its own with the
