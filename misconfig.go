@@ -34,7 +34,7 @@ func (*keyMisconfigured) keyOnly() {}
 // them, and a test runs each algorithm through a user that has exactly
 // these. On a cluster, the client also needs +cluster|slots for its slot
 // map; on Redis 6, Ping's check that a plain client is not talking to a
-// cluster node needs +hello (Redis 7 lets every user run HELLO).
+// cluster node needs +info (Redis 7 lets every user run HELLO).
 const (
 	aclFixed     = "~rl:* +evalsha +eval +incrby +decrby +del +pexpire +pttl +ping"
 	aclSliding   = "~{rl:* +evalsha +eval +time +get +incrby +decrby +del +pexpire +ping"
@@ -59,7 +59,6 @@ var redisFixes = []struct {
 		"or let it find the primary (redis.NewFailoverClient with Sentinel, redis.NewClusterClient)"},
 	{[]string{"DB index is out of range"}, "the database does not exist: the client's DB (the number at the end of the URL) must be below the server's databases setting, 16 by default"},
 	{[]string{"SELECT is not allowed in cluster mode"}, "a cluster has only database 0: drop the client's DB"},
-	{[]string{"WRONGTYPE"}, fixNotCounter},
 }
 
 const fixNotCounter = "a key under rl: holds something other than a count, which another program wrote: give the limiter a Name of its own, or delete the key"
@@ -86,7 +85,7 @@ func asMisconfigured(err error, cluster bool) error {
 		return err
 	}
 	switch {
-	case errors.Is(err, errNotCounter):
+	case errors.Is(err, errNotCounter) || redis.HasErrorPrefix(err, "WRONGTYPE"):
 		return &keyMisconfigured{redisMisconfigured{err, fixNotCounter}}
 	case errors.Is(err, errNeedsScripts):
 		return &redisMisconfigured{err, "the server refuses scripts, which the sliding window needs: grant the user " + aclSliding + ", or use FixedWindow"}
@@ -119,8 +118,7 @@ func (r *RedisCounter) ping(ctx context.Context, t take) (take, error) {
 	check := func(ctx context.Context, c *redis.Client) error {
 		err := c.Ping(ctx).Err()
 		if err == nil && !cluster && clusterNode(ctx, c) {
-			err = errors.New("the server runs in cluster mode")
-			err = &redisMisconfigured{err, fixClusterNode}
+			err = &redisMisconfigured{errors.New("the server runs in cluster mode"), fixClusterNode}
 		}
 		if err != nil {
 			return fmt.Errorf("redis at %s: %w", c.Options().Addr, asMisconfigured(err, cluster))
