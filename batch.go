@@ -85,10 +85,11 @@ type batch struct {
 
 // opKey is what makes calls one op: one key, counted alike.
 type opKey struct {
-	key   string
-	ms    int64
-	limit int64
-	algo  Algorithm
+	key    string
+	ms     int64
+	limit  int64
+	algo   Algorithm
+	quotas *quotaSet // decided together with the key's limit, when not nil
 }
 
 // takeOp is the calls to one key in a batch.
@@ -106,6 +107,11 @@ type takeOp struct {
 	res     []int64
 	a, prev int64
 	err     error
+
+	// With quotas: for each limit, the main one first, its a and prev (for
+	// a calendar period, its length); res then holds, for each caller in
+	// turn, one value per limit.
+	heads []int64
 }
 
 // stayed is how many of the op's callers still wait for its answer.
@@ -129,27 +135,35 @@ func (op *takeOp) cost(ord int64) int64 {
 	return op.more[ord-2]
 }
 
-// resultOf is the answer of the caller with ordinal ord, among those that
-// stayed.
-func (op *takeOp) resultOf(ord int64) int64 {
+// rankOf is the place of the caller with ordinal ord among those that
+// stayed, from 0.
+func (op *takeOp) rankOf(ord int64) int {
 	rank := ord
 	for _, g := range op.gone {
 		if g < ord {
 			rank--
 		}
 	}
-	return op.res[rank-1]
+	return int(rank - 1)
+}
+
+// limits is how many limits op's key is decided against.
+func (op *takeOp) limits() int {
+	if op.quotas == nil {
+		return 1
+	}
+	return 1 + len(op.quotas.q)
 }
 
 // take has the store decide one call of cost to k, and waits for the
 // answer until ctx is done or, when wait is positive, for wait, which ends
 // at deadline. A zero deadline is none. The round trip gets the latest of
 // its callers' deadlines, which a client that applies deadlines to its
-// sockets enforces. The answer is the call's result and the op's a and
-// prev (see takeOp).
-func (b *batcher) take(ctx context.Context, k opKey, cost int64, deadline time.Time, wait time.Duration) (res, a, prev int64, err error) {
+// sockets enforces. The answer is the call's op, answered, and the call's
+// rank among its callers (see takeOp.res).
+func (b *batcher) take(ctx context.Context, k opKey, cost int64, deadline time.Time, wait time.Duration) (op *takeOp, rank int, err error) {
 	if err := ctx.Err(); err != nil {
-		return 0, 0, 0, err // gone already: never sent
+		return nil, 0, err // gone already: never sent
 	}
 	// Inline only when nothing but the wait can end the call: the store
 	// bounds a round trip by its deadline, not by a cancellation.
@@ -165,16 +179,19 @@ func (b *batcher) take(ctx context.Context, k opKey, cost int64, deadline time.T
 			b.start(bt)
 		}
 		if err := b.await(ctx, bt, pos, ord, deadline, wait); err != nil {
-			return 0, 0, 0, err
+			return nil, 0, err
 		}
 	}
-	res, a, prev, err = bt.answer(pos, ord)
-	if wait > 0 && isTimeout(err) {
-		// The round trip's deadline, the latest of its callers', passed
-		// on the socket before this caller's timer fired.
-		err = fmt.Errorf("%w (%w)", errTimedOut, err)
+	op = &bt.ops[pos]
+	if err := op.err; err != nil {
+		if wait > 0 && isTimeout(err) {
+			// The round trip's deadline, the latest of its callers',
+			// passed on the socket before this caller's timer fired.
+			err = fmt.Errorf("%w (%w)", errTimedOut, err)
+		}
+		return nil, 0, err
 	}
-	return res, a, prev, err
+	return op, op.rankOf(ord), nil
 }
 
 // await waits for bt's answer. When the wait or ctx ends first, it
@@ -214,15 +231,6 @@ func (b *batcher) await(ctx context.Context, bt *batch, pos int, ord int64, dead
 			return ctx.Err()
 		}
 	}
-}
-
-// answer is the answer of the caller with ordinal ord in the op at pos.
-func (bt *batch) answer(pos int, ord int64) (res, a, prev int64, err error) {
-	op := &bt.ops[pos]
-	if op.err != nil {
-		return 0, 0, 0, op.err
-	}
-	return op.resultOf(ord), op.a, op.prev, nil
 }
 
 // fired reports whether the timer channel c has been closed.

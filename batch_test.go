@@ -65,8 +65,11 @@ func (f *fakeStore) send(_ context.Context, _ context.CancelFunc, ops []*takeOp)
 // incrIn is a call of b as RedisCounter.IncrTTL makes it: cost 1, no
 // limit. It returns the count and the op's a.
 func incrIn(b *batcher, ctx context.Context, key string, ms int64, deadline time.Time, wait time.Duration) (int64, int64, error) {
-	res, a, _, err := b.take(ctx, opKey{key: key, ms: ms, limit: math.MaxInt64}, 1, deadline, wait)
-	return res, a, err
+	op, rank, err := b.take(ctx, opKey{key: key, ms: ms, limit: math.MaxInt64}, 1, deadline, wait)
+	if err != nil {
+		return 0, 0, err
+	}
+	return op.res[rank], op.a, nil
 }
 
 // total is what op adds to its key when every caller that stayed fits.
@@ -407,7 +410,11 @@ func TestBatcherDecidesEachCallerInOrder(t *testing.T) {
 	costs := []int64{4, 4, 4, 1, 1, 1}
 	res := make([]int64, len(costs))
 	for i, c := range costs {
-		wg.Go(func() { res[i], _, _, _ = b.take(context.Background(), k, c, time.Time{}, 0) })
+		wg.Go(func() {
+			if op, rank, err := b.take(context.Background(), k, c, time.Time{}, 0); err == nil {
+				res[i] = op.res[rank]
+			}
+		})
 		waitFor(t, "the caller to join", func() bool { return b.pendingCallers() == i+1 })
 	}
 	close(store.hold)

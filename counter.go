@@ -55,14 +55,19 @@ type take struct {
 	window time.Duration
 	algo   Algorithm
 	node   int // key's node, when the counter has several (see nodeCounter)
+	// The tenant's quotas, decided together with the main limit: the
+	// request is allowed only when it fits in every one (see quota.go).
+	quotas *quotaSet
 
 	// The answer.
 	allowed       bool
-	byTransaction bool          // counted without a script: a refused cost stays counted (see noscript.go)
-	remaining     int64         // units left after the decision
-	reset         time.Duration // until one more unit than remaining is available
-	retry         time.Duration // when refused: until cost would fit
-	slide         sliding       // a sliding window's key after the decision
+	byTransaction bool                   // counted without a script: a refused cost stays counted (see noscript.go)
+	remaining     int64                  // units left after the decision
+	reset         time.Duration          // until one more unit than remaining is available
+	retry         time.Duration          // when refused: until cost would fit
+	slide         sliding                // a sliding window's key after the decision
+	q             [maxQuotas]limitAnswer // each quota's answer, as the main limit's above
+	refusedBy     uint8                  // the limits the cost did not fit: bit 0 the main one, bit i+1 quota i
 }
 
 // decided fills in t's answer for a fixed window whose count is count
@@ -71,6 +76,7 @@ func (t *take) decided(allowed bool, count int64, ttl time.Duration) {
 	t.allowed, t.remaining, t.reset = allowed, max(t.limit-count, 0), ttl
 	if !allowed {
 		t.retry = ttl
+		t.refusedBy = 1
 	}
 }
 
@@ -79,6 +85,9 @@ func (t *take) decided(allowed bool, count int64, ttl time.Duration) {
 func (t *take) decidedSliding(allowed bool, s sliding) {
 	t.allowed, t.slide, t.remaining = allowed, s, s.remaining(t.limit)
 	t.reset, t.retry = s.resetAndRetry(t.limit, t.remaining, t.cost, allowed)
+	if !allowed {
+		t.refusedBy = 1
+	}
 }
 
 // takeByIncr decides t with Incr, for a Counter of your own: the count

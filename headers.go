@@ -118,7 +118,12 @@ func plan[T string | []byte](d *Decision, buf []byte, earlier func(i int) T) fie
 			add(fReset, strconv.AppendInt(v.buf, reset, 10))
 		}
 	}
-	if p.draft {
+	if p.draft && d.quotas != nil {
+		add(fPolicy, d.appendPolicyItems(appendList(v.buf, earlier(fPolicy))))
+		if remaining >= 0 {
+			add(fRateLimit, d.appendRateLimitItems(appendList(v.buf, earlier(fRateLimit))))
+		}
+	} else if p.draft {
 		switch prev := earlier(fPolicy); {
 		case len(prev) == 0 && own:
 			v.vals[fPolicy], v.fixed = p.policyItemBytes, v.fixed|1<<fPolicy
@@ -128,7 +133,7 @@ func plan[T string | []byte](d *Decision, buf []byte, earlier func(i int) T) fie
 			add(fPolicy, appendPolicyItem(appendList(v.buf, prev), p.name, int64(d.Limit), d.Window))
 		}
 		if remaining >= 0 {
-			add(fRateLimit, appendRateLimitItem(appendList(v.buf, earlier(fRateLimit)), p, remaining, reset))
+			add(fRateLimit, appendRateLimitItem(appendList(v.buf, earlier(fRateLimit)), p.name, remaining, reset))
 		}
 	}
 	if d.retryAfter() {
@@ -206,10 +211,39 @@ func earlierWins[T string | []byte](prevRemaining int64, prevReset T, remaining,
 	return r >= reset
 }
 
+// appendPolicyItems appends the items of RateLimit-Policy of d, which has
+// quotas: its main limit's, then each quota's, a calendar period's w being
+// the period's length.
+func (d *Decision) appendPolicyItems(b []byte) []byte {
+	p := d.policy
+	if m := d.lims[0]; m.limit == p.limit && m.window == p.window {
+		b = append(b, p.policyItem...)
+	} else {
+		b = appendPolicyItem(b, p.name, m.limit, m.window)
+	}
+	for i, q := range d.quotas.q {
+		f := &d.lims[i+1]
+		b = appendPolicyItem(append(b, ", "...), q.quoted, f.limit, f.window)
+	}
+	return b
+}
+
+// appendRateLimitItems appends the items of RateLimit of d, which has
+// quotas and was counted: every limit's.
+func (d *Decision) appendRateLimitItems(b []byte) []byte {
+	m := &d.lims[0]
+	b = appendRateLimitItem(b, d.policy.name, m.remaining, ceilDiv(m.reset, time.Second))
+	for i, q := range d.quotas.q {
+		f := &d.lims[i+1]
+		b = appendRateLimitItem(append(b, ", "...), q.quoted, f.remaining, ceilDiv(f.reset, time.Second))
+	}
+	return b
+}
+
 // appendRateLimitItem appends the item of the RateLimit field:
 // "name";r=remaining;t=reset.
-func appendRateLimitItem(b []byte, p *policyHeaders, remaining, reset int64) []byte {
-	b = append(b, p.name...)
+func appendRateLimitItem(b []byte, name string, remaining, reset int64) []byte {
+	b = append(b, name...)
 	b = append(b, ";r="...)
 	b = strconv.AppendInt(b, remaining, 10)
 	b = append(b, ";t="...)

@@ -36,6 +36,16 @@ import (
 //     "{rl:<tenant>}": the tag of the two keys the store counts it in, one
 //     per window (see takeScript), so that both are in one cluster hash
 //     slot. The key inside holds no brace, so no tenant can move the tag.
+//   - A limiter with quotas (Options.Quotas, Plan.Quotas) keeps its main
+//     key as above, and counts each quota under "{<key>}#<quota>", <key>
+//     being the main key without braces and <quota> the quota's Name
+//     encoded as a limiter's is: "rl:acme" has "{rl:acme}#month". Redis
+//     hashes "rl:acme" and "{rl:acme}#month" alike, so a tenant's keys
+//     share one cluster hash slot, which no tenant can choose. A calendar
+//     quota's key holds its period's count and expires at the period's
+//     end; a Window quota's is a window's key as the main one's is, in
+//     Options.Algorithm ("{rl:acme}#minute:<window ms>:<window number>"
+//     for a sliding window).
 //
 // An ID of safe bytes, as most are, costs one scan and a copy.
 
@@ -73,29 +83,44 @@ var safeKeyByte = func() (t [256]bool) {
 const hexDigits = "0123456789ABCDEF"
 
 // keyPrefix returns the prefix of the keys of a limiter named name. It
-// panics, naming Name, when name cannot be one: a name is at most
-// maxName bytes of visible ASCII without '"' or '\', so that it goes into
-// the RateLimit header fields as it is.
+// panics, naming Name, when name cannot be one (see checkName).
 func keyPrefix(name string) string {
 	if name == "" {
 		return unnamedPrefix
 	}
-	if len(name) > maxName {
-		panic(fmt.Sprintf("ratelimit: Name must be at most %d bytes, got %d", maxName, len(name)))
+	if err := checkName(name); err != nil {
+		panic("ratelimit: Name: " + err.Error())
 	}
-	b := []byte("rl:")
+	return unnamedPrefix + encodeName(name) + "#"
+}
+
+// checkName returns why name cannot name a limiter or a quota, or nil: a
+// name is at most maxName bytes of visible ASCII without '"' or '\', so
+// that it goes into the RateLimit header fields as it is.
+func checkName(name string) error {
+	if len(name) > maxName {
+		return fmt.Errorf("must be at most %d bytes, got %d", maxName, len(name))
+	}
 	for i := 0; i < len(name); i++ {
-		c := name[i]
-		switch {
-		case c < 0x21 || c > 0x7e || c == '"' || c == '\\':
-			panic(fmt.Sprintf("ratelimit: Name must be visible ASCII without '\"' or '\\', got %q", name))
-		case safeKeyByte[c]:
+		if c := name[i]; c < 0x21 || c > 0x7e || c == '"' || c == '\\' {
+			return fmt.Errorf("must be visible ASCII without '\"' or '\\', got %q", name)
+		}
+	}
+	return nil
+}
+
+// encodeName is a checked name as it goes into keys: the bytes that a
+// tenant's part escapes are escaped alike.
+func encodeName(name string) string {
+	var b []byte
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; safeKeyByte[c] {
 			b = append(b, c)
-		default:
+		} else {
 			b = append(b, '%', hexDigits[c>>4], hexDigits[c&0xf])
 		}
 	}
-	return string(append(b, '#'))
+	return string(b)
 }
 
 // appendKey appends to dst the key of tenant id under a limiter's prefix

@@ -24,13 +24,17 @@ type budget struct {
 	limit  int
 	window time.Duration
 	algo   Algorithm
-	plans  bool // PlanFor is set
+	plans  bool   // PlanFor is set
+	quotas string // Options.Quotas, from quotaSet.signature
 }
 
 func (b budget) String() string {
 	s := fmt.Sprintf("Limit %d and Window %v, %v", b.limit, b.window, b.algo)
 	if b.plans {
 		s += ", with PlanFor"
+	}
+	if b.quotas != "" {
+		s += ", with Quotas " + b.quotas
 	}
 	return s
 }

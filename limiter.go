@@ -50,6 +50,11 @@ type Limiter struct {
 	// The budgets a decision is made against, with their header values
 	// formatted once.
 	policy, fallbackPolicy policyHeaders
+
+	// Options.Quotas, checked (nil for none), and those of the plans that
+	// PlanFor returns.
+	quotas     *quotaSet
+	planQuotas planQuotas
 }
 
 // Decision is how a Limiter decided one request, with the figures the
@@ -97,6 +102,13 @@ type Decision struct {
 	Err error
 
 	policy *policyHeaders
+
+	// With quotas: the tenant's quotas, every limit's figures (the main
+	// one first), and the limit that Limit, Window and the rest are of:
+	// 0 the main one, i+1 quota i.
+	quotas *quotaSet
+	lims   [maxQuotas + 1]figure
+	named  int
 }
 
 // Decider is what decided a request.
@@ -119,11 +131,18 @@ const (
 	numDeciders
 )
 
-// Policy returns the name of the policy d was decided by, as the RateLimit
-// header fields report it: the limiter's Options.Name, or "default".
+// Policy returns the name of the limit that d's figures (Limit, Window,
+// Remaining, Reset, RetryAfter) are of, as the RateLimit header fields
+// name it: the limiter's Options.Name, or "default", for the main limit,
+// or a quota's Name. With quotas it is the limit that refused the request
+// (of several, the one with room again last), or when allowed the one
+// with the fewest units left (of those, the one that resets last).
 func (d *Decision) Policy() string {
 	if d.policy == nil {
 		return ""
+	}
+	if d.named > 0 {
+		return d.quotas.q[d.named-1].name
 	}
 	return d.policy.policy
 }
@@ -177,6 +196,10 @@ func newLimiter(opts Options, now func() time.Time) *Limiter {
 	h := headerSwitches{legacy: !opts.DisableLegacyHeaders, draft: !opts.DisableDraftHeaders, shadow: opts.Shadow}
 	l.policy = newPolicyHeaders(opts.Name, opts.Limit, opts.Window, h)
 	l.fallbackPolicy = newPolicyHeaders(opts.Name, opts.FallbackLimit, opts.Window, h)
+	l.quotas, _ = newQuotaSet("Quotas", opts.Quotas, policyName(opts.Name)) // checked by withDefaults
+	if opts.Fallback != nil {
+		l.quotas = l.quotas.withFallback(l.fallbackLimit)
+	}
 	l.mem, _ = opts.Counter.(*MemoryCounter)
 	l.fallback, _ = opts.Fallback.(*MemoryCounter)
 	if l.mem == nil && !opts.DisableOverLimitCache {
@@ -373,7 +396,7 @@ func (l *Limiter) countsByTransaction() {
 // cost, counted under key kb. It fills d in place: copying a Decision out
 // of each call cost the in-memory path about 40 instructions a request.
 func (l *Limiter) take(ctx context.Context, d *Decision, tenant string, kb []byte, cost int) {
-	t := take{cost: 1, limit: int64(l.opts.Limit), window: l.opts.Window, algo: l.opts.Algorithm}
+	t := take{cost: 1, limit: int64(l.opts.Limit), window: l.opts.Window, algo: l.opts.Algorithm, quotas: l.quotas}
 	if cost != 1 {
 		if cost < 1 {
 			l.mistakes.record(slog.LevelError, "ratelimit: a request's cost is below 1; it counts as 1",
@@ -390,18 +413,21 @@ func (l *Limiter) take(ctx context.Context, d *Decision, tenant string, kb []byt
 			return
 		}
 	}
-	if t.cost > t.limit {
+	if t.cost > t.limit || t.quotas != nil && t.quotas.neverFits(t.cost) {
 		// It never fits: no need to ask.
-		*d = Decision{By: ByCounter, Limit: int(t.limit), Window: t.window, Remaining: -1, policy: &l.policy}
+		l.neverFits(d, &t)
 		l.decided(d, tenant, kb)
 		return
 	}
 	var err error
-	if l.mem != nil {
+	switch {
+	case l.mem != nil && t.quotas != nil:
+		err = l.mem.takeGroup(kb, &t)
+	case l.mem != nil:
 		// Nothing to time or break: it never waits, and fails only once
 		// closed.
 		err = l.mem.take(kb, &t)
-	} else {
+	default:
 		now := l.clock.Now()
 		since := l.clock.since(now)
 		if l.refusals != nil && l.refusals.refuse(kb, &t, since) {
@@ -426,14 +452,33 @@ func (l *Limiter) take(ctx context.Context, d *Decision, tenant string, kb []byt
 	l.decided(d, tenant, kb)
 }
 
-// plan sets t's limit and window to tenant's plan.
+// plan sets t's limit, window and quotas to tenant's plan.
 func (l *Limiter) plan(tenant string, t *take) error {
 	p := l.opts.PlanFor(tenant)
-	if p == (Plan{}) {
+	if p.Limit == 0 && p.Window == 0 && p.Quotas == nil {
 		return nil
 	}
 	if err := p.check(); err != nil {
 		return err
+	}
+	if p.Quotas != nil {
+		s, err := l.planQuotas.get(p.Quotas, func() (*quotaSet, error) {
+			s, err := newQuotaSet("Plan.Quotas", p.Quotas, l.policy.policy)
+			if err == nil && s != nil && !decides(l.opts.Counter) {
+				err = fmt.Errorf("ratelimit: Plan.Quotas need Counter to be a MemoryCounter or a RedisCounter; %T counts by Incr alone", l.opts.Counter)
+			}
+			if err == nil && s != nil && l.opts.Fallback != nil {
+				if !decides(l.opts.Fallback) {
+					err = fmt.Errorf("ratelimit: Plan.Quotas need Fallback to be a MemoryCounter or a RedisCounter; %T counts by Incr alone", l.opts.Fallback)
+				}
+				s = s.withFallback(l.fallbackLimit)
+			}
+			return s, err
+		})
+		if err != nil {
+			return err
+		}
+		t.quotas = s
 	}
 	if p.Limit != 0 {
 		t.limit = int64(p.Limit)
@@ -472,6 +517,9 @@ func (l *Limiter) failed(ctx context.Context, d *Decision, tenant string, kb []b
 	}
 	if l.opts.Fallback != nil {
 		f := take{key: string(kb), cost: t.cost, window: t.window, algo: t.algo, limit: l.fallbackLimit(t.limit)}
+		if t.quotas != nil {
+			f.quotas = t.quotas.fallback
+		}
 		f, ferr := l.askFallback(ctx, kb, f)
 		if ferr == nil {
 			l.counted(d, &l.fallbackPolicy, ByFallback, &f, err)
@@ -493,7 +541,41 @@ func (l *Limiter) failed(ctx context.Context, d *Decision, tenant string, kb []b
 func (l *Limiter) uncounted(d *Decision, tenant string, kb []byte, t *take, err error) {
 	*d = Decision{Allowed: !l.opts.FailClosed, By: ByNone, Limit: int(t.limit), Window: t.window, Remaining: -1,
 		Err: err, policy: &l.policy}
+	l.unknownFigures(d, t)
 	l.decided(d, tenant, kb)
+}
+
+// unknownFigures gives d, a decision of t without counts, its quotas'
+// limits and windows, a calendar period's on the limiter's clock.
+func (l *Limiter) unknownFigures(d *Decision, t *take) {
+	if t.quotas == nil {
+		return
+	}
+	d.quotas = t.quotas
+	d.lims[0] = figure{limit: t.limit, window: t.window, remaining: -1}
+	for i, q := range t.quotas.q {
+		w := q.window
+		if q.calendar != 0 {
+			start, end := q.calendar.period(l.clock.Now())
+			w = end.Sub(start)
+		}
+		d.lims[i+1] = figure{limit: q.limit, window: w, remaining: -1}
+	}
+}
+
+// neverFits decides into d the request t whose cost passes one of its
+// limits, which it is refused by: the first such, the main one first.
+func (l *Limiter) neverFits(d *Decision, t *take) {
+	*d = Decision{By: ByCounter, Limit: int(t.limit), Window: t.window, Remaining: -1, policy: &l.policy}
+	l.unknownFigures(d, t)
+	if t.cost <= t.limit && t.quotas != nil {
+		for i, q := range t.quotas.q {
+			if t.cost > q.limit {
+				d.named, d.Limit, d.Window = i+1, int(q.limit), d.lims[i+1].window
+				break
+			}
+		}
+	}
 }
 
 // fallbackLimit is the fallback's budget for a request whose budget is
@@ -516,6 +598,9 @@ func (l *Limiter) askFallback(ctx context.Context, kb []byte, f take) (take, err
 	}
 	switch c := l.opts.Fallback.(type) {
 	case *MemoryCounter:
+		if f.quotas != nil {
+			return f, c.takeGroup(kb, &f)
+		}
 		return f, c.take(kb, &f)
 	case boundedTaker:
 		deadline, _ := ctx.Deadline()
@@ -532,7 +617,36 @@ func (l *Limiter) askFallback(ctx context.Context, kb []byte, f take) (take, err
 func (l *Limiter) counted(d *Decision, p *policyHeaders, by Decider, t *take, err error) {
 	d.Allowed, d.By, d.Limit, d.Window = t.allowed, by, int(t.limit), t.window
 	d.Remaining, d.Reset, d.RetryAfter = int(t.remaining), t.reset, t.retry
-	d.Err, d.policy = err, p
+	d.Err, d.policy, d.quotas, d.named = err, p, t.quotas, 0
+	if t.quotas == nil {
+		return
+	}
+	d.lims[0] = figure{limit: t.limit, window: t.window, remaining: t.remaining, reset: t.reset}
+	retry := t.retry
+	if !t.allowed && t.refusedBy&1 == 0 {
+		retry = -1 // the main limit did not refuse it
+	}
+	for i, q := range t.quotas.q {
+		a := &t.q[i]
+		f := figure{limit: q.limit, window: a.period, remaining: a.remaining, reset: a.reset}
+		d.lims[i+1] = f
+		named := &d.lims[d.named]
+		switch {
+		case !t.allowed && t.refusedBy&(1<<(i+1)) != 0:
+			if a.retry > retry {
+				d.named, retry = i+1, a.retry
+			}
+		case !t.allowed:
+		case f.remaining < named.remaining || f.remaining == named.remaining && f.reset > named.reset:
+			d.named = i + 1
+		}
+	}
+	f := d.lims[d.named]
+	d.Limit, d.Window, d.Remaining, d.Reset = int(f.limit), f.window, int(f.remaining), f.reset
+	d.RetryAfter = 0
+	if !t.allowed {
+		d.RetryAfter = retry
+	}
 }
 
 // decided counts d in the metrics and, in shadow mode, lets a request

@@ -126,6 +126,9 @@ type memWindow struct {
 // keep is when w may be dropped: at its end, or a window later for a
 // sliding window, whose count the next one weighs in.
 func (w *memWindow) keep() int64 {
+	if g := w.group(); g != nil {
+		return g.keep.Load()
+	}
 	if w.width != 0 {
 		return addClamped(w.end, w.width)
 	}
@@ -360,16 +363,38 @@ func (t *memTable) find(h uint64, key []byte) (int, *memWindow) {
 // windowLocked handles a new key, an ended window, and rebuilding, in
 // shard si.
 func (m *MemoryCounter) windowLocked(si, h uint64, key []byte, now, width int64, algo Algorithm) (*memWindow, error) {
+	// A sliding window is kept a window past its end, for the next one.
+	life := width
+	if algo == SlidingWindow {
+		life = 2 * width
+	}
+	return m.locked(si, h, key, now, life, func(w *memWindow, k string) *memWindow {
+		if w != nil && w.liveFor(now, width, algo) {
+			return w
+		}
+		nw := &memWindow{key: k, hash: h, start: now}
+		if algo == SlidingWindow {
+			nw.width, nw.start = width, now-now%width
+			if w != nil && w.width == width && w.end == nw.start {
+				nw.prev = w.count.Load()
+			}
+		}
+		nw.end = addClamped(nw.start, width)
+		return nw
+	})
+}
+
+// locked puts into key's slot of shard si, under the shard's lock, the
+// entry that make returns from the entry there (nil for none) and the key
+// as the table keeps it; it returns that entry. Returning the old entry
+// changes nothing. life is how long the new entry's window lasts, which
+// bounds how long the shard waits to drop ended windows.
+func (m *MemoryCounter) locked(si, h uint64, key []byte, now, life int64, make func(old *memWindow, key string) *memWindow) (*memWindow, error) {
 	s := &m.shards[si]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if m.closed.Load() {
 		return nil, ErrClosed
-	}
-	// A sliding window is kept a window past its end, for the next one.
-	life := width
-	if algo == SlidingWindow {
-		life = 2 * width
 	}
 	if life > s.span {
 		s.span = life
@@ -386,37 +411,27 @@ func (m *MemoryCounter) windowLocked(si, h uint64, key []byte, now, width int64,
 	}
 
 	i, w := t.find(h, key)
-	if w != nil && w.liveFor(now, width, algo) {
-		return w, nil
+	if w != nil {
+		nw := make(w, w.key)
+		if nw != w {
+			t.slots[i].Store(nw)
+		}
+		return nw, nil
 	}
 	switch {
-	case w == nil && t.used >= share:
+	case t.used >= share:
 		// Full: free an eighth of the share at once, so that the next
 		// eighth of new keys go in without a pass over the shard.
 		t = m.rebuild(s, t, now, share-max(share/8, 1))
-		i, w = t.find(h, key)
-	case w == nil && 2*(t.used+1) > len(t.slots):
+		i, _ = t.find(h, key)
+	case 2*(t.used+1) > len(t.slots):
 		t = m.rebuild(s, t, now, share)
-		i, w = t.find(h, key)
+		i, _ = t.find(h, key)
 	}
-
 	// The table keeps its own copy of the key: callers' bytes are reused
 	// (the limiter's buffer, Fiber's request memory).
-	var k string
-	if w != nil {
-		k = w.key
-	} else {
-		k = string(key)
-		t.used++
-	}
-	nw := &memWindow{key: k, hash: h, start: now}
-	if algo == SlidingWindow {
-		nw.width, nw.start = width, now-now%width
-		if w != nil && w.width == width && w.end == nw.start {
-			nw.prev = w.count.Load()
-		}
-	}
-	nw.end = addClamped(nw.start, width)
+	t.used++
+	nw := make(nil, string(key))
 	t.slots[i].Store(nw)
 	return nw, nil
 }
@@ -553,4 +568,254 @@ func (m *MemoryCounter) Close() error {
 		s.mu.Unlock()
 	}
 	return nil
+}
+
+// A tenant with quotas has all its limits in one entry of the table, under
+// its main key: a memGroup, whose windows change in place under its own
+// lock, so that a request is decided against every limit in one step. Its
+// memWindow is marked by width groupMark, so that no plain request counts
+// in it (liveFor is false) and the table's rebuilds keep it until the last
+// of its windows has ended (keep).
+
+// groupMark is the width of a memWindow that heads a memGroupWindow.
+const groupMark = -1
+
+type memGroupWindow struct {
+	memWindow
+	group memGroup
+}
+
+// memGroup is a tenant's windows, one per limit.
+type memGroup struct {
+	mu   sync.Mutex
+	keep atomic.Int64 // when the entry may be dropped, on the counter's clock
+	n    int
+	subs [maxQuotas + 1]memSub // under mu
+}
+
+// memSub is one limit's window in a memGroup. Times are on the counter's
+// clock, but a calendar period's, which is named by its start in Unix
+// nanoseconds so that it follows the wall clock.
+type memSub struct {
+	name       string // "" for the main limit, else the quota's Name
+	width      int64  // a window's length; 0 for a calendar period
+	sliding    bool
+	cal        Calendar
+	start, end int64 // the window running; end 0: none
+	period     int64 // the calendar period counted: its start and end, in Unix nanoseconds
+	periodEnd  int64
+	count      int64
+	prev       int64 // a sliding window's previous count
+}
+
+// group returns w's memGroup, or nil for a plain window.
+func (w *memWindow) group() *memGroup {
+	if w.width != groupMark {
+		return nil
+	}
+	return &(*memGroupWindow)(unsafe.Pointer(w)).group
+}
+
+// takeGroup decides t, which has quotas, for key: every limit in one step
+// under the tenant's lock. A live entry costs no allocation.
+func (m *MemoryCounter) takeGroup(key []byte, t *take) error {
+	ls, n := t.limits()
+	g, now, err := m.groupEntry(key, &ls[0])
+	if err != nil {
+		return err
+	}
+	var wall time.Time
+	if t.quotas != nil {
+		wall = m.clock.Now()
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.match(&ls, n)
+	var (
+		st   [maxQuotas + 1]limitState
+		fits [maxQuotas + 1]bool
+		all  = true
+	)
+	for j := range n {
+		s := &g.subs[j]
+		s.roll(&ls[j], now, wall)
+		st[j] = s.state(&ls[j], now, wall)
+		fits[j] = ls[j].fits(&st[j], t.cost)
+		all = all && fits[j]
+	}
+	keep := now
+	for j := range n {
+		s, l := &g.subs[j], &ls[j]
+		if all {
+			s.add(l, t.cost, now, wall)
+			st[j].count += t.cost
+		}
+		keep = max(keep, s.keep())
+	}
+	g.keep.Store(keep)
+	t.decideGroup(&ls, n, &st, &fits)
+	return nil
+}
+
+// groupEntry returns key's memGroup, made when there is none or it has
+// ended, for a tenant whose main limit is main.
+func (m *MemoryCounter) groupEntry(key []byte, main *groupLimit) (*memGroup, int64, error) {
+	if m.closed.Load() {
+		return nil, 0, ErrClosed
+	}
+	now := int64(m.clock.elapsed())
+	if now >= m.sweepAt.Load() {
+		m.sweep(now)
+	}
+	h := maphash.Bytes(memSeed, key)
+	i := memShardOf(h) &^ m.shardsOff
+	if t := m.shards[i].table.Load(); t != nil {
+		if _, w := t.find(h, key); w != nil {
+			if g := w.group(); g != nil && now < g.keep.Load() {
+				return g, now, nil
+			}
+		}
+	}
+	// The main window's life bounds how long the shard waits to drop
+	// ended windows, as a plain window's would; the entry itself is kept
+	// as long as any of its windows runs.
+	life := int64(main.window)
+	if main.sliding {
+		life *= 2
+	}
+	var g *memGroup
+	_, err := m.locked(i, h, key, now, life, func(old *memWindow, k string) *memWindow {
+		if old != nil {
+			if og := old.group(); og != nil && now < og.keep.Load() {
+				g = og // another call made it meanwhile
+				return old
+			}
+		}
+		gw := &memGroupWindow{memWindow: memWindow{key: k, hash: h, start: now, end: math.MaxInt64, width: groupMark}}
+		g = &gw.group
+		// Until its first decision sets it, the entry outlives any
+		// rebuild that could come first.
+		g.keep.Store(addClamped(now, life))
+		if old != nil && old.group() == nil {
+			g.subs[0] = old.asSub(now)
+			g.n = 1
+		}
+		return &gw.memWindow
+	})
+	return g, now, err
+}
+
+// asSub is the plain window w as a group's main window at now: a tenant
+// that gains quotas keeps its count.
+func (w *memWindow) asSub(now int64) memSub {
+	if now >= w.keep() {
+		return memSub{}
+	}
+	s := memSub{start: w.start, end: w.end, count: w.count.Load()}
+	if w.width != 0 {
+		s.width, s.sliding, s.prev = w.width, true, w.prev
+	} else if now >= w.end {
+		return memSub{}
+	} else {
+		s.width = w.end - w.start
+	}
+	return s
+}
+
+// match arranges g's windows in the order of the limits ls: a limit keeps
+// the window of its name, a new one starts without.
+func (g *memGroup) match(ls *[maxQuotas + 1]groupLimit, n int) {
+	same := g.n == n
+	for j := 0; same && j < n; j++ {
+		same = g.subs[j].name == ls[j].name && g.subs[j].cal == ls[j].cal
+	}
+	if same {
+		return
+	}
+	var subs [maxQuotas + 1]memSub
+	for j := range n {
+		subs[j] = memSub{name: ls[j].name, cal: ls[j].cal}
+		for k := range g.n {
+			if g.subs[k].name == ls[j].name && g.subs[k].cal == ls[j].cal {
+				subs[j] = g.subs[k]
+			}
+		}
+	}
+	g.subs, g.n = subs, n
+}
+
+// roll brings s to now for its limit l: a window or period that has ended
+// gives way to the next, a sliding window's count passing to prev.
+func (s *memSub) roll(l *groupLimit, now int64, wall time.Time) {
+	switch {
+	case l.cal != 0:
+		if w := wall.UnixNano(); w < s.period || w >= s.periodEnd {
+			start, end := l.cal.period(wall)
+			if p := start.UnixNano(); s.period != p {
+				s.count = 0
+			}
+			s.period, s.periodEnd = start.UnixNano(), end.UnixNano()
+		}
+	case l.sliding:
+		w := int64(l.window)
+		ws := now - now%w
+		switch {
+		case !s.sliding || s.width != w:
+			s.prev, s.count = 0, 0
+		case s.start == ws:
+			return
+		case s.start == ws-w:
+			s.prev, s.count = s.count, 0
+		default:
+			s.prev, s.count = 0, 0
+		}
+		s.sliding, s.width, s.start, s.end = true, w, ws, ws+w
+	default:
+		if s.sliding {
+			*s = memSub{name: s.name}
+		}
+		if s.end != 0 && now >= s.end {
+			s.end, s.count = 0, 0
+		}
+	}
+}
+
+// state is s's key at now for its limit l, as the counters report it.
+func (s *memSub) state(l *groupLimit, now int64, wall time.Time) limitState {
+	st := limitState{count: s.count}
+	switch {
+	case l.cal != 0:
+		st.left, st.period = time.Duration(s.periodEnd-wall.UnixNano()), time.Duration(s.periodEnd-s.period)
+	case l.sliding:
+		st.slide = sliding{prev: s.prev, cur: s.count, elapsed: time.Duration(now - s.start), window: l.window}
+	case s.end != 0:
+		st.left = time.Duration(s.end - now)
+	default:
+		st.left = l.window // a window the request would start
+	}
+	return st
+}
+
+// add counts cost in s at now; a fixed window that was not running starts.
+func (s *memSub) add(l *groupLimit, cost, now int64, wall time.Time) {
+	s.count += cost
+	if l.cal != 0 {
+		s.end = now + (s.periodEnd - wall.UnixNano())
+		return
+	}
+	if !l.sliding && s.end == 0 {
+		s.width, s.start, s.end = int64(l.window), now, addClamped(now, int64(l.window))
+	}
+}
+
+// keep is when s stops mattering: its window's end, a window later for a
+// sliding one, or now when it counts nothing.
+func (s *memSub) keep() int64 {
+	switch {
+	case s.sliding && (s.count > 0 || s.prev > 0):
+		return addClamped(s.end, s.width)
+	case s.count > 0:
+		return s.end
+	}
+	return 0
 }

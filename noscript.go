@@ -31,8 +31,9 @@ import (
 // a server its calls fail with the server's refusal, which the limiter
 // logs, and decides by its fail policy.
 
-// errNeedsScripts: a sliding window on a server that refuses scripts.
-var errNeedsScripts = errors.New("a sliding window needs the server to run scripts")
+// errNeedsScripts: a sliding window, or quotas, on a server that refuses
+// scripts.
+var errNeedsScripts = errors.New("a sliding window, and quotas, need the server to run scripts")
 
 // refusesScripts reports whether err is a server's refusal to run a
 // script at all.
@@ -62,7 +63,7 @@ func (s *scripter) withoutScript(ctx context.Context, ops []*takeOp, refusal err
 	var txs []tx
 	pipe := s.rdb.TxPipeline()
 	for _, op := range ops {
-		if op.algo == SlidingWindow {
+		if op.algo == SlidingWindow || op.quotas != nil {
 			op.err = fmt.Errorf("%w, which it refused: %w", errNeedsScripts, refusal)
 			continue
 		}

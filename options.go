@@ -74,6 +74,25 @@ type Options struct {
 	// Optional. Default: nil (every tenant has Limit per Window)
 	PlanFor func(tenant string) Plan
 
+	// Quotas are further limits, each of Limit requests (or units of
+	// cost) per Window or per UTC day or month (Quota.Calendar), that
+	// every request is decided against together with Limit per Window:
+	// "10 a second, 10,000 a day, 1,000,000 a month". A request is allowed
+	// only when its cost fits in every limit, and a refused one spends
+	// nothing in any of them. The counter decides all of a tenant's
+	// limits in one step: one script call on Redis, whose keys share a
+	// cluster hash slot (see RedisCounter for the keys), the period of a
+	// calendar quota being read from the server's clock. The headers list
+	// every limit, and a Decision names the one that refused, or when
+	// allowed the one with the fewest units left (Decision.Policy).
+	// PlanFor may give a tenant quotas of its own (Plan.Quotas). Quotas
+	// need Counter and Fallback to be a MemoryCounter or a RedisCounter,
+	// and on Redis a server that runs scripts: setup panics for a Counter
+	// of your own. At most 4.
+	//
+	// Optional. Default: nil (the main limit alone)
+	Quotas []Quota
+
 	// Shadow counts and decides requests as usual but never refuses one:
 	// the limiter leaves the response as it was (no rate limit headers, no
 	// 429 or 503), counts would-be refusals in Metrics (ShadowLimited) and
@@ -236,8 +255,20 @@ func withDefaults(opts Options) Options {
 		panic("ratelimit: FallbackLimit is set but Fallback is nil")
 	}
 	prefix := keyPrefix(opts.Name) // panics on a bad name
+	quotas, err := newQuotaSet("Quotas", opts.Quotas, policyName(opts.Name))
+	if err != nil {
+		panic(err.Error())
+	}
+	for _, c := range []struct {
+		field string
+		c     Counter
+	}{{"Counter", opts.Counter}, {"Fallback", opts.Fallback}} {
+		if quotas != nil && c.c != nil && !decides(c.c) {
+			panic(fmt.Sprintf("ratelimit: Quotas need %s to be a MemoryCounter or a RedisCounter; %T counts by Incr alone", c.field, c.c))
+		}
+	}
 	if o, ok := opts.Counter.(ownedCounter); ok {
-		b := budget{opts.Limit, opts.Window, opts.Algorithm, opts.PlanFor != nil}
+		b := budget{opts.Limit, opts.Window, opts.Algorithm, opts.PlanFor != nil, quotas.signature()}
 		if prev, ok := o.keyOwners().claim(prefix, b); !ok {
 			panic(fmt.Sprintf("ratelimit: Name %q: another limiter counts in the same keys of this Counter "+
 				"with %v, not %v; give the limiters different names", opts.Name, prev, b))

@@ -159,10 +159,10 @@ func TestOverLimitCacheIsBounded(t *testing.T) {
 			total, keys, refusalShards*refusalsPerShard/2, refusalShards*refusalsPerShard)
 	}
 	last := []byte("rl:t" + strconv.Itoa(keys-1))
-	if tk := refused(); !r.refuse(last, tk, time.Minute) || tk.reset != time.Hour-time.Minute {
-		t.Errorf("the last key added: refused %v, left %v; want refused, %v", !tk.allowed, tk.reset, time.Hour-time.Minute)
+	if tk := refused(); !r.refuse(last, tk, time.Second) || tk.reset != time.Hour-time.Second {
+		t.Errorf("the last key added: refused %v, left %v; want refused, %v", !tk.allowed, tk.reset, time.Hour-time.Second)
 	}
-	if r.refuse(last, refused(), time.Hour) {
-		t.Error("a refusal outlived its window")
+	if r.refuse(last, refused(), maxRefusalAge) {
+		t.Errorf("a refusal outlived maxRefusalAge, %v", maxRefusalAge)
 	}
 }

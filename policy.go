@@ -12,21 +12,31 @@ import (
 // (Options.FallbackLimit).
 
 // Plan is one tenant's budget, which Options.PlanFor returns: Limit
-// requests (or units of cost) per Window. A zero field takes the Options
-// field of the same name.
+// requests (or units of cost) per Window, and Quotas. A zero field takes
+// the Options field of the same name.
 type Plan struct {
 	Limit  int
 	Window time.Duration
+
+	// Quotas, when not nil, replace Options.Quotas for the tenant: a plan
+	// that sells "1,000,000 a month" has its own. An empty, non-nil slice
+	// gives the tenant none. They are checked as Options.Quotas are (their
+	// names unique and other than the limiter's own policy name), and a
+	// plan with quotas that cannot be is decided as a plan with a bad
+	// Limit is. A quota keeps its count across plans by its Name: a tenant
+	// that moves to a plan whose "month" quota is larger keeps what it has
+	// spent this month.
+	Quotas []Quota
 }
 
 // check returns why p cannot be a plan, or nil: a negative limit, or a
 // window outside Options.Window's bounds.
 func (p Plan) check() error {
 	if p.Limit < 0 || p.Limit > maxLimit {
-		return fmt.Errorf("ratelimit: plan %+v: Limit must be between 1 and 2^53, or 0 for Options.Limit", p)
+		return fmt.Errorf("ratelimit: plan {Limit:%d Window:%v}: Limit must be between 1 and 2^53, or 0 for Options.Limit", p.Limit, p.Window)
 	}
 	if p.Window != 0 && (p.Window < minWindow || p.Window > maxWindow) {
-		return fmt.Errorf("ratelimit: plan %+v: Window must be between %v and %v", p, minWindow, maxWindow)
+		return fmt.Errorf("ratelimit: plan {Limit:%d Window:%v}: Window must be between %v and %v", p.Limit, p.Window, minWindow, maxWindow)
 	}
 	return nil
 }
@@ -53,10 +63,16 @@ type policyHeaders struct {
 	limitBytes, policyItemBytes []byte
 }
 
-func newPolicyHeaders(name string, limit int, window time.Duration, h headerSwitches) policyHeaders {
+// policyName is the name of the policy of a limiter named name.
+func policyName(name string) string {
 	if name == "" {
-		name = "default"
+		return "default"
 	}
+	return name
+}
+
+func newPolicyHeaders(name string, limit int, window time.Duration, h headerSwitches) policyHeaders {
+	name = policyName(name)
 	// keyPrefix has checked that the name needs no escaping.
 	quoted := `"` + name + `"`
 	p := policyHeaders{

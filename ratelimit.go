@@ -97,6 +97,7 @@ type Config struct {
 	Window                time.Duration            // required: the window, 1ms to 24h
 	Algorithm             Algorithm                // FixedWindow (default) or SlidingWindow
 	PlanFor               func(tenant string) Plan // a tenant's own budget; default: nil
+	Quotas                []Quota                  // further limits, by the day or month; default: nil
 	Shadow                bool                     // count and decide, but never refuse
 	IPv6Prefix            int                      // how anonymous IPv6 clients are keyed; default: 64
 	FailClosed            bool                     // 503 rather than let through when nothing counts
@@ -121,6 +122,7 @@ func (cfg *Config) options() Options {
 		Window:                cfg.Window,
 		Algorithm:             cfg.Algorithm,
 		PlanFor:               cfg.PlanFor,
+		Quotas:                cfg.Quotas,
 		Shadow:                cfg.Shadow,
 		IPv6Prefix:            cfg.IPv6Prefix,
 		FailClosed:            cfg.FailClosed,

@@ -924,6 +924,8 @@ func TestConfigOptions(t *testing.T) {
 			v.Set(reflect.ValueOf(NewMemoryCounter()))
 		case reflect.Func:
 			v.Set(reflect.MakeFunc(f.Type, func([]reflect.Value) []reflect.Value { panic("not called") }))
+		case reflect.Slice:
+			v.Set(reflect.MakeSlice(f.Type, 1, 1))
 		default:
 			t.Fatalf("Options.%s: no test value for a %v", f.Name, f.Type)
 		}

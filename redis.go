@@ -121,12 +121,17 @@ func (r *RedisCounter) takeWithin(ctx context.Context, t take, deadline time.Tim
 	if t.window <= 0 {
 		return t, fmt.Errorf("increment rate limit key %s: window %v is not positive", t.key, t.window)
 	}
-	k := opKey{key: t.key, ms: ceilDiv(t.window, time.Millisecond), limit: t.limit, algo: t.algo}
-	res, a, prev, err := r.nodes.byID(t.node).batch.take(ctx, k, t.cost, deadline, wait)
+	k := opKey{key: t.key, ms: ceilDiv(t.window, time.Millisecond), limit: t.limit, algo: t.algo, quotas: t.quotas}
+	op, rank, err := r.nodes.byID(t.node).batch.take(ctx, k, t.cost, deadline, wait)
 	if err != nil {
 		return t, fmt.Errorf("increment rate limit key %s: %w", t.key, asMisconfigured(err, r.nodes.cluster != nil))
 	}
+	if t.quotas != nil {
+		decideFromScript(&t, k.ms, op, rank)
+		return t, nil
+	}
 	t.byTransaction = t.algo == FixedWindow && r.nodes.refused.Load() != nil
+	res, a, prev := op.res[rank], op.a, op.prev
 	allowed, count := res >= 0, res
 	if !allowed {
 		count = -res - 1

@@ -51,7 +51,7 @@ import (
 // meets alike) ends the script with the server's own words, stripped of
 // the "@user_script: <line>:" that Redis 6 puts before them; the keys
 // decided before it in the same call keep their counts.
-const takeScript = `
+const takeScript = calendarLua + `
 local tonumber, call, pcall, type = tonumber, redis.call, redis.pcall, type
 local out, o, at, now = {}, 0, 1, nil
 local function fatal(r)
@@ -60,6 +60,38 @@ local function fatal(r)
     return nil
   end
   return redis.error_reply((string.gsub(r.err, '^@user_script: %d+: %-?', '')))
+end
+local function clock()
+  if not now then
+    local t = call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+end
+-- limits reads the limits of a tenant with quotas from ARGV: each its
+-- kind, limit, window in ms and key suffix. It returns how many there are,
+-- and for each its kind, limit, window, the window as given, the key that
+-- counts now, and a sliding window's previous key.
+local function limits(key)
+  local nl = tonumber(ARGV[at+1], 16)
+  at = at + 2
+  local lk, lim, ms, msarg, ck, pk = {}, {}, {}, {}, {}, {}
+  local qbase = key
+  if string.byte(key, 1) ~= 123 then qbase = '{' .. key .. '}' end
+  for j = 1, nl do
+    lk[j], lim[j], msarg[j] = ARGV[at], tonumber(ARGV[at+1], 16), ARGV[at+2]
+    ms[j] = tonumber(msarg[j])
+    local stem = key
+    if j > 1 then stem = qbase .. ARGV[at+3] end
+    at = at + 4
+    ck[j] = stem
+    if lk[j] ~= 'f' then clock() end
+    if lk[j] == 's' then
+      local index = math.floor(now / ms[j])
+      local tag = stem .. ':' .. msarg[j] .. ':'
+      ck[j], pk[j] = tag .. string.format('%d', index), tag .. string.format('%d', index - 1)
+    end
+  end
+  return nl, lk, lim, ms, msarg, ck, pk
 end
 for _, key in ipairs(KEYS) do
   local kind, limit, msarg = ARGV[at], tonumber(ARGV[at+1], 16), ARGV[at+2]
@@ -89,6 +121,127 @@ for _, key in ipairs(KEYS) do
       out[o+1], out[o+2] = a, res
     end
     o = o + 2
+  elseif kind == 'G' or kind == 'U' or kind == 'R' then
+    local nl, lk, lim, ms, msarg, ck, pk = limits(key)
+    if kind == 'R' then
+      for j = 1, nl do
+        call('DEL', ck[j])
+        if pk[j] then call('DEL', pk[j]) end
+      end
+    elseif kind == 'U' then
+      for j = 1, nl do
+        local count = call('GET', ck[j])
+        local a, b = 0, 0
+        if lk[j] == 'f' then
+          a = call('PTTL', ck[j])
+        elseif lk[j] == 's' then
+          a = now - math.floor(now / ms[j]) * ms[j]
+          b = tonumber(call('GET', pk[j]) or 0)
+        else
+          local s, e = period(lk[j], now)
+          a, b = e - now, e - s
+        end
+        out[o+1], out[o+2], out[o+3] = a, b, tonumber(count or 0)
+        if not out[o+3] or not b then return redis.error_reply('WRONGTYPE the key holds something other than a count') end
+        o = o + 3
+      end
+    else
+      local n = tonumber(ARGV[at], 16)
+      local costs = at + 1
+      at = costs + n
+      local total = 0
+      for i = 1, n do total = total + tonumber(ARGV[costs+i-1], 16) end
+      local head, a, b, after, bad = o, {}, {}, {}, false
+      o = o + 2 * nl
+      local function undo(k)
+        for j = 1, k do
+          if after[j] == total then call('DEL', ck[j]) else call('DECRBY', ck[j], total) end
+        end
+      end
+      for j = 1, nl do
+        a[j], b[j] = 0, 0
+        if lk[j] == 's' then
+          a[j] = now - math.floor(now / ms[j]) * ms[j]
+          local p = pcall('GET', pk[j])
+          if type(p) == 'table' then
+            local e = fatal(p)
+            if e then undo(j - 1) return e end
+            bad = true
+          elseif p then
+            b[j] = tonumber(p)
+            if not b[j] then bad = true end
+          end
+        elseif lk[j] ~= 'f' then
+          local s, e = period(lk[j], now)
+          a[j], b[j] = e - now, e - s
+        end
+        if not bad then
+          local r = pcall('INCRBY', ck[j], total)
+          if type(r) == 'table' then
+            local e = fatal(r)
+            if e then undo(j - 1) return e end
+            bad = true
+          else
+            after[j] = r
+          end
+        end
+        if bad then
+          undo(j - 1)
+          break
+        end
+      end
+      if bad then
+        out[head+1] = -3
+        for j = head + 2, o + n * nl do out[j] = 0 end
+        o = o + n * nl
+      else
+        local cur, start, w = {}, {}, {}
+        for j = 1, nl do
+          cur[j] = after[j] - total
+          start[j], w[j] = cur[j], 0
+          if lk[j] == 's' then w[j] = b[j] * (ms[j] - a[j]) / ms[j] end
+        end
+        for i = 1, n do
+          local c, fits = tonumber(ARGV[costs+i-1], 16), true
+          for j = 1, nl do
+            if w[j] + cur[j] + c > lim[j] then fits = false end
+          end
+          for j = 1, nl do
+            if fits then
+              cur[j] = cur[j] + c
+              out[o+j] = cur[j]
+            elseif w[j] + cur[j] + c > lim[j] then
+              out[o+j] = -cur[j] - 1
+            else
+              out[o+j] = cur[j]
+            end
+          end
+          o = o + nl
+        end
+        for j = 1, nl do
+          if cur[j] == 0 then
+            call('DEL', ck[j])
+          elseif cur[j] < after[j] then
+            call('DECRBY', ck[j], after[j] - cur[j])
+          end
+          if lk[j] == 'f' then
+            if start[j] == 0 then
+              if cur[j] > 0 then call('PEXPIRE', ck[j], msarg[j]) end
+              a[j] = ms[j]
+            else
+              a[j] = call('PTTL', ck[j])
+              if a[j] < 0 then
+                if a[j] == -1 then call('PEXPIRE', ck[j], msarg[j]) end
+                a[j] = ms[j]
+              end
+            end
+          elseif start[j] == 0 and cur[j] > 0 then
+            if lk[j] == 's' then call('PEXPIRE', ck[j], 2 * ms[j] - a[j]) else call('PEXPIRE', ck[j], a[j]) end
+          end
+          out[head+2*j-1], out[head+2*j] = a[j], b[j]
+        end
+      end
+    end
   else
     local sliding, n, costs = kind == 's' or kind == 'S', 1, nil
     if kind == 's' then
@@ -105,10 +258,7 @@ for _, key in ipairs(KEYS) do
     for j = 1, n do total = total + cost(j) end
     local ms, a, prev, curkey = tonumber(msarg), 0, 0, key
     if sliding then
-      if not now then
-        local t = call('TIME')
-        now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-      end
+      clock()
       local index = math.floor(now / ms)
       a = now - index * ms
       local tag = key .. ':' .. msarg .. ':'
@@ -174,6 +324,38 @@ return out
 `
 
 var takeScriptSHA = redis.NewScript(takeScript).Hash()
+
+// calendarLua is the Lua of the UTC calendar, for calendar quotas:
+// period(kind, now) returns the start and the end of the day ('d') or the
+// month ('m') that holds now, all in milliseconds since 1970-01-01 UTC.
+// The month is found from the day number by H. Hinnant's civil-from-days
+// algorithm, in a year that starts on the 1st of March, so that February,
+// the only month whose length varies, is the year's last. Calendar.period
+// does the same in Go, and a test runs both for every day from 1970 to
+// 2100.
+const calendarLua = `
+local function period(kind, now)
+  local floor = math.floor
+  local day = floor(now / 86400000)
+  if kind == 'd' then return day * 86400000, (day + 1) * 86400000 end
+  local z = day + 719468
+  local era = floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = floor((doe - floor(doe / 1460) + floor(doe / 36524) - floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + floor(yoe / 4) - floor(yoe / 100))
+  local mp = floor((5 * doy + 2) / 153)
+  local first = day - (doy - floor((153 * mp + 2) / 5))
+  local len
+  if mp < 11 then
+    len = floor((153 * mp + 155) / 5) - floor((153 * mp + 2) / 5)
+  else
+    local y = yoe + era * 400 + 1
+    len = 28
+    if y % 4 == 0 and (y % 100 ~= 0 or y % 400 == 0) then len = 29 end
+  end
+  return first * 86400000, (first + len) * 86400000
+end
+`
 
 // scriptCmd is a call of takeScript that go-redis must never send twice:
 // a command whose reply is lost may have run, and sending it again would
@@ -318,6 +500,15 @@ func call(ctx context.Context, ops []*takeOp, body bool) scriptCmd {
 		if op.algo == SlidingWindow {
 			kind = 1
 		}
+		if op.quotas != nil {
+			args = append(args, "G", strconv.FormatInt(int64(op.limits()), 16), kindOne[kind], limitArg, msArg, "")
+			args = append(args, op.quotas.args[kind]...)
+			args = append(args, strconv.FormatInt(n, 16))
+			for c := range op.costs() {
+				args = append(args, strconv.FormatInt(c, 16))
+			}
+			continue
+		}
 		if n == 1 && op.first == 1 && len(op.gone) == 0 {
 			args = append(args, kindOne[kind], limitArg, msArg)
 			continue
@@ -345,7 +536,7 @@ func answer(ops []*takeOp, cmd scriptCmd, cause error) {
 	vals, err := cmd.Result()
 	want := 0
 	for _, op := range ops {
-		want += head(op) + int(op.stayed())
+		want += head(op) + int(op.stayed())*op.limits()
 	}
 	if err == nil && len(vals) != want {
 		err = fmt.Errorf("take script returned %d values for %d keys, want %d", len(vals), len(ops), want)
@@ -365,7 +556,10 @@ func answer(ops []*takeOp, cmd scriptCmd, cause error) {
 		if h == 2 {
 			op.prev = vals[1]
 		}
-		n := h + int(op.stayed())
+		if op.quotas != nil {
+			op.heads = vals[:h:h]
+		}
+		n := h + int(op.stayed())*op.limits()
 		op.res, vals = vals[h:n:n], vals[n:]
 		if op.a == -3 {
 			op.err = errNotCounter
@@ -374,8 +568,12 @@ func answer(ops []*takeOp, cmd scriptCmd, cause error) {
 }
 
 // head is how many values takeScript returns for op's key before its
-// callers' own: a, and for a sliding window prev.
+// callers' own: a, and for a sliding window prev; with quotas, both for
+// each limit.
 func head(op *takeOp) int {
+	if op.quotas != nil {
+		return 2 * op.limits()
+	}
 	if op.algo == SlidingWindow {
 		return 2
 	}
@@ -391,4 +589,40 @@ func msDuration(ms int64) time.Duration {
 		return math.MaxInt64
 	}
 	return time.Duration(ms) * time.Millisecond
+}
+
+// decideFromScript fills in t, which has quotas, from its caller's answer
+// in op, its round trip's op at rank: for each limit, the count after the
+// caller's decision, or -count-1 where its cost did not fit, and the
+// limit's a and prev (see takeScript). ms is the main window in
+// milliseconds.
+func decideFromScript(t *take, ms int64, op *takeOp, rank int) {
+	ls, n := t.limits()
+	vals := op.res[rank*n : (rank+1)*n]
+	var (
+		st   [maxQuotas + 1]limitState
+		fits [maxQuotas + 1]bool
+	)
+	for j := range n {
+		v, a, b := vals[j], op.heads[2*j], op.heads[2*j+1]
+		fits[j], st[j].count = v >= 0, v
+		if v < 0 {
+			st[j].count = -v - 1
+		}
+		w := ls[j].window
+		if j == 0 {
+			w = time.Duration(ms) * time.Millisecond
+		} else if w != 0 {
+			w = time.Duration(ceilDiv(w, time.Millisecond)) * time.Millisecond
+		}
+		switch {
+		case ls[j].sliding:
+			st[j].slide = sliding{prev: b, elapsed: msDuration(a), window: w}
+		case ls[j].cal != 0:
+			st[j].left, st[j].period = msDuration(a), msDuration(b)
+		default:
+			st[j].left = msDuration(a)
+		}
+	}
+	t.decideGroup(&ls, n, &st, &fits)
 }

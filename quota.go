@@ -1,0 +1,380 @@
+package ratelimit
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+)
+
+// Quotas are further limits that a request is decided against together
+// with its main one (Options.Limit per Options.Window, or its Plan's): "10
+// requests a second, 10,000 a day, 1,000,000 a month". A request is
+// allowed only when its cost fits in every limit, and a refused one spends
+// nothing in any of them; the counter decides all of a tenant's limits in
+// one step (one script call on Redis).
+
+// Quota is a limit of Limit requests (or units of cost) per Window, or per
+// period of the UTC calendar, that every request of a tenant is decided
+// against together with the main limit (see Options.Quotas).
+type Quota struct {
+	// Name names the quota in the RateLimit header fields, in Usage and
+	// in its keys. Required, unique within the limiter and other than
+	// the limiter's own policy name (Options.Name, or "default"): at most
+	// 64 bytes of visible ASCII without '"' or '\'.
+	Name string
+
+	// Limit is how many requests, or units of cost, the quota allows per
+	// Window or Calendar period. Required: between 1 and 2^53.
+	Limit int
+
+	// Window is the quota's window, between 1ms and 24h, counted by
+	// Options.Algorithm as the main limit is. Exactly one of Window and
+	// Calendar is set.
+	Window time.Duration
+
+	// Calendar is the quota's period of the UTC calendar: CalendarDay or
+	// CalendarMonth. Exactly one of Window and Calendar is set.
+	Calendar Calendar
+}
+
+// Calendar is a period of the UTC calendar, for a Quota. The zero value
+// is none.
+type Calendar int
+
+const (
+	// CalendarDay is the UTC day: it starts at 00:00 UTC.
+	CalendarDay Calendar = iota + 1
+	// CalendarMonth is the calendar month, of 28 to 31 days: it starts at
+	// 00:00 UTC on its first day.
+	CalendarMonth
+)
+
+// String returns "day", "month" or "none".
+func (c Calendar) String() string {
+	switch c {
+	case 0:
+		return "none"
+	case CalendarDay:
+		return "day"
+	case CalendarMonth:
+		return "month"
+	}
+	return "Calendar(" + strconv.Itoa(int(c)) + ")"
+}
+
+// period returns the period of c that holds now: when it starts and when
+// it ends, in UTC. The Redis script does the same arithmetic in Lua
+// (calendarLua).
+func (c Calendar) period(now time.Time) (start, end time.Time) {
+	y, m, d := now.UTC().Date()
+	if c == CalendarDay {
+		start = time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
+		return start, start.AddDate(0, 0, 1)
+	}
+	start = time.Date(y, m, 1, 0, 0, 0, 0, time.UTC)
+	return start, start.AddDate(0, 1, 0)
+}
+
+// maxQuotas is how many quotas a limiter, or a plan, may have.
+const maxQuotas = 4
+
+// quotaSet is a checked list of quotas, as a limiter or a plan has it, with
+// what every request needs prepared once.
+type quotaSet struct {
+	q   []quotaSpec
+	src []Quota // what it was made from, for the cache of plans' quotas
+
+	// The same quotas at the fallback's budgets (see
+	// Limiter.fallbackLimit); nil without a fallback.
+	fallback *quotaSet
+
+	// The quotas' arguments to takeScript, made once: [0] in fixed
+	// windows, [1] in sliding ones (see groupArgs).
+	args [2][]any
+}
+
+// quotaSpec is one quota, prepared.
+type quotaSpec struct {
+	name     string // Quota.Name
+	limit    int64
+	window   time.Duration // 0 for a calendar period
+	calendar Calendar
+	suffix   string // its keys follow the tenant's tag: "{<tenant's key>}#<encoded name>"
+	quoted   string // the name as an sf-string
+}
+
+// newQuotaSet checks qs, the quotas of the field named field, for a
+// limiter whose own policy is named policy, and prepares them. nil for
+// none.
+func newQuotaSet(field string, qs []Quota, policy string) (*quotaSet, error) {
+	if len(qs) == 0 {
+		return nil, nil
+	}
+	if len(qs) > maxQuotas {
+		return nil, fmt.Errorf("ratelimit: %s: at most %d quotas, got %d", field, maxQuotas, len(qs))
+	}
+	s := &quotaSet{src: append([]Quota(nil), qs...)}
+	for i, q := range qs {
+		if err := q.check(); err != nil {
+			return nil, fmt.Errorf("ratelimit: %s[%d]: %w", field, i, err)
+		}
+		if q.Name == policy {
+			return nil, fmt.Errorf("ratelimit: %s[%d]: Name %q is the limiter's own policy name", field, i, q.Name)
+		}
+		for _, p := range qs[:i] {
+			if p.Name == q.Name {
+				return nil, fmt.Errorf("ratelimit: %s[%d]: Name %q is taken by another quota", field, i, q.Name)
+			}
+		}
+		s.q = append(s.q, quotaSpec{name: q.Name, limit: int64(q.Limit), window: q.Window, calendar: q.Calendar,
+			suffix: "#" + encodeName(q.Name), quoted: `"` + q.Name + `"`})
+	}
+	s.args = s.scriptArgs()
+	return s, nil
+}
+
+// scriptArgs returns the arguments that describe s's quotas to takeScript,
+// after the main limit's: for each, its kind (f a fixed window, s a
+// sliding one, d a day, m a month), its limit in hexadecimal, its window in
+// milliseconds (0 for a period) and its keys' suffix.
+func (s *quotaSet) scriptArgs() (args [2][]any) {
+	for kind := range args {
+		for _, q := range s.q {
+			k, ms := kindOne[kind], any(ceilDiv(q.window, time.Millisecond))
+			switch q.calendar {
+			case CalendarDay:
+				k, ms = "d", int64(0)
+			case CalendarMonth:
+				k, ms = "m", int64(0)
+			}
+			args[kind] = append(args[kind], k, strconv.FormatInt(q.limit, 16), ms, q.suffix)
+		}
+	}
+	return args
+}
+
+// check returns why q cannot be a quota, or nil.
+func (q Quota) check() error {
+	switch {
+	case q.Name == "":
+		return fmt.Errorf("Name is required")
+	case checkName(q.Name) != nil:
+		return fmt.Errorf("Name: %w", checkName(q.Name))
+	case q.Limit < 1 || q.Limit > maxLimit:
+		return fmt.Errorf("quota %q: Limit must be between 1 and 2^53, got %d", q.Name, q.Limit)
+	case q.Window != 0 && q.Calendar != 0, q.Window == 0 && q.Calendar == 0:
+		return fmt.Errorf("quota %q: set exactly one of Window and Calendar", q.Name)
+	case q.Window != 0 && (q.Window < minWindow || q.Window > maxWindow):
+		return fmt.Errorf("quota %q: Window must be between %v and %v, got %v", q.Name, minWindow, maxWindow, q.Window)
+	case q.Calendar < 0 || q.Calendar > CalendarMonth:
+		return fmt.Errorf("quota %q: Calendar must be CalendarDay or CalendarMonth, got %d", q.Name, int(q.Calendar))
+	}
+	return nil
+}
+
+// withFallback adds to s its quotas at the fallback's budgets, scaled by
+// scale (see Limiter.fallbackLimit).
+func (s *quotaSet) withFallback(scale func(int64) int64) *quotaSet {
+	if s == nil {
+		return nil
+	}
+	f := &quotaSet{q: append([]quotaSpec(nil), s.q...), src: s.src}
+	for i := range f.q {
+		f.q[i].limit = scale(f.q[i].limit)
+	}
+	f.args = f.scriptArgs()
+	s.fallback = f
+	return s
+}
+
+// signature is what two limiters sharing keys must agree on (see
+// keyOwners): the quotas, in order.
+func (s *quotaSet) signature() string {
+	if s == nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, q := range s.q {
+		fmt.Fprintf(&b, "%s=%d/%v%v;", q.name, q.limit, q.window, q.calendar)
+	}
+	return b.String()
+}
+
+// same reports whether qs is what s was made from.
+func (s *quotaSet) same(qs []Quota) bool {
+	if len(qs) != len(s.src) {
+		return false
+	}
+	for i := range qs {
+		if qs[i] != s.src[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// planQuotas keeps the quota sets of the plans that PlanFor returns, so
+// that a request is not charged for checking its plan's quotas again. A
+// plan's Quotas usually come from one slice, the plan's own, so they are
+// found by its first element's address and checked to be unchanged; a
+// slice made anew for every request is checked anew every time, and
+// makeQuotaSet's result is not kept (it would fill the cache).
+type planQuotas struct {
+	mu   sync.Mutex
+	sets map[*Quota]*quotaSet
+}
+
+// maxPlanQuotas bounds planQuotas: a gateway has a handful of plans.
+const maxPlanQuotas = 256
+
+func (p *planQuotas) get(qs []Quota, make func() (*quotaSet, error)) (*quotaSet, error) {
+	k := unsafe.SliceData(qs)
+	p.mu.Lock()
+	s, ok := p.sets[k]
+	p.mu.Unlock()
+	if ok && s.same(qs) {
+		return s, nil
+	}
+	s, err := make()
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	if p.sets == nil {
+		p.sets = map[*Quota]*quotaSet{}
+	}
+	if len(p.sets) >= maxPlanQuotas {
+		clear(p.sets)
+	}
+	p.sets[k] = s
+	p.mu.Unlock()
+	return s, nil
+}
+
+// limitAnswer is what a counter answered for one quota of a take.
+type limitAnswer struct {
+	allowed   bool          // the request's cost fits in it
+	remaining int64         // units left after the decision
+	reset     time.Duration // until one more unit than remaining is available
+	retry     time.Duration // when it does not fit: until the cost would
+	period    time.Duration // its window, or its calendar period's length
+	slide     sliding       // a sliding window's key after the decision
+	count     int64         // a fixed window's or a period's count after the decision
+}
+
+// decidedFixed fills in a's answer for a fixed window, or a calendar
+// period, whose count is count after the decision, with left to run.
+func (a *limitAnswer) decidedFixed(fits bool, limit, count int64, left time.Duration) {
+	a.allowed, a.count, a.remaining, a.reset = fits, count, max(limit-count, 0), left
+	a.retry = 0
+	if !fits {
+		a.retry = left
+	}
+}
+
+// decidedSliding fills in a's answer from a sliding window's key.
+func (a *limitAnswer) decidedSliding(fits bool, limit, cost int64, s sliding) {
+	a.allowed, a.slide, a.remaining = fits, s, s.remaining(limit)
+	a.reset, a.retry = s.resetAndRetry(limit, a.remaining, cost, fits)
+}
+
+// figure is one limit's figures in a Decision, for the headers and Usage.
+type figure struct {
+	limit     int64
+	window    time.Duration // a calendar period's length
+	remaining int64
+	reset     time.Duration
+}
+
+// groupLimit is one of the limits a take with quotas is decided against:
+// the main one first, then the quotas in order.
+type groupLimit struct {
+	name    string // "" for the main limit
+	limit   int64
+	window  time.Duration // 0 for a calendar period
+	sliding bool          // counted in a sliding window
+	cal     Calendar
+}
+
+// limits returns the limits t is decided against, the main one first, and
+// how many there are.
+func (t *take) limits() (ls [maxQuotas + 1]groupLimit, n int) {
+	ls[0] = groupLimit{limit: t.limit, window: t.window, sliding: t.algo == SlidingWindow}
+	n = 1
+	if t.quotas != nil {
+		for _, q := range t.quotas.q {
+			ls[n] = groupLimit{name: q.name, limit: q.limit, window: q.window,
+				sliding: q.calendar == 0 && t.algo == SlidingWindow, cal: q.calendar}
+			n++
+		}
+	}
+	return ls, n
+}
+
+// limitState is one limit's key at a decision, as a counter read it: a
+// fixed window's or a period's count and time left (left, and for a
+// period its length), or a sliding window's key.
+type limitState struct {
+	count  int64
+	left   time.Duration
+	period time.Duration
+	slide  sliding // for a sliding window; its cur is count
+}
+
+// fits reports whether cost fits in l at s.
+func (l *groupLimit) fits(s *limitState, cost int64) bool {
+	if l.sliding {
+		s.slide.cur = s.count
+		return s.slide.fits(cost, l.limit)
+	}
+	return s.count+cost <= l.limit
+}
+
+// decideGroup fills in t's answer from its limits' states after the
+// decision (a count includes the cost when the request was allowed), and
+// which of them the cost fits in.
+func (t *take) decideGroup(ls *[maxQuotas + 1]groupLimit, n int, st *[maxQuotas + 1]limitState, fits *[maxQuotas + 1]bool) {
+	t.refusedBy = 0
+	for j := range n {
+		s, l := &st[j], &ls[j]
+		if j == 0 {
+			if l.sliding {
+				s.slide.cur = s.count
+				t.decidedSliding(fits[0], s.slide)
+			} else {
+				t.decided(fits[0], s.count, s.left)
+			}
+			continue
+		}
+		a := &t.q[j-1]
+		if l.sliding {
+			s.slide.cur = s.count
+			a.decidedSliding(fits[j], l.limit, t.cost, s.slide)
+			a.period = l.window
+		} else {
+			a.decidedFixed(fits[j], l.limit, s.count, s.left)
+			a.period = l.window
+			if l.cal != 0 {
+				a.period = s.period
+			}
+		}
+		if !fits[j] {
+			t.refusedBy |= 1 << j
+		}
+	}
+	t.allowed = t.refusedBy == 0
+}
+
+// neverFits reports whether cost passes one of s's limits, so that a
+// request of cost is refused without asking the counter.
+func (s *quotaSet) neverFits(cost int64) bool {
+	for _, q := range s.q {
+		if cost > q.limit {
+			return true
+		}
+	}
+	return false
+}
