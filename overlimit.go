@@ -41,14 +41,14 @@ const (
 
 // refusal is one key's entry.
 type refusal struct {
-	limit  int64
-	window time.Duration
-	algo   Algorithm
+	limit   int64
+	window  time.Duration
+	algo    Algorithm
 	at      time.Duration // when it was learned, since the limiter's epoch
 	end     time.Duration // when it stops being of use, since the epoch
 	expires time.Duration // when it is dropped: end, or maxRefusalAge after at
-	count  int64         // a fixed window's count
-	slide  sliding       // a sliding window's key
+	count   int64         // a fixed window's count
+	slide   sliding       // a sliding window's key
 
 	quotas *quotaSet
 	states [maxQuotas + 1]limitState // with quotas: every limit's key, the main one first
