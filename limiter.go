@@ -338,7 +338,8 @@ func (l *Limiter) CheckCost() error {
 // start-up, before it serves: that Redis can be reached on every server
 // its client knows, accepts the client's credentials and database, and
 // lets it run what the limiter runs on its keys (a request on a key of its
-// own that no tenant has, in the limiter's algorithm). The error carries
+// own that no tenant has, in the limiter's algorithm, with its
+// Options.Quotas). The error carries
 // the server's own words (NOAUTH, WRONGPASS, NOPERM, an unknown database)
 // and what to fix: a misconfigured store then fails the deployment, rather
 // than fail open request after request. ctx bounds the check. A
@@ -348,6 +349,11 @@ func (l *Limiter) Ping(ctx context.Context) error {
 	var buf [maxKeyLen]byte
 	t := take{key: string(appendProbeKey(buf[:0], l.keyPrefix, l.opts.Algorithm)),
 		cost: 1, limit: 1, window: time.Millisecond, algo: l.opts.Algorithm}
+	if l.quotas != nil {
+		// The quotas' commands too, on keys of the probe's own; at a
+		// limit of 1, a month's key holds 1 until the month ends.
+		t.quotas = l.quotas.probe
+	}
 	var err error
 	switch c := l.opts.Counter.(type) {
 	case *MemoryCounter:
@@ -461,7 +467,9 @@ func (l *Limiter) plan(tenant string, t *take) error {
 	if err := p.check(); err != nil {
 		return err
 	}
-	if p.Quotas != nil {
+	if p.Quotas != nil && len(p.Quotas) == 0 {
+		t.quotas = nil
+	} else if p.Quotas != nil {
 		s, err := l.planQuotas.get(p.Quotas, func() (*quotaSet, error) {
 			s, err := newQuotaSet("Plan.Quotas", p.Quotas, l.policy.policy)
 			if err == nil && s != nil && !decides(l.opts.Counter) {

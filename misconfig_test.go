@@ -132,13 +132,21 @@ func TestACLPermissionsTheDocsList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	quotas := []Quota{{Name: "day", Limit: 10, Calendar: CalendarDay}, {Name: "minute", Limit: 10, Window: time.Minute}}
 	cases := []struct {
-		algo Algorithm
-		acl  string
-	}{{FixedWindow, aclFixed}, {SlidingWindow, aclSliding}}
+		name   string
+		algo   Algorithm
+		quotas []Quota
+		acl    string
+	}{
+		{"fixed window", FixedWindow, nil, aclFixed},
+		{"sliding window", SlidingWindow, nil, aclSliding},
+		{"fixed window with quotas", FixedWindow, quotas, aclQuotas},
+		{"sliding window with quotas", SlidingWindow, quotas, aclQuotas},
+	}
 	for _, c := range cases {
 		if !strings.Contains(string(doc), c.acl) {
-			t.Errorf("docs/redis.md does not list %q, the permissions of a %v", c.acl, c.algo)
+			t.Errorf("docs/redis.md does not list %q, the permissions of a %s", c.acl, c.name)
 		}
 	}
 	ctx := context.Background()
@@ -153,9 +161,9 @@ func TestACLPermissionsTheDocsList(t *testing.T) {
 				}
 			}
 			for _, c := range cases {
-				t.Run(c.algo.String(), func(t *testing.T) {
+				t.Run(c.name, func(t *testing.T) {
 					user, password := aclUser(t, admin, strings.Fields(c.acl+extra)...)
-					lim := NewLimiter(Options{Counter: NewRedisCounter(s.client(t, user, password)), Limit: 2, Window: time.Minute, Algorithm: c.algo})
+					lim := NewLimiter(Options{Counter: NewRedisCounter(s.client(t, user, password)), Limit: 2, Window: time.Minute, Algorithm: c.algo, Quotas: c.quotas})
 					if err := lim.Ping(ctx); err != nil {
 						t.Fatalf("Ping as a user with %q: %v", c.acl+extra, err)
 					}
@@ -165,12 +173,21 @@ func TestACLPermissionsTheDocsList(t *testing.T) {
 							t.Fatalf("request %d: %+v; want decided by the counter, allowed %v", i+1, d, want)
 						}
 					}
+					if u, err := lim.Usage(ctx, tenant); err != nil || u[0].Used != 2 {
+						t.Fatalf("Usage as a user with %q: %+v, %v; want 2 used", c.acl+extra, u, err)
+					}
+					if err := lim.Reset(ctx, tenant); err != nil {
+						t.Fatalf("Reset as a user with %q: %v", c.acl+extra, err)
+					}
+					if d := lim.Take(ctx, tenant); !d.Allowed || d.By != ByCounter {
+						t.Fatalf("after Reset: %+v; want allowed by the counter", d)
+					}
 
 					// What the docs once listed: scripts, but not the
 					// commands they run, which every server checks.
 					user, password = aclUser(t, admin, strings.Fields("~rl:* ~{rl:* +evalsha +eval +ping"+extra)...)
 					rec := newLogRecorder()
-					lim = NewLimiter(Options{Counter: NewRedisCounter(s.client(t, user, password)), Limit: 2, Window: time.Minute, Algorithm: c.algo, Logger: rec.logger()})
+					lim = NewLimiter(Options{Counter: NewRedisCounter(s.client(t, user, password)), Limit: 2, Window: time.Minute, Algorithm: c.algo, Quotas: c.quotas, Logger: rec.logger()})
 					err := lim.Ping(ctx)
 					if err == nil || !strings.Contains(err.Error(), "the ACL user lacks a permission") || !strings.Contains(err.Error(), c.acl) ||
 						strings.Contains(err.Error(), "other than a count") {

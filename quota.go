@@ -92,8 +92,11 @@ type quotaSet struct {
 	fallback *quotaSet
 
 	// The quotas' arguments to takeScript, made once: [0] in fixed
-	// windows, [1] in sliding ones (see groupArgs).
+	// windows, [1] in sliding ones (see scriptArgs).
 	args [2][]any
+
+	// The same quotas at a limit of 1, for Limiter.Ping.
+	probe *quotaSet
 }
 
 // quotaSpec is one quota, prepared.
@@ -133,7 +136,18 @@ func newQuotaSet(field string, qs []Quota, policy string) (*quotaSet, error) {
 			suffix: "#" + encodeName(q.Name), quoted: `"` + q.Name + `"`})
 	}
 	s.args = s.scriptArgs()
+	s.probe = s.scaled(func(int64) int64 { return 1 })
 	return s, nil
+}
+
+// scaled is s with each quota's limit scaled by scale.
+func (s *quotaSet) scaled(scale func(int64) int64) *quotaSet {
+	f := &quotaSet{q: append([]quotaSpec(nil), s.q...), src: s.src}
+	for i := range f.q {
+		f.q[i].limit = scale(f.q[i].limit)
+	}
+	f.args = f.scriptArgs()
+	return f
 }
 
 // scriptArgs returns the arguments that describe s's quotas to takeScript,
@@ -181,12 +195,7 @@ func (s *quotaSet) withFallback(scale func(int64) int64) *quotaSet {
 	if s == nil {
 		return nil
 	}
-	f := &quotaSet{q: append([]quotaSpec(nil), s.q...), src: s.src}
-	for i := range f.q {
-		f.q[i].limit = scale(f.q[i].limit)
-	}
-	f.args = f.scriptArgs()
-	s.fallback = f
+	s.fallback = s.scaled(scale)
 	return s
 }
 

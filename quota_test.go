@@ -1,0 +1,489 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/gatewaykit/ratelimit/internal/testkit/redistest"
+)
+
+// Quotas are decided together with the main limit: a request is allowed
+// only when its cost fits in every limit, and a refused one spends nothing
+// in any. These tests run on a MemoryCounter (on a fake clock) and on real
+// Redis (a single node, a cluster and a ring), in both algorithms.
+
+// dayAndMonth are the quotas of most tests here.
+func dayAndMonth(day, month int) []Quota {
+	return []Quota{{Name: "day", Limit: day, Calendar: CalendarDay}, {Name: "month", Limit: month, Calendar: CalendarMonth}}
+}
+
+// used returns what Usage reports tenant has used of each limit.
+func used(t *testing.T, lim *Limiter, tenant string) []int {
+	t.Helper()
+	us, err := lim.Usage(context.Background(), tenant)
+	if err != nil {
+		t.Fatalf("Usage: %v", err)
+	}
+	n := make([]int, len(us))
+	for i, u := range us {
+		n[i] = u.Used
+		if u.Remaining != max(u.Limit-u.Used, 0) {
+			t.Errorf("Usage of %s: %+v; Remaining is not Limit - Used", u.Name, u)
+		}
+	}
+	return n
+}
+
+func expectUsed(t *testing.T, lim *Limiter, tenant string, want ...int) {
+	t.Helper()
+	if got := used(t, lim, tenant); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("used %v, want %v (main, day, month)", got, want)
+	}
+}
+
+// takeExpect takes one request of tenant and checks whether it was
+// allowed and, when refused, which limit refused it.
+func takeExpect(t *testing.T, lim *Limiter, tenant string, allowed bool, policy string) Decision {
+	t.Helper()
+	d := lim.Take(context.Background(), tenant)
+	if d.Allowed != allowed || d.By != ByCounter && d.By != ByCache || !allowed && d.Policy() != policy {
+		t.Fatalf("%+v (policy %q); want allowed %v by the counter, refused by %q", d, d.Policy(), allowed, policy)
+	}
+	return d
+}
+
+// A refusal by the per-window limit leaves the day's and the month's
+// counts as they were, and a refusal by the day's quota leaves the
+// window's and the month's.
+func TestQuotasAllOrNothing(t *testing.T) {
+	const window = 150 * time.Millisecond
+	opts := Options{Limit: 2, Window: window, Quotas: dayAndMonth(5, 100)}
+	eachTakeSubject(t, opts, func(t *testing.T, lim *Limiter, tenant string, advance func(time.Duration)) {
+		takeExpect(t, lim, tenant, true, "")
+		takeExpect(t, lim, tenant, true, "")
+		takeExpect(t, lim, tenant, false, "default")
+		takeExpect(t, lim, tenant, false, "default")
+		expectUsed(t, lim, tenant, 2, 2, 2)
+
+		advance(2*window + 20*time.Millisecond) // a sliding window's count is gone after two
+		takeExpect(t, lim, tenant, true, "")
+		takeExpect(t, lim, tenant, true, "")
+		takeExpect(t, lim, tenant, false, "default")
+		expectUsed(t, lim, tenant, 2, 4, 4)
+
+		advance(2*window + 20*time.Millisecond)
+		takeExpect(t, lim, tenant, true, "")
+		d := takeExpect(t, lim, tenant, false, "day")
+		expectUsed(t, lim, tenant, 1, 5, 5)
+		// Room again at the end of the UTC day, on the store's clock.
+		_, end := CalendarDay.period(time.Now())
+		if lim.clock.now != nil {
+			_, end = CalendarDay.period(lim.clock.Now())
+		}
+		if left := time.Until(end); lim.clock.now == nil && (d.RetryAfter < left-5*time.Second || d.RetryAfter > left+5*time.Second) {
+			t.Errorf("RetryAfter %v, want the time to the end of the UTC day, %v", d.RetryAfter, left)
+		}
+		if d.Limit != 5 || d.Remaining != 0 || d.Window != 24*time.Hour {
+			t.Errorf("refused by the day's quota: %+v; want its figures, Limit 5, Remaining 0, Window 24h", d)
+		}
+		// The main window's room does not let the day's refusal through.
+		advance(2*window + 20*time.Millisecond)
+		takeExpect(t, lim, tenant, false, "day")
+		expectUsed(t, lim, tenant, 0, 5, 5)
+	})
+}
+
+// Quotas with a Window are counted by Options.Algorithm, as the main
+// limit is; the smallest room decides.
+func TestQuotaWithAWindow(t *testing.T) {
+	const window = 150 * time.Millisecond
+	opts := Options{Limit: 10, Window: window, Quotas: []Quota{{Name: "burst", Limit: 3, Window: 2 * window}}}
+	eachTakeSubject(t, opts, func(t *testing.T, lim *Limiter, tenant string, advance func(time.Duration)) {
+		for range 3 {
+			takeExpect(t, lim, tenant, true, "")
+		}
+		d := takeExpect(t, lim, tenant, false, "burst")
+		// A sliding window's count weighs in for a window more.
+		if d.Window != 2*window || d.RetryAfter <= 0 || d.RetryAfter > 4*window {
+			t.Errorf("refused by the quota: %+v; want its window and a RetryAfter within two of them", d)
+		}
+		expectUsed(t, lim, tenant, 3, 3)
+		advance(4*window + 20*time.Millisecond)
+		takeExpect(t, lim, tenant, true, "")
+	})
+}
+
+// A cost that fits in the main limit but not in a quota is refused at
+// once, by the quota, without asking the counter; one that fits in all
+// spends in all.
+func TestQuotaCosts(t *testing.T) {
+	opts := Options{Limit: 100, Window: time.Minute, Quotas: dayAndMonth(10, 1000)}
+	eachTakeSubject(t, opts, func(t *testing.T, lim *Limiter, tenant string, _ func(time.Duration)) {
+		ctx := context.Background()
+		if d := lim.TakeN(ctx, tenant, 11); d.Allowed || d.Policy() != "day" || d.Remaining != -1 {
+			t.Fatalf("cost 11 against a day's quota of 10: %+v (%s); want refused by day, nothing counted", d, d.Policy())
+		}
+		if d := lim.TakeN(ctx, tenant, 7); !d.Allowed || d.Policy() != "day" || d.Remaining != 3 {
+			t.Fatalf("cost 7: %+v (%s); want allowed, the day's quota with 3 left named", d, d.Policy())
+		}
+		if d := lim.TakeN(ctx, tenant, 4); d.Allowed || d.Policy() != "day" {
+			t.Fatalf("cost 4 with 3 left today: %+v (%s); want refused by day", d, d.Policy())
+		}
+		if d := lim.TakeN(ctx, tenant, 3); !d.Allowed {
+			t.Fatalf("cost 3 with 3 left today: %+v; want allowed", d)
+		}
+		expectUsed(t, lim, tenant, 10, 10, 10)
+	})
+}
+
+// Usage spends nothing and reports every limit; Reset gives the tenant
+// its whole budget back, and this replica's over-limit cache forgets it.
+func TestUsageAndReset(t *testing.T) {
+	opts := Options{Limit: 3, Window: time.Minute, Quotas: dayAndMonth(10, 100)}
+	eachTakeSubject(t, opts, func(t *testing.T, lim *Limiter, tenant string, _ func(time.Duration)) {
+		ctx := context.Background()
+		expectUsed(t, lim, tenant, 0, 0, 0)
+		for range 3 {
+			takeExpect(t, lim, tenant, true, "")
+		}
+		for range 3 {
+			expectUsed(t, lim, tenant, 3, 3, 3)
+		}
+		us, _ := lim.Usage(ctx, tenant)
+		for i, want := range []struct {
+			name   string
+			limit  int
+			window time.Duration
+		}{{"default", 3, time.Minute}, {"day", 10, 24 * time.Hour}, {"month", 100, 0}} {
+			u := us[i]
+			if u.Name != want.name || u.Limit != want.limit || want.window != 0 && u.Window != want.window || u.Reset <= 0 || u.Reset > 2*u.Window {
+				t.Errorf("Usage[%d] = %+v; want %s, limit %d, window %v, a reset within two windows", i, u, want.name, want.limit, want.window)
+			}
+		}
+		if w := us[2].Window; w < 28*24*time.Hour || w > 31*24*time.Hour {
+			t.Errorf("the month's window is %v, want the month's length", w)
+		}
+		takeExpect(t, lim, tenant, false, "default")
+		takeExpect(t, lim, tenant, false, "default") // the cache's, on Redis
+
+		if err := lim.Reset(ctx, tenant); err != nil {
+			t.Fatal(err)
+		}
+		expectUsed(t, lim, tenant, 0, 0, 0)
+		for range 3 {
+			if d := takeExpect(t, lim, tenant, true, ""); d.By != ByCounter {
+				t.Fatalf("after Reset: %+v; want decided by the counter", d)
+			}
+		}
+		expectUsed(t, lim, tenant, 3, 3, 3)
+	})
+}
+
+// A limiter without quotas has Usage and Reset too, over its keys of
+// today.
+func TestUsageWithoutQuotas(t *testing.T) {
+	eachTakeSubject(t, Options{Limit: 2, Window: time.Minute}, func(t *testing.T, lim *Limiter, tenant string, _ func(time.Duration)) {
+		takeExpect(t, lim, tenant, true, "")
+		expectUsed(t, lim, tenant, 1)
+		if err := lim.Reset(context.Background(), tenant); err != nil {
+			t.Fatal(err)
+		}
+		expectUsed(t, lim, tenant, 0)
+		takeExpect(t, lim, tenant, true, "")
+		takeExpect(t, lim, tenant, true, "")
+		takeExpect(t, lim, tenant, false, "default")
+	})
+}
+
+// 600 requests at once across two replicas against 100 a second and 150
+// a day: exactly 100 pass, and after the second exactly 50 more.
+func TestQuotasExactAcrossReplicas(t *testing.T) {
+	for _, s := range takeSubjects {
+		for _, algo := range algorithms {
+			t.Run(s.name+"/"+algo.String(), func(t *testing.T) {
+				t.Parallel()
+				c, clock := s.counter(t)
+				opts := Options{Counter: c, Algorithm: algo, Limit: 100, Window: time.Second,
+					Quotas: []Quota{{Name: "day", Limit: 150, Calendar: CalendarDay}}, StoreTimeout: 2 * time.Second}
+				var replicas []*Limiter
+				advance := time.Sleep
+				for range 2 {
+					if clock != nil {
+						replicas = append(replicas, newLimiter(opts, clock.Now))
+						advance = clock.Advance
+					} else {
+						replicas = append(replicas, NewLimiter(opts))
+					}
+				}
+				tenant := uniqueTenant(t)
+				if decided, allowed := burstAtOnce(replicas, tenant, 600); decided != 600 || allowed != 100 {
+					t.Fatalf("first second: %d allowed of %d decided by the counter, want 100 of 600", allowed, decided)
+				}
+				advance(2*time.Second + 10*time.Millisecond) // past a sliding window's weight too
+				if decided, allowed := burstAtOnce(replicas, tenant, 600); decided != 600 || allowed != 50 {
+					t.Fatalf("later: %d allowed of %d decided by the counter, want the day's last 50 of 600", allowed, decided)
+				}
+				expectUsed(t, replicas[0], tenant, 50, 150)
+			})
+		}
+	}
+}
+
+// The headers list every limit, a calendar period's w being its length;
+// X-RateLimit-* and Retry-After report the limit that refused, or the one
+// with the fewest left.
+func TestQuotaHeaders(t *testing.T) {
+	clock := newFakeClock()
+	clock.Advance(time.Date(2026, 2, 27, 12, 0, 0, 0, time.UTC).Sub(clock.Now()))
+	lim := newLimiter(Options{Counter: newMemoryCounter(clock.Now), Limit: 10, Window: time.Second,
+		Quotas: dayAndMonth(10000, 3)}, clock.Now)
+	const policy = `"default";q=10;w=1, "day";q=10000;w=86400, "month";q=3;w=2419200`
+	for i, want := range []struct {
+		status                    int
+		limit, remaining, reset   string
+		rateLimit, retryAfter, by string
+	}{
+		{200, "3", "2", "129600", `"default";r=9;t=1, "day";r=9999;t=43200, "month";r=2;t=129600`, "", "month"},
+		{200, "3", "1", "129600", `"default";r=8;t=1, "day";r=9998;t=43200, "month";r=1;t=129600`, "", "month"},
+		{200, "3", "0", "129600", `"default";r=7;t=1, "day";r=9997;t=43200, "month";r=0;t=129600`, "", "month"},
+		{429, "3", "0", "129600", `"default";r=7;t=1, "day";r=9997;t=43200, "month";r=0;t=129600`, "129600", "month"},
+	} {
+		d := lim.Take(context.Background(), "acme")
+		h := http.Header{}
+		d.SetHeaders(h)
+		status := 200
+		if !d.Allowed {
+			status = 429
+		}
+		got := []string{fmt.Sprint(status), h.Get(hLimit), h.Get(hRemaining), h.Get(hReset), h.Get(hPolicy), h.Get(hRateLimit), h.Get(hRetryAfter), d.Policy()}
+		wantf := []string{fmt.Sprint(want.status), want.limit, want.remaining, want.reset, policy, want.rateLimit, want.retryAfter, want.by}
+		if fmt.Sprint(got) != fmt.Sprint(wantf) {
+			t.Errorf("request %d:\n got %q\nwant %q", i+1, got, wantf)
+		}
+	}
+	// Fiber's writer says the same.
+	app := newApp(FiberMiddleware(lim, Config{}), nil)
+	r := get(t, app, "acme")
+	if r.StatusCode != 429 || r.Header.Get(hPolicy) != policy || r.Header.Get(hRetryAfter) != "129600" {
+		t.Errorf("Fiber v2: %d, policy %q, Retry-After %q", r.StatusCode, r.Header.Get(hPolicy), r.Header.Get(hRetryAfter))
+	}
+	// On the 1st of March the month starts again, with its 31 days.
+	clock.Advance(36 * time.Hour)
+	d := lim.Take(context.Background(), "acme")
+	h := http.Header{}
+	d.SetHeaders(h)
+	if !d.Allowed || !strings.Contains(h.Get(hPolicy), `"month";q=3;w=2678400`) {
+		t.Errorf("on the 1st of March: %+v, policy %q; want allowed, a month of 31 days", d, h.Get(hPolicy))
+	}
+}
+
+// A plan's quotas replace the limiter's for its tenant; an empty plan
+// list gives none, and quotas that cannot be are the gateway's mistake.
+func TestPlanQuotas(t *testing.T) {
+	plans := map[string]Plan{
+		"pro":  {Limit: 5, Quotas: []Quota{{Name: "month", Limit: 4, Calendar: CalendarMonth}}},
+		"free": {Quotas: []Quota{}},
+		"bad":  {Quotas: []Quota{{Name: "default", Limit: 4, Calendar: CalendarMonth}}},
+	}
+	rec := newLogRecorder()
+	clock := newFakeClock()
+	lim := newLimiter(Options{Counter: newMemoryCounter(clock.Now), Limit: 2, Window: time.Minute, Logger: rec.logger(),
+		Quotas: dayAndMonth(1, 100), PlanFor: func(tenant string) Plan { return plans[tenant] }}, clock.Now)
+	for range 4 {
+		takeExpect(t, lim, "pro", true, "")
+	}
+	takeExpect(t, lim, "pro", false, "month")
+	expectUsed(t, lim, "pro", 4, 4)
+
+	takeExpect(t, lim, "other", true, "")
+	takeExpect(t, lim, "other", false, "day")
+
+	takeExpect(t, lim, "free", true, "")
+	takeExpect(t, lim, "free", true, "")
+	d := takeExpect(t, lim, "free", false, "default")
+	h := http.Header{}
+	d.SetHeaders(h)
+	if h.Get(hPolicy) != `"default";q=2;w=60` {
+		t.Errorf("a plan without quotas: policy %q", h.Get(hPolicy))
+	}
+
+	if d := lim.Take(context.Background(), "bad"); d.By != ByNone || !strings.Contains(fmt.Sprint(d.Err), "Plan.Quotas[0]") {
+		t.Errorf("a plan whose quota has the limiter's name: %+v; want decided without the counter, the error naming Plan.Quotas[0]", d)
+	}
+	if lines := rec.withMsg("ratelimit: PlanFor returned an invalid plan"); len(lines) != 1 {
+		t.Errorf("log %v; want the invalid plan logged", rec.lines())
+	}
+	// The plan's quota keeps its count by name when the plan changes.
+	plans["pro"] = Plan{Limit: 10, Quotas: []Quota{{Name: "month", Limit: 6, Calendar: CalendarMonth}}}
+	takeExpect(t, lim, "pro", true, "")
+	takeExpect(t, lim, "pro", true, "")
+	takeExpect(t, lim, "pro", false, "month")
+}
+
+// Setup refuses quotas that cannot be, naming the field.
+func TestQuotaSetup(t *testing.T) {
+	month := Quota{Name: "month", Limit: 10, Calendar: CalendarMonth}
+	for _, c := range []struct {
+		name string
+		opts Options
+		want string
+	}{
+		{"no name", Options{Quotas: []Quota{{Limit: 1, Calendar: CalendarDay}}}, "Quotas[0]: Name is required"},
+		{"a bad name", Options{Quotas: []Quota{{Name: `a"b`, Limit: 1, Calendar: CalendarDay}}}, "Quotas[0]: Name"},
+		{"two names alike", Options{Quotas: []Quota{month, month}}, "Quotas[1]: Name \"month\" is taken"},
+		{"the limiter's name", Options{Name: "month", Quotas: []Quota{month}}, "limiter's own policy name"},
+		{"default", Options{Quotas: []Quota{{Name: "default", Limit: 1, Calendar: CalendarDay}}}, "limiter's own policy name"},
+		{"no limit", Options{Quotas: []Quota{{Name: "q", Calendar: CalendarDay}}}, "Limit must be between"},
+		{"window and calendar", Options{Quotas: []Quota{{Name: "q", Limit: 1, Window: time.Second, Calendar: CalendarDay}}}, "exactly one of Window and Calendar"},
+		{"neither", Options{Quotas: []Quota{{Name: "q", Limit: 1}}}, "exactly one of Window and Calendar"},
+		{"a long window", Options{Quotas: []Quota{{Name: "q", Limit: 1, Window: 48 * time.Hour}}}, "Window must be between"},
+		{"a calendar of no kind", Options{Quotas: []Quota{{Name: "q", Limit: 1, Calendar: 7}}}, "Calendar must be CalendarDay or CalendarMonth"},
+		{"too many", Options{Quotas: []Quota{{Name: "a", Limit: 1, Calendar: 1}, {Name: "b", Limit: 1, Calendar: 1},
+			{Name: "c", Limit: 1, Calendar: 1}, {Name: "d", Limit: 1, Calendar: 1}, {Name: "e", Limit: 1, Calendar: 1}}}, "at most 4 quotas"},
+		{"a Counter of your own", Options{Counter: &fakeCounter{}, Quotas: []Quota{month}}, "Quotas need Counter to be a MemoryCounter or a RedisCounter"},
+		{"a Fallback of your own", Options{Fallback: &fakeCounter{}, Quotas: []Quota{month}}, "Quotas need Fallback to be a MemoryCounter or a RedisCounter"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), c.want) {
+					t.Errorf("panic %v, want one naming %q", r, c.want)
+				}
+			}()
+			o := c.opts
+			o.Limit, o.Window = 10, time.Second
+			NewLimiter(o)
+		})
+	}
+	// Two limiters in the same keys must agree on their quotas.
+	m := NewMemoryCounter()
+	NewLimiter(Options{Counter: m, Limit: 1, Window: time.Second, Quotas: []Quota{month}})
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "Quotas") {
+			t.Errorf("panic %v, want one naming Quotas", r)
+		}
+	}()
+	NewLimiter(Options{Counter: m, Limit: 1, Window: time.Second})
+}
+
+// While the counter fails, the fallback decides the quotas too, in the
+// proportion of FallbackLimit to Limit.
+func TestQuotasFallbackInProportion(t *testing.T) {
+	clock := newFakeClock()
+	lim := newLimiter(Options{Counter: NewRedisCounter(redis.NewClient(&redis.Options{Addr: redistest.ClosedAddr(t)})),
+		Fallback: newMemoryCounter(clock.Now), Limit: 10, FallbackLimit: 5, Window: time.Minute,
+		Quotas: dayAndMonth(1000, 4), Logger: newLogRecorder().logger()}, clock.Now)
+	for range 2 {
+		if d := lim.Take(context.Background(), "acme"); !d.Allowed || d.By != ByFallback {
+			t.Fatalf("%+v; want allowed by the fallback", d)
+		}
+	}
+	d := lim.Take(context.Background(), "acme")
+	h := http.Header{}
+	d.SetHeaders(h)
+	if d.Allowed || d.By != ByFallback || d.Policy() != "month" || d.Limit != 2 ||
+		!strings.Contains(h.Get(hPolicy), `"default";q=5;w=60, "day";q=500;w=86400, "month";q=2;`) {
+		t.Errorf("%+v (%s), policy %q; want refused by the fallback's month of 2", d, d.Policy(), h.Get(hPolicy))
+	}
+}
+
+// On Redis, a tenant's keys share its hash slot, a month's key expires at
+// the month's end on the server's clock, and Usage changes no key.
+func TestQuotaKeysOnRedis(t *testing.T) {
+	for _, c := range redisClients {
+		t.Run(c.name, func(t *testing.T) {
+			rdb := c.client(t)
+			ctx := context.Background()
+			lim := NewLimiter(Options{Counter: NewRedisCounter(rdb), Name: "api", Limit: 5, Window: time.Minute,
+				Quotas: dayAndMonth(10, 100)})
+			tenant := uniqueTenant(t)
+			takeExpect(t, lim, tenant, true, "")
+			takeExpect(t, lim, tenant, true, "")
+			main := "rl:api#" + tenant
+			keys := []string{main, "{" + main + "}#day", "{" + main + "}#month"}
+			now, err := rdb.Time(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, dayEnd := CalendarDay.period(now)
+			_, monthEnd := CalendarMonth.period(now)
+			before := map[string]string{}
+			for i, want := range []time.Duration{time.Minute, dayEnd.Sub(now), monthEnd.Sub(now)} {
+				k := keys[i]
+				v, err := rdb.Get(ctx, k).Result()
+				ttl := rdb.PTTL(ctx, k).Val()
+				if err != nil || v != "2" || ttl > want+time.Second || ttl < want-2*time.Second {
+					t.Errorf("%s = %q (%v), expires in %v; want 2, expiring in %v", k, v, err, ttl, want)
+				}
+				before[k] = v
+			}
+			if cl, ok := rdb.(*redis.ClusterClient); ok {
+				for _, k := range keys {
+					if a, b := cl.ClusterKeySlot(ctx, k).Val(), cl.ClusterKeySlot(ctx, main).Val(); a != b {
+						t.Errorf("%s in slot %d, %s in %d", k, a, main, b)
+					}
+				}
+			}
+			expectUsed(t, lim, tenant, 2, 2, 2)
+			for _, k := range keys {
+				if v := rdb.Get(ctx, k).Val(); v != before[k] {
+					t.Errorf("after Usage %s = %q, want %q", k, v, before[k])
+				}
+			}
+			if err := lim.Reset(ctx, tenant); err != nil {
+				t.Fatal(err)
+			}
+			if n := rdb.Exists(ctx, keys[0]).Val() + rdb.Exists(ctx, keys[1]).Val() + rdb.Exists(ctx, keys[2]).Val(); n != 0 {
+				t.Errorf("%d of the tenant's keys left after Reset", n)
+			}
+		})
+	}
+}
+
+// The script's calendar is Go's: for every day from 1970 to 2100, at its
+// first and its last millisecond, the Lua that the script runs on a real
+// server gives the day and the month that time.Time gives.
+func TestCalendarLuaIsGos(t *testing.T) {
+	rdb := newRedisClient(t)
+	first := time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC)
+	days := int(time.Date(2101, 1, 1, 0, 0, 0, 0, time.UTC).Sub(first) / (24 * time.Hour))
+	script := calendarLua + `
+local out, n = {}, tonumber(ARGV[1])
+for day = 0, n - 1 do
+  for _, at in ipairs({day * 86400000, day * 86400000 + 86399999}) do
+    for _, kind in ipairs({'d', 'm'}) do
+      local s, e = period(kind, at)
+      out[#out+1] = s
+      out[#out+1] = e
+    end
+  end
+end
+return out`
+	vals, err := rdb.Eval(context.Background(), script, nil, days).Int64Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vals) != days*8 {
+		t.Fatalf("%d values for %d days, want %d", len(vals), days, days*8)
+	}
+	ms := func(tm time.Time) int64 { return tm.UnixMilli() }
+	bad := 0
+	for day := range days {
+		start := first.AddDate(0, 0, day)
+		for i, at := range []time.Time{start, start.Add(24*time.Hour - time.Millisecond)} {
+			ds, de := CalendarDay.period(at)
+			msStart, msEnd := CalendarMonth.period(at)
+			want := []int64{ms(ds), ms(de), ms(msStart), ms(msEnd)}
+			got := vals[day*8+i*4 : day*8+i*4+4]
+			if fmt.Sprint(got) != fmt.Sprint(want) && bad < 10 {
+				bad++
+				t.Errorf("%v: Lua %v, Go %v", at, got, want)
+			}
+		}
+	}
+}
