@@ -127,3 +127,38 @@ func BenchmarkRedisCounter(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkQuotasInMemory is a Limiter on a MemoryCounter over 10,000
+// tenants, with the main limit alone and with a day's and a month's quota,
+// the response headers written (Fiber's writer): both allow every request.
+func BenchmarkQuotasInMemory(b *testing.B) {
+	for _, c := range []struct {
+		name   string
+		quotas []Quota
+	}{{"alone", nil}, {"day+month", []Quota{{Name: "day", Limit: 1 << 40, Calendar: CalendarDay}, {Name: "month", Limit: 1 << 40, Calendar: CalendarMonth}}}} {
+		b.Run(c.name, func(b *testing.B) {
+			lim := NewLimiter(Options{Limit: 1 << 40, Window: time.Hour, Quotas: c.quotas})
+			tenants := make([]string, 10000)
+			for i := range tenants {
+				tenants[i] = "tenant" + strconv.Itoa(i)
+			}
+			var start atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				var h fasthttp.ResponseHeader
+				i := int(start.Add(7919))
+				for pb.Next() {
+					var d Decision
+					lim.takeTenant(context.Background(), &d, tenants[i%len(tenants)], 1)
+					if !d.Allowed {
+						b.Fatal(d)
+					}
+					h.Reset()
+					d.SetFastHTTPHeaders(&h)
+					i++
+				}
+			})
+		})
+	}
+}

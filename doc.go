@@ -13,6 +13,13 @@
 // sliding window; Options.Shadow decides without ever refusing, to watch a
 // new limit first.
 //
+// Options.Quotas (or a Plan's Quotas) add further limits, by their own
+// window or by the UTC day or month ("10 a second, 10,000 a day, 1,000,000
+// a month"), decided together with the main one: a request is allowed only
+// when it fits in every limit, and a refused one spends nothing in any.
+// Limiter.Usage reports what a tenant has used of each limit, spending
+// nothing, and Limiter.Reset gives it its whole budget back.
+//
 // The count lives in a Counter: MemoryCounter, the default, counts in this
 // process; RedisCounter counts in Redis (single node, cluster or ring), so
 // that N replicas hand out one budget between them instead of N budgets.
@@ -51,7 +58,9 @@
 // A tenant's count is kept under "rl:<tenant>", or "rl:<name>#<tenant>"
 // for a limiter with an Options.Name, with the tenant ID escaped and
 // bounded; requests without a tenant share "rl:unknown" unless the
-// middleware keys them by address (IPv6 by Options.IPv6Prefix). The tenant
+// middleware keys them by address (IPv6 by Options.IPv6Prefix); a quota
+// counts under "{rl:<tenant>}#<quota>", in the main key's cluster hash
+// slot (see docs/redis.md). The tenant
 // must come from something the gateway has verified: a client that picks
 // its tenant ID, or its address, picks its budget.
 package ratelimit

@@ -156,8 +156,18 @@ func appendList[T string | []byte](b []byte, prev T) []byte {
 // middleware on fasthttp (Fiber v2's and v3's c.Response().Header), as
 // SetHeaders does into an http.Header.
 func (d *Decision) SetFastHTTPHeaders(h *fasthttp.ResponseHeader) {
+	if d.quotas != nil {
+		// Every limit's items: room for them on the stack.
+		var buf [512]byte
+		d.setFastHTTPHeaders(h, buf[:0])
+		return
+	}
 	var buf [128]byte
-	v := plan(d, buf[:0], func(i int) []byte { return h.PeekCanonical(fieldNameBytes[i]) })
+	d.setFastHTTPHeaders(h, buf[:0])
+}
+
+func (d *Decision) setFastHTTPHeaders(h *fasthttp.ResponseHeader, buf []byte) {
+	v := plan(d, buf, func(i int) []byte { return h.PeekCanonical(fieldNameBytes[i]) })
 	for i := range v.vals {
 		if b := v.vals[i]; b != nil {
 			h.SetCanonical(fieldNameBytes[i], b)
@@ -221,11 +231,7 @@ func (d *Decision) appendPolicyItems(b []byte) []byte {
 	} else {
 		b = appendPolicyItem(b, p.name, m.limit, m.window)
 	}
-	for i, q := range d.quotas.q {
-		f := &d.lims[i+1]
-		b = appendPolicyItem(append(b, ", "...), q.quoted, f.limit, f.window)
-	}
-	return b
+	return append(b, d.quotas.policyItems(&d.lims)...)
 }
 
 // appendRateLimitItems appends the items of RateLimit of d, which has

@@ -620,13 +620,13 @@ func (w *memWindow) group() *memGroup {
 // under the tenant's lock. A live entry costs no allocation.
 func (m *MemoryCounter) takeGroup(key []byte, t *take) error {
 	ls, n := t.limits()
-	g, now, err := m.groupEntry(key, &ls[0])
+	// One reading of the clock: the calendar's periods follow its wall
+	// time, windows its monotonic time.
+	wall := m.clock.Now()
+	now := int64(m.clock.since(wall))
+	g, err := m.groupEntry(key, &ls[0], now)
 	if err != nil {
 		return err
-	}
-	var wall time.Time
-	if t.quotas != nil {
-		wall = m.clock.Now()
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -657,13 +657,12 @@ func (m *MemoryCounter) takeGroup(key []byte, t *take) error {
 	return nil
 }
 
-// groupEntry returns key's memGroup, made when there is none or it has
-// ended, for a tenant whose main limit is main.
-func (m *MemoryCounter) groupEntry(key []byte, main *groupLimit) (*memGroup, int64, error) {
+// groupEntry returns key's memGroup at now, made when there is none or it
+// has ended, for a tenant whose main limit is main.
+func (m *MemoryCounter) groupEntry(key []byte, main *groupLimit, now int64) (*memGroup, error) {
 	if m.closed.Load() {
-		return nil, 0, ErrClosed
+		return nil, ErrClosed
 	}
-	now := int64(m.clock.elapsed())
 	if now >= m.sweepAt.Load() {
 		m.sweep(now)
 	}
@@ -672,7 +671,7 @@ func (m *MemoryCounter) groupEntry(key []byte, main *groupLimit) (*memGroup, int
 	if t := m.shards[i].table.Load(); t != nil {
 		if _, w := t.find(h, key); w != nil {
 			if g := w.group(); g != nil && now < g.keep.Load() {
-				return g, now, nil
+				return g, nil
 			}
 		}
 	}
@@ -702,7 +701,7 @@ func (m *MemoryCounter) groupEntry(key []byte, main *groupLimit) (*memGroup, int
 		}
 		return &gw.memWindow
 	})
-	return g, now, err
+	return g, err
 }
 
 // asSub is the plain window w as a group's main window at now: a tenant

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -64,6 +65,12 @@ func TestServerWithoutScripting(t *testing.T) {
 			if d.By != ByNone || !d.Allowed || d.Err == nil || !strings.Contains(d.Err.Error(), "NOPERM") ||
 				!strings.Contains(d.Err.Error(), "scripts") {
 				t.Fatalf("sliding window without scripts: %+v; want failed open, with the server's NOPERM", d)
+			}
+			withQuotas := opts
+			withQuotas.Counter, withQuotas.Name = a, "quotas"
+			withQuotas.Quotas = []Quota{{Name: "month", Limit: 10, Calendar: CalendarMonth}}
+			if d := NewLimiter(withQuotas).Take(ctx, tenant); d.By != ByNone || !d.Allowed || !strings.Contains(fmt.Sprint(d.Err), "NOPERM") {
+				t.Fatalf("quotas without scripts: %+v; want failed open, with the server's NOPERM", d)
 			}
 			lines := rec.withMsg("ratelimit: the counter is misconfigured")
 			if len(lines) == 0 || !strings.Contains(lines[len(lines)-1].str("err"), "NOPERM") ||

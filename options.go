@@ -82,7 +82,9 @@ type Options struct {
 	// nothing in any of them. The counter decides all of a tenant's
 	// limits in one step: one script call on Redis, whose keys share a
 	// cluster hash slot (see RedisCounter for the keys), the period of a
-	// calendar quota being read from the server's clock. The headers list
+	// calendar quota being read from the server's clock. A
+	// MemoryCounter keeps a tenant with quotas in one window of about 500
+	// bytes. The headers list
 	// every limit, and a Decision names the one that refused, or when
 	// allowed the one with the fewest units left (Decision.Policy).
 	// PlanFor may give a tenant quotas of its own (Plan.Quotas). Quotas

@@ -27,6 +27,13 @@ import (
 // after a lost reply, which would count those requests twice. Incr, for
 // callers of the Counter interface, is an INCRBY of 1 in the same script.
 //
+// A tenant with quotas (Options.Quotas) is decided against all its limits
+// in the same script call: the main key is the tenant's as without quotas
+// ("rl:<tenant>"), and each quota counts under "{rl:<tenant>}#<quota>",
+// which Redis hashes as it hashes "rl:<tenant>", so that every key of a
+// tenant lives in one cluster slot; a calendar quota's key expires at its
+// period's end, on the server's clock (docs/redis.md lists the keys).
+//
 // RedisCounter works with a *redis.Client, a *redis.ClusterClient and a
 // *redis.Ring. On a single server one script call carries the whole round
 // trip; on a Ring one per shard; on a cluster one per key, pipelined per

@@ -156,7 +156,8 @@ func (m *MemoryCounter) usage(key []byte, t *take) (st [maxQuotas + 1]limitState
 	for j := range n {
 		subs[j] = memSub{name: ls[j].name, cal: ls[j].cal}
 	}
-	now, wall := int64(m.clock.elapsed()), m.clock.Now()
+	wall := m.clock.Now()
+	now := int64(m.clock.since(wall))
 	h := maphash.Bytes(memSeed, key)
 	if tbl := m.shards[memShardOf(h)&^m.shardsOff].table.Load(); tbl != nil {
 		if _, w := tbl.find(h, key); w != nil {
