@@ -102,7 +102,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	demo.Usage("fiberv3 gateway", "http://"+ln.Addr().String(), s, store, true)
+	demo.Usage("fiberv3 gateway", "http://"+ln.Addr().String(), s, store, true, nil)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -1,6 +1,21 @@
 // Command gateway is a small gateway on Fiber v2 that rate-limits each
 // tenant: a budget for every route, and a stricter one for /expensive,
-// both counted in one counter.
+// both counted in one counter. It sells plans, each a monthly quota on
+// top of those budgets: tenant globex is on "free", 100 requests a month,
+// acme on "pro", 10,000 (the months of the UTC calendar).
+//
+// GET /usage answers the calling tenant's use of each of its limits, as a
+// JSON array of objects, one a limit ("global", "month", "expensive"):
+//
+//	name            the limit's name, as the RateLimit header fields give it
+//	limit           requests allowed per window
+//	window_seconds  its window, or the length of the month now running
+//	used            requests counted in the window now
+//	remaining       requests left in it
+//	reset_seconds   until more than remaining is available (0: no window runs)
+//
+// Both durations are in whole seconds, rounded up as the headers round
+// them. A request without a known API key gets 401.
 //
 //	go run ./examples/gateway                                    # in-memory counter
 //	REDIS_URL=redis://localhost:6379/0 go run ./examples/gateway # shared counter in Redis
@@ -18,6 +33,7 @@ package main
 import (
 	"context"
 	"log"
+	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -49,47 +65,20 @@ func run() error {
 		return err
 	}
 	defer store.Close()
-
-	// The budget of every route, and a stricter one for /expensive on the
-	// same counter: its Name gives it keys of its own, so that a request
-	// to /expensive spends from both.
-	global := ratelimit.Options{
-		Name: "global", Counter: store.Counter, Limit: s.Limit, Window: s.Window, Algorithm: s.Algorithm,
-		Logger: logger,
-	}
-	expensive := global
-	expensive.Name, expensive.Limit, expensive.Window = "expensive", s.RouteLimit, s.RouteWindow
-	if store.Fallback != nil {
-		// While Redis fails, each replica counts alone: its share of the
-		// budget keeps the whole gateway near the shared one.
-		global.Fallback, global.FallbackLimit = store.Fallback, s.FallbackLimit(s.Limit)
-		expensive.Fallback, expensive.FallbackLimit = store.Fallback, s.FallbackLimit(s.RouteLimit)
-	}
-	globalLimiter, expensiveLimiter := ratelimit.NewLimiter(global), ratelimit.NewLimiter(expensive)
-	if err := demo.Check(globalLimiter, expensiveLimiter); err != nil {
+	app, err := newApp(s, store, logger)
+	if err != nil {
 		return err
 	}
-
-	// Requests without a known API key count by client address; health
-	// probes count nothing.
-	door := ratelimit.Config{
-		AnonymousByIP: true,
-		Next:          func(c *fiber.Ctx) bool { return c.Path() == "/healthz" },
-	}
-	app := fiber.New(fiber.Config{DisableStartupMessage: true})
-	app.Use(resolveTenant)
-	app.Use(ratelimit.FiberMiddleware(globalLimiter, door))
-	app.Get("/", func(c *fiber.Ctx) error { return c.SendString(answer(c, "/")) })
-	app.Get("/expensive", ratelimit.FiberMiddleware(expensiveLimiter, door), func(c *fiber.Ctx) error {
-		return c.SendString(answer(c, "/expensive"))
-	})
-	app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendString("ok\n") })
 
 	ln, err := net.Listen("tcp", s.Addr)
 	if err != nil {
 		return err
 	}
-	demo.Usage("gateway (Fiber v2)", "http://"+ln.Addr().String(), s, store, false)
+	monthly := map[string]int{}
+	for name, p := range plans {
+		monthly[name] = p.Quotas[0].Limit
+	}
+	demo.Usage("gateway (Fiber v2)", "http://"+ln.Addr().String(), s, store, false, monthly)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -103,6 +92,101 @@ func run() error {
 	stop() // a second Ctrl-C kills the process outright
 	return app.ShutdownWithTimeout(5 * time.Second)
 }
+
+// plans are the plans the gateway sells, by name (demo.Plans says who has
+// bought which): each a monthly quota on top of the budgets of every
+// route, whose Limit and Window a plan leaves as they are. A quota keeps
+// its count by its Name, so a tenant moving from free to pro keeps what
+// it has spent this month.
+var plans = map[string]ratelimit.Plan{
+	"free": {Quotas: []ratelimit.Quota{{Name: "month", Limit: 100, Calendar: ratelimit.CalendarMonth}}},
+	"pro":  {Quotas: []ratelimit.Quota{{Name: "month", Limit: 10_000, Calendar: ratelimit.CalendarMonth}}},
+}
+
+// newApp returns the gateway's routes, limited on store's counter as s
+// says, once the counter has answered.
+func newApp(s demo.Settings, store *demo.Store, logger *slog.Logger) (*fiber.App, error) {
+	// The budget of every route, and a stricter one for /expensive on the
+	// same counter: its Name gives it keys of its own, so that a request
+	// to /expensive spends from both.
+	global := ratelimit.Options{
+		Name: "global", Counter: store.Counter, Limit: s.Limit, Window: s.Window, Algorithm: s.Algorithm,
+		Logger: logger,
+	}
+	expensive := global
+	expensive.Name, expensive.Limit, expensive.Window = "expensive", s.RouteLimit, s.RouteWindow
+	// The monthly quota comes with the tenant's plan, on the limiter that
+	// every request meets; a request without a tenant has none.
+	global.PlanFor = func(tenant string) ratelimit.Plan { return plans[demo.Plans[tenant]] }
+	if store.Fallback != nil {
+		// While Redis fails, each replica counts alone: its share of the
+		// budget keeps the whole gateway near the shared one.
+		global.Fallback, global.FallbackLimit = store.Fallback, s.FallbackLimit(s.Limit)
+		expensive.Fallback, expensive.FallbackLimit = store.Fallback, s.FallbackLimit(s.RouteLimit)
+	}
+	globalLimiter, expensiveLimiter := ratelimit.NewLimiter(global), ratelimit.NewLimiter(expensive)
+	if err := demo.Check(globalLimiter, expensiveLimiter); err != nil {
+		return nil, err
+	}
+
+	// Requests without a known API key count by client address. Health
+	// probes count nothing, and neither does /usage: a dashboard polling
+	// it spends none of the tenant's budget, and a tenant refused for its
+	// monthly quota can still read when the month ends. It is a read of
+	// one key per limit; a gateway whose tenants might hammer it would
+	// give it a budget of its own, as /expensive has.
+	door := ratelimit.Config{
+		AnonymousByIP: true,
+		Next:          func(c *fiber.Ctx) bool { return c.Path() == "/healthz" || c.Path() == "/usage" },
+	}
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	app.Use(resolveTenant)
+	app.Use(ratelimit.FiberMiddleware(globalLimiter, door))
+	app.Get("/", func(c *fiber.Ctx) error { return c.SendString(answer(c, "/")) })
+	app.Get("/expensive", ratelimit.FiberMiddleware(expensiveLimiter, door), func(c *fiber.Ctx) error {
+		return c.SendString(answer(c, "/expensive"))
+	})
+	app.Get("/usage", func(c *fiber.Ctx) error {
+		tenant, _ := c.Locals("tenant").(string)
+		if tenant == "" {
+			return c.Status(fiber.StatusUnauthorized).JSON(fiber.Map{"error": "send your API key in X-API-Key"})
+		}
+		// Unlike a request's decision, Usage waits for Redis as long as
+		// its context lets it.
+		ctx, cancel := context.WithTimeout(c.UserContext(), time.Second)
+		defer cancel()
+		var limits []usage
+		for _, l := range []*ratelimit.Limiter{globalLimiter, expensiveLimiter} {
+			us, err := l.Usage(ctx, tenant)
+			if err != nil {
+				// The error names the store and the tenant: for the log,
+				// not the client.
+				logger.Error("gateway: /usage failed", "err", err)
+				return c.Status(fiber.StatusServiceUnavailable).JSON(fiber.Map{"error": "usage is unavailable, try again"})
+			}
+			for _, u := range us {
+				limits = append(limits, usage{Name: u.Name, Limit: u.Limit, Window: seconds(u.Window),
+					Used: u.Used, Remaining: u.Remaining, Reset: seconds(u.Reset)})
+			}
+		}
+		return c.JSON(limits)
+	})
+	app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendString("ok\n") })
+	return app, nil
+}
+
+// usage is one limit in the answer of /usage (see the package doc).
+type usage struct {
+	Name      string `json:"name"`
+	Limit     int    `json:"limit"`
+	Window    int64  `json:"window_seconds"`
+	Used      int    `json:"used"`
+	Remaining int    `json:"remaining"`
+	Reset     int64  `json:"reset_seconds"`
+}
+
+// seconds is d in whole seconds, rounded up.
+func seconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
 
 // resolveTenant stores the tenant of the request's API key where the
 // limiter's default Tenant looks for it, c.Locals("tenant"). A missing or

@@ -101,7 +101,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	demo.Usage("nethttp gateway", "http://"+ln.Addr().String(), s, store, true)
+	demo.Usage("nethttp gateway", "http://"+ln.Addr().String(), s, store, true, nil)
 
 	srv := &http.Server{Handler: resolveTenant(mux), ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

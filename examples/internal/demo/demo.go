@@ -2,8 +2,8 @@
 // Fiber v2, examples/fiberv3, examples/nethttp) share and that has nothing
 // to do with rate limiting in itself: reading their settings from the
 // environment, making the counter, checking it at start-up, and the demo's
-// API keys. Each example's main.go sets up its limiters and its routes,
-// which is the part worth reading.
+// API keys and plans. Each example's main.go sets up its limiters and its
+// routes, which is the part worth reading.
 package demo
 
 import (
@@ -141,6 +141,14 @@ var APIKeys = map[string]string{
 	"key-globex": "globex",
 }
 
+// Plans maps tenant IDs to the plan each has bought, for an example that
+// sells plans; a tenant without one has none. For this demo only, as
+// APIKeys is.
+var Plans = map[string]string{
+	"acme":   "pro",
+	"globex": "free",
+}
+
 // Answer is the text a route answers: who was served, and what the budget
 // was counted under.
 func Answer(route, tenant, clientAddr string) string {
@@ -151,8 +159,10 @@ func Answer(route, tenant, clientAddr string) string {
 }
 
 // Usage prints how to try an example listening at url; metrics says
-// whether it serves the limiters' metrics to Prometheus on /metrics.
-func Usage(name, url string, s Settings, store *Store, metrics bool) {
+// whether it serves the limiters' metrics to Prometheus on /metrics, and
+// monthly is the monthly quota of each plan it sells, by plan name (nil
+// when it sells none), which it then also reports on /usage.
+func Usage(name, url string, s Settings, store *Store, metrics bool, monthly map[string]int) {
 	var keys []string
 	for _, k := range slices.Sorted(maps.Keys(APIKeys)) {
 		keys = append(keys, k+" -> "+APIKeys[k])
@@ -169,9 +179,28 @@ Try it: the first %d answers are 200, then 429 until the window ends.
   for i in $(seq 7); do curl -s -o /dev/null -w '%%{http_code}\n' -H 'X-API-Key: key-acme' %s/; done
 The rate limit headers, and both budgets on /expensive:
   curl -i -H 'X-API-Key: key-globex' %s/expensive
-%s
-Settings: ADDR, LIMIT, WINDOW, ROUTE_LIMIT, ROUTE_WINDOW, ALGORITHM (fixed|sliding),
-REDIS_URL (redis://host:6379/0), REPLICAS (replicas sharing REDIS_URL). Ctrl-C stops it.
-`, name, url, store.About, s.Limit, s.Window, s.Algorithm, s.RouteLimit, s.RouteWindow,
+%s`, name, url, store.About, s.Limit, s.Window, s.Algorithm, s.RouteLimit, s.RouteWindow,
 		strings.Join(keys, ", "), s.Limit, url, url, unlimited)
+	if monthly != nil {
+		free := monthly[Plans["globex"]]
+		var plans []string
+		for _, p := range slices.Sorted(maps.Keys(monthly)) {
+			var tenants []string
+			for _, t := range slices.Sorted(maps.Keys(Plans)) {
+				if Plans[t] == p {
+					tenants = append(tenants, t)
+				}
+			}
+			plans = append(plans, fmt.Sprintf("%s %d a month (%s)", p, monthly[p], strings.Join(tenants, ", ")))
+		}
+		fmt.Printf(`Plans, each a monthly quota (UTC) on top of the budgets above: %s.
+A tenant's use of each of its limits, as JSON (not limited, and spends nothing):
+  curl -H 'X-API-Key: key-globex' %s/usage
+globex's monthly quota refuses its request %d (start with LIMIT=%d, or the budget per window refuses first):
+  for i in $(seq %d); do curl -s -o /dev/null -w '%%{http_code} ' -H 'X-API-Key: key-globex' %s/; done
+`, strings.Join(plans, ", "), url, free+1, 10*free, free+1, url)
+	}
+	fmt.Print(`Settings: ADDR, LIMIT, WINDOW, ROUTE_LIMIT, ROUTE_WINDOW, ALGORITHM (fixed|sliding),
+REDIS_URL (redis://host:6379/0), REPLICAS (replicas sharing REDIS_URL). Ctrl-C stops it.
+`)
 }
