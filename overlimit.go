@@ -176,11 +176,17 @@ func (e *refusal) refuseGroup(t *take, now time.Duration) bool {
 	elapsed := now - e.at
 	for j := range n {
 		s := e.states[j]
-		if ls[j].sliding {
+		switch {
+		case ls[j].sliding:
 			s.slide = s.slide.after(elapsed)
 			s.count = s.slide.cur
-		} else if s.left -= elapsed; s.left <= 0 {
-			return false // its window or period has ended: ask the counter
+		case s.count == 0 && ls[j].cal == 0:
+			// No window runs: a request would start one, of its full
+			// length.
+		default:
+			if s.left -= elapsed; s.left <= 0 {
+				return false // its window or period has ended: ask the counter
+			}
 		}
 		st[j], fits[j] = s, ls[j].fits(&s, t.cost)
 		all = all && fits[j]

@@ -268,6 +268,35 @@ var cases = []struct {
 			r.t.Errorf("429 body %q, want it to say the rate limit was exceeded", b)
 		}
 	}},
+	{"quotas: every limit in the headers, all or nothing", func(r *run) {
+		o := r.opts(3)
+		o.Quotas = []ratelimit.Quota{{Name: "month", Limit: 2, Calendar: ratelimit.CalendarMonth}}
+		send := r.serve(Settings{Options: o})
+		now := time.Now().UTC()
+		start := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+		end := start.AddDate(0, 1, 0)
+		policy := `"` + r.name + `";q=3;w=60, "month";q=2;w=` + strconv.Itoa(int(end.Sub(start)/time.Second))
+		for i, remaining := range []string{"1", "0"} {
+			r.expect("request "+strconv.Itoa(i+1), send(request{tenant: "acme"}), 200, map[string]string{
+				"X-RateLimit-Limit": "2", "X-RateLimit-Remaining": remaining, "RateLimit-Policy": policy,
+				"RateLimit": "*", "Retry-After": "",
+			})
+		}
+		resp := send(request{tenant: "acme"})
+		r.expect("request 3", resp, 429, map[string]string{"X-RateLimit-Limit": "2", "X-RateLimit-Remaining": "0", "RateLimit-Policy": policy})
+		retry, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+		if left := int(time.Until(end) / time.Second); err != nil || retry < left-5 || retry > left+5 {
+			r.t.Errorf("Retry-After = %q, want the %d seconds to the 1st of next month", resp.Header.Get("Retry-After"), left)
+		}
+		if rl := resp.Header.Get("RateLimit"); !strings.Contains(rl, `"`+r.name+`";r=1;t=`) || !strings.Contains(rl, `"month";r=0;t=`) {
+			r.t.Errorf("RateLimit = %q, want the main limit with 1 left and the month with none", rl)
+		}
+		// The refusal spent nothing in either limit.
+		us, err := ratelimit.NewLimiter(o).Usage(context.Background(), "acme")
+		if err != nil || len(us) != 2 || us[0].Used != 2 || us[1].Used != 2 {
+			r.t.Errorf("Usage = %+v, %v; want 2 used in the main limit and the month", us, err)
+		}
+	}},
 	{"each tenant has its own key", func(r *run) {
 		o := r.opts(1)
 		send := r.serve(Settings{Options: o})
