@@ -100,6 +100,24 @@ func TestOverLimitCacheRefusesLocallyUntilTheWindowEnds(t *testing.T) {
 	}
 }
 
+// An entry lasts maxRefusalAge at most, however long the window: a
+// Limiter.Reset on another replica reaches this one within that time.
+func TestOverLimitCacheForgetsAfterMaxRefusalAge(t *testing.T) {
+	clock := newFakeClock()
+	store := newWindowFake(clock)
+	send := cacheApp(clock, Config{Counter: store, Limit: 1, Window: time.Hour})
+	send("acme")
+	send("acme") // refused by the counter: cached
+	clock.Advance(maxRefusalAge - time.Second)
+	if r := send("acme"); r.status != 429 || store.callsNow() != 2 {
+		t.Fatalf("within maxRefusalAge: %d after %d counter calls, want 429 from the cache (2 calls)", r.status, store.callsNow())
+	}
+	clock.Advance(time.Second)
+	if r := send("acme"); r.status != 429 || store.callsNow() != 3 {
+		t.Fatalf("after maxRefusalAge: %d after %d counter calls, want 429 from the counter (3 calls)", r.status, store.callsNow())
+	}
+}
+
 func TestOverLimitCacheCanBeTurnedOff(t *testing.T) {
 	clock := newFakeClock()
 	store := newWindowFake(clock)
