@@ -25,7 +25,9 @@ type Plan struct {
 	// plan with quotas that cannot be is decided as a plan with a bad
 	// Limit is. A quota keeps its count across plans by its Name: a tenant
 	// that moves to a plan whose "month" quota is larger keeps what it has
-	// spent this month.
+	// spent this month. On a MemoryCounter, a tenant whose plan gains
+	// quotas keeps its main count too, and one whose plan loses them all
+	// starts its main window afresh (on Redis it keeps it).
 	Quotas []Quota
 }
 
