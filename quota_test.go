@@ -319,6 +319,11 @@ func TestPlanQuotas(t *testing.T) {
 	if lines := rec.withMsg("ratelimit: PlanFor returned an invalid plan"); len(lines) != 1 {
 		t.Errorf("log %v; want the invalid plan logged", rec.lines())
 	}
+	// A tenant whose plan gains quotas keeps its main count.
+	plans["free"] = Plan{Quotas: []Quota{{Name: "week", Limit: 100, Window: 24 * time.Hour}}}
+	takeExpect(t, lim, "free", false, "default")
+	expectUsed(t, lim, "free", 2, 0)
+
 	// The plan's quota keeps its count by name when the plan changes.
 	plans["pro"] = Plan{Limit: 10, Quotas: []Quota{{Name: "month", Limit: 6, Calendar: CalendarMonth}}}
 	takeExpect(t, lim, "pro", true, "")
