@@ -2,9 +2,11 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -490,5 +492,22 @@ return out`
 				t.Errorf("%v: Lua %v, Go %v", at, got, want)
 			}
 		}
+	}
+}
+
+// Usage and Reset on a server that refuses connections fail at once, with
+// the dial's error.
+func TestUsageNamesARefusedConnection(t *testing.T) {
+	lim := NewLimiter(Options{Counter: NewRedisCounter(redis.NewClient(&redis.Options{Addr: redistest.ClosedAddr(t)})),
+		Limit: 1, Window: time.Minute, Quotas: dayAndMonth(10, 100)})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := lim.Usage(ctx, "acme")
+	if !errors.Is(err, syscall.ECONNREFUSED) || time.Since(start) > time.Second {
+		t.Errorf("Usage: %v after %v; want the refused connection, at once", err, time.Since(start))
+	}
+	if err := lim.Reset(ctx, "acme"); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("Reset: %v; want the refused connection", err)
 	}
 }

@@ -260,14 +260,25 @@ func scriptWindow(l *groupLimit) time.Duration {
 
 // eval runs takeScript on key with args, outside any batch, as an
 // operator's call: by its digest, or with its body when the server does
-// not have it yet.
+// not have it yet. A server that cannot be reached fails it at once, with
+// the dial's error, as it fails a request's round trip.
 func (r *RedisCounter) eval(ctx context.Context, key string, args []any) ([]int64, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cut := &roundTrip{cancel: cancel}
+	dials := r.nodes.of(key).dials
+	dials.add(cut)
+	defer dials.remove(cut)
+
 	rdb := r.nodes.rdb
 	cmd := rdb.EvalSha(ctx, takeScriptSHA, []string{key}, args...)
 	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 		cmd = rdb.Eval(ctx, takeScript, []string{key}, args...)
 	}
 	vals, err := cmd.Int64Slice()
+	if c := cut.cause(); err != nil && c != nil {
+		err = c
+	}
 	if err != nil {
 		return nil, asMisconfigured(err, r.nodes.cluster != nil)
 	}
