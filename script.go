@@ -67,31 +67,41 @@ local function clock()
     now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   end
 end
--- limits reads the limits of a tenant with quotas from ARGV: each its
--- kind, limit, window in ms and key suffix. It returns how many there are,
--- and for each its kind, limit, window, the window as given, the key that
--- counts now, and a sliding window's previous key.
+-- The limits of a tenant with quotas, by limit: its kind, limit, window in
+-- ms (and as given, mss), the key that counts now, a sliding window's previous
+-- key; and as it is decided, its a and prev (ga, gb), its count after the
+-- callers' INCRBY, before and while they are decided, and a sliding
+-- window's weight. The tables are filled anew for each key, so that a
+-- round trip makes them once.
+local lk, lim, ms, mss, ck, pk, ga, gb, after, start, cur, w = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
+-- limits reads a tenant's limits from ARGV (each its kind, limit, window in
+-- ms and key suffix) and returns how many there are.
 local function limits(key)
   local nl = tonumber(ARGV[at+1], 16)
   at = at + 2
-  local lk, lim, ms, msarg, ck, pk = {}, {}, {}, {}, {}, {}
   local qbase = key
   if string.byte(key, 1) ~= 123 then qbase = '{' .. key .. '}' end
   for j = 1, nl do
-    lk[j], lim[j], msarg[j] = ARGV[at], tonumber(ARGV[at+1], 16), ARGV[at+2]
-    ms[j] = tonumber(msarg[j])
+    lk[j], lim[j], mss[j] = ARGV[at], tonumber(ARGV[at+1], 16), ARGV[at+2]
+    ms[j] = tonumber(mss[j])
     local stem = key
     if j > 1 then stem = qbase .. ARGV[at+3] end
     at = at + 4
-    ck[j] = stem
+    ck[j], pk[j] = stem, nil
     if lk[j] ~= 'f' then clock() end
     if lk[j] == 's' then
       local index = math.floor(now / ms[j])
-      local tag = stem .. ':' .. msarg[j] .. ':'
+      local tag = stem .. ':' .. mss[j] .. ':'
       ck[j], pk[j] = tag .. string.format('%d', index), tag .. string.format('%d', index - 1)
     end
   end
-  return nl, lk, lim, ms, msarg, ck, pk
+  return nl
+end
+-- undo takes back the INCRBY of total from the first k limits.
+local function undo(k, total)
+  for j = 1, k do
+    if after[j] == total then call('DEL', ck[j]) else call('DECRBY', ck[j], total) end
+  end
 end
 for _, key in ipairs(KEYS) do
   local kind, limit, msarg = ARGV[at], tonumber(ARGV[at+1], 16), ARGV[at+2]
@@ -122,7 +132,7 @@ for _, key in ipairs(KEYS) do
     end
     o = o + 2
   elseif kind == 'G' or kind == 'U' or kind == 'R' then
-    local nl, lk, lim, ms, msarg, ck, pk = limits(key)
+    local nl = limits(key)
     if kind == 'R' then
       for j = 1, nl do
         call('DEL', ck[j])
@@ -151,13 +161,8 @@ for _, key in ipairs(KEYS) do
       at = costs + n
       local total = 0
       for i = 1, n do total = total + tonumber(ARGV[costs+i-1], 16) end
-      local head, a, b, after, bad = o, {}, {}, {}, false
+      local head, a, b, bad = o, ga, gb, false
       o = o + 2 * nl
-      local function undo(k)
-        for j = 1, k do
-          if after[j] == total then call('DEL', ck[j]) else call('DECRBY', ck[j], total) end
-        end
-      end
       for j = 1, nl do
         a[j], b[j] = 0, 0
         if lk[j] == 's' then
@@ -165,7 +170,7 @@ for _, key in ipairs(KEYS) do
           local p = pcall('GET', pk[j])
           if type(p) == 'table' then
             local e = fatal(p)
-            if e then undo(j - 1) return e end
+            if e then undo(j - 1, total) return e end
             bad = true
           elseif p then
             b[j] = tonumber(p)
@@ -179,14 +184,14 @@ for _, key in ipairs(KEYS) do
           local r = pcall('INCRBY', ck[j], total)
           if type(r) == 'table' then
             local e = fatal(r)
-            if e then undo(j - 1) return e end
+            if e then undo(j - 1, total) return e end
             bad = true
           else
             after[j] = r
           end
         end
         if bad then
-          undo(j - 1)
+          undo(j - 1, total)
           break
         end
       end
@@ -195,7 +200,6 @@ for _, key in ipairs(KEYS) do
         for j = head + 2, o + n * nl do out[j] = 0 end
         o = o + n * nl
       else
-        local cur, start, w = {}, {}, {}
         for j = 1, nl do
           cur[j] = after[j] - total
           start[j], w[j] = cur[j], 0
@@ -226,12 +230,12 @@ for _, key in ipairs(KEYS) do
           end
           if lk[j] == 'f' then
             if start[j] == 0 then
-              if cur[j] > 0 then call('PEXPIRE', ck[j], msarg[j]) end
+              if cur[j] > 0 then call('PEXPIRE', ck[j], mss[j]) end
               a[j] = ms[j]
             else
               a[j] = call('PTTL', ck[j])
               if a[j] < 0 then
-                if a[j] == -1 then call('PEXPIRE', ck[j], msarg[j]) end
+                if a[j] == -1 then call('PEXPIRE', ck[j], mss[j]) end
                 a[j] = ms[j]
               end
             end
