@@ -264,10 +264,11 @@ var (
 	}}
 )
 
-// oursMetrics holds the Metrics of ours' handlers by the test or benchmark
-// that built them. A request that ours let through because the counter did
-// not answer within StoreTimeout (failing open) answers 200 like a counted
-// one, and skips the round trip: reportFailOpen tells them apart.
+// oursMetrics holds the Metrics of ours' handlers and limiters by the test
+// or benchmark that built them. A request that ours let through because the
+// counter did not answer within StoreTimeout (failing open) answers 200
+// like a counted one, and skips the round trip: reportFailOpen tells them
+// apart.
 var oursMetrics sync.Map // testing.TB → *ratelimit.Metrics
 
 // oursHandler is RateLimitShared(cfg) with a Metrics of its own, kept in
@@ -278,6 +279,16 @@ func oursHandler(tb testing.TB, cfg ratelimit.Config) fiber.Handler {
 	oursMetrics.Store(tb, m)
 	tb.Cleanup(func() { oursMetrics.CompareAndDelete(tb, m) })
 	return ratelimit.RateLimitShared(cfg)
+}
+
+// oursLimiter is NewLimiter(opts) with a Metrics of its own, kept in
+// oursMetrics for tb as oursHandler's is.
+func oursLimiter(tb testing.TB, opts ratelimit.Options) *ratelimit.Limiter {
+	m := new(ratelimit.Metrics)
+	opts.Metrics = m
+	oursMetrics.Store(tb, m)
+	tb.Cleanup(func() { oursMetrics.CompareAndDelete(tb, m) })
+	return ratelimit.NewLimiter(opts)
 }
 
 // reportFailOpen reports, when b built one of ours' handlers, how many

@@ -5,7 +5,8 @@
 // other metric the benchmarks report (cmds/req, allowed/flood, ...), a
 // column each, left out when it is zero throughout the group. Last comes a
 // table of the issue's targets, each figure a ratio (or, for the flood,
-// Redis commands per request) taken from the groups of this output.
+// Redis commands per request; for quotas in memory, allocations per
+// request) taken from the groups of this output.
 // With -svg FILE it also writes FILE, an SVG chart of the handler groups'
 // throughput ratios drawn from the same results (chart.go).
 //
@@ -30,6 +31,7 @@ const (
 	reference = "bare"
 	ours      = "ratelimit"
 	raw       = "raw-multi-exec"
+	quotas    = "ratelimit-quotas" // ours with two quotas (BenchmarkQuotas)
 )
 
 var procSuffix = regexp.MustCompile(`-\d+$`)
@@ -85,8 +87,22 @@ func parse(r io.Reader) ([]*group, error) {
 	var groups []*group
 	byName := map[string]*group{}
 	sc := bufio.NewScanner(r)
+	// go test prints a benchmark's name before running it and its figures
+	// after: a line that the code under test logs meanwhile lands between
+	// them, and the figures then start a line of their own.
+	pending := ""
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
+		if len(f) > 0 && strings.HasPrefix(f[0], "Benchmark") {
+			pending = ""
+			if len(f) < 2 || !isCount(f[1]) {
+				pending = f[0]
+				continue
+			}
+		} else if len(f) > 0 && pending != "" && isCount(f[0]) {
+			f = append([]string{pending}, f...)
+			pending = ""
+		}
 		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
 			continue
 		}
@@ -132,6 +148,12 @@ func parse(r io.Reader) ([]*group, error) {
 	return groups, sc.Err()
 }
 
+// isCount reports whether s is a benchmark's iteration count.
+func isCount(s string) bool {
+	_, err := strconv.ParseUint(s, 10, 64)
+	return err == nil
+}
+
 func median(xs []float64) float64 {
 	if len(xs) == 0 {
 		return 0
@@ -149,6 +171,14 @@ func (g *group) ns(c string) float64 {
 		return median(s.ns)
 	}
 	return 0
+}
+
+// allocs is c's median allocs/op in g, and whether it has any.
+func (g *group) allocs(c string) (float64, bool) {
+	if s := g.results[c]; s != nil && len(s.allocs) > 0 {
+		return median(s.allocs), true
+	}
+	return 0, false
 }
 
 // metric is c's median of an extra metric in g, and whether it has one.
@@ -307,6 +337,37 @@ var targets = []target{
 		},
 		met: func(v float64) bool { return v <= 1.6 },
 	},
+	quotaTarget("Redis, 64 callers", `^BenchmarkQuotas/[^/]+/redis/`, 1.3),
+	quotaTarget("in memory", `^BenchmarkQuotas/[^/]+/memory/`, 1.5),
+	{
+		what:   "allocations per request with two quotas, in memory",
+		group:  regexp.MustCompile(`^BenchmarkQuotas/[^/]+/memory/`),
+		goal:   "0",
+		format: "%.0f",
+		figure: func(g *group) (float64, string, bool) {
+			v, ok := g.allocs(quotas)
+			o, _ := g.allocs(ours)
+			return v, fmt.Sprintf("without quotas %.0f", o), ok
+		},
+		met: func(v float64) bool { return v == 0 },
+	},
+}
+
+// quotaTarget is the time of a request decided against the main limit and
+// two quotas ÷ that of one decided against the main limit alone, in the
+// groups that pattern matches (BenchmarkQuotas), at most goal.
+func quotaTarget(where, pattern string, goal float64) target {
+	return target{
+		what:   "time with two quotas ÷ the main limit alone's, " + where,
+		group:  regexp.MustCompile(pattern),
+		goal:   fmt.Sprintf("≤ %.1f", goal),
+		format: "%.2f ×",
+		figure: func(g *group) (float64, string, bool) {
+			q, o := g.ns(quotas), g.ns(ours)
+			return q / o, fmt.Sprintf("%.0f vs %.0f ns/op", q, o), q > 0 && o > 0
+		},
+		met: func(v float64) bool { return v <= goal },
+	}
 }
 
 // printTargets prints the issue's targets that the groups have figures

@@ -143,3 +143,41 @@ func TestChartNothingToDraw(t *testing.T) {
 		t.Errorf("%s written with nothing to draw (stat: %v)", file, err)
 	}
 }
+
+func TestQuotaTargets(t *testing.T) {
+	in := `BenchmarkQuotas/take/memory/tenants=10000/ratelimit-2 	 1000000 	 100 ns/op 	 0 failopen 	 0 B/op 	 0 allocs/op
+BenchmarkQuotas/take/memory/tenants=10000/ratelimit-quotas-2 	 1000000 	 140 ns/op 	 0 failopen 	 0 B/op 	 0 allocs/op
+BenchmarkQuotas/fiber/memory/tenants=10000/bare-2 	 1000000 	 50 ns/op 	 0 B/op 	 0 allocs/op
+BenchmarkQuotas/fiber/memory/tenants=10000/ratelimit-2 	 1000000 	 200 ns/op 	 0 failopen 	 0 B/op 	 0 allocs/op
+BenchmarkQuotas/fiber/memory/tenants=10000/ratelimit-quotas-2 	 1000000 	 400 ns/op 	 0 failopen 	 256 B/op 	 1 allocs/op
+BenchmarkQuotas/take/redis/opts=ctxtimeout/tenants=10000/ratelimit-2 	 100000 	 10000 ns/op 	 0 failopen 	 700 B/op 	 3 allocs/op
+BenchmarkQuotas/take/redis/opts=ctxtimeout/tenants=10000/ratelimit-quotas-2 	 100000 	 12000 ns/op 	 0 failopen 	 900 B/op 	 3 allocs/op
+`
+	out, _ := runRatios(t, in)
+	for _, row := range []string{
+		"| time with two quotas ÷ the main limit alone's, in memory | BenchmarkQuotas/take/memory/tenants=10000 | 1.40 × | ≤ 1.5 | yes | 140 vs 100 ns/op |",
+		"| time with two quotas ÷ the main limit alone's, in memory | BenchmarkQuotas/fiber/memory/tenants=10000 | 2.00 × | ≤ 1.5 | no | 400 vs 200 ns/op |",
+		"| time with two quotas ÷ the main limit alone's, Redis, 64 callers | BenchmarkQuotas/take/redis/opts=ctxtimeout/tenants=10000 | 1.20 × | ≤ 1.3 | yes | 12000 vs 10000 ns/op |",
+		"| allocations per request with two quotas, in memory | BenchmarkQuotas/take/memory/tenants=10000 | 0 | 0 | yes | without quotas 0 |",
+		"| allocations per request with two quotas, in memory | BenchmarkQuotas/fiber/memory/tenants=10000 | 1 | 0 | no | without quotas 0 |",
+		"| ratelimit-quotas | 12000 | 900 | 3 | 1.20 |",
+	} {
+		if !strings.Contains(out, row) {
+			t.Errorf("no row %q in:\n%s", row, out)
+		}
+	}
+}
+
+// A line logged while a benchmark runs splits its name from its figures.
+func TestLogLineBetweenNameAndFigures(t *testing.T) {
+	in := `BenchmarkCounter/memory/keys=1/ratelimit-2 	2026/12/01 20:39:43 ERROR ratelimit: counter failed tenant=t7
+   1000000 	 50.0 ns/op 	 3 failopen 	 0 B/op 	 0 allocs/op
+--- BENCH: BenchmarkCounter/memory/keys=1/ratelimit-2
+    contenders_test.go:305: ratelimit failed open on 3 of 1000000 requests
+BenchmarkCounter/memory/keys=1/ratelimit-2 	 1000000 	 70.0 ns/op 	 0 failopen 	 0 B/op 	 0 allocs/op
+`
+	out, _ := runRatios(t, in)
+	if !strings.Contains(out, "| ratelimit | 60 | 0 | 0 | 1.00 | 1.5 |") {
+		t.Errorf("want the median of both runs, 60 ns/op, and 1.5 failopen:\n%s", out)
+	}
+}
