@@ -2,12 +2,12 @@ package ratelimit
 
 import (
 	"fmt"
+	"hash/maphash"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 )
 
 // Quotas are further limits that a request is decided against together
@@ -230,40 +230,48 @@ func (s *quotaSet) same(qs []Quota) bool {
 }
 
 // planQuotas keeps the quota sets of the plans that PlanFor returns, so
-// that a request is not charged for checking its plan's quotas again. A
-// plan's Quotas usually come from one slice, the plan's own, so they are
-// found by its first element's address and checked to be unchanged; a
-// slice made anew for every request is checked anew every time, and
-// makeQuotaSet's result is not kept (it would fill the cache).
+// that a request is not charged for checking its plan's quotas again. They
+// are found by a hash of what the quotas say and compared in full, so that
+// a slice made anew for each request (a literal in PlanFor) finds its set
+// as the plan's own slice does. Reads take no lock.
 type planQuotas struct {
-	mu   sync.Mutex
-	sets map[*Quota]*quotaSet
+	sets atomic.Pointer[map[uint64]*quotaSet] // replaced, never changed
+	mu   sync.Mutex                           // held to replace sets
 }
 
 // maxPlanQuotas bounds planQuotas: a gateway has a handful of plans.
 const maxPlanQuotas = 256
 
+// planSeed hashes plans' quotas.
+var planSeed = maphash.MakeSeed()
+
 func (p *planQuotas) get(qs []Quota, make func() (*quotaSet, error)) (*quotaSet, error) {
-	k := unsafe.SliceData(qs)
-	p.mu.Lock()
-	s, ok := p.sets[k]
-	p.mu.Unlock()
-	if ok && s.same(qs) {
-		return s, nil
+	var h maphash.Hash
+	h.SetSeed(planSeed)
+	for _, q := range qs {
+		h.WriteString(q.Name)
+		maphash.WriteComparable(&h, [3]int64{int64(q.Limit), int64(q.Window), int64(q.Calendar)})
+	}
+	k := h.Sum64()
+	if m := p.sets.Load(); m != nil {
+		if s, ok := (*m)[k]; ok && s.same(qs) {
+			return s, nil
+		}
 	}
 	s, err := make()
 	if err != nil {
 		return nil, err
 	}
 	p.mu.Lock()
-	if p.sets == nil {
-		p.sets = map[*Quota]*quotaSet{}
+	defer p.mu.Unlock()
+	next := map[uint64]*quotaSet{}
+	if m := p.sets.Load(); m != nil && len(*m) < maxPlanQuotas {
+		for k, v := range *m {
+			next[k] = v
+		}
 	}
-	if len(p.sets) >= maxPlanQuotas {
-		clear(p.sets)
-	}
-	p.sets[k] = s
-	p.mu.Unlock()
+	next[k] = s
+	p.sets.Store(&next)
 	return s, nil
 }
 

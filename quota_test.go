@@ -296,7 +296,19 @@ func TestPlanQuotas(t *testing.T) {
 	rec := newLogRecorder()
 	clock := newFakeClock()
 	lim := newLimiter(Options{Counter: newMemoryCounter(clock.Now), Limit: 2, Window: time.Minute, Logger: rec.logger(),
-		Quotas: dayAndMonth(1, 100), PlanFor: func(tenant string) Plan { return plans[tenant] }}, clock.Now)
+		Quotas: dayAndMonth(1, 100), PlanFor: func(tenant string) Plan {
+			if tenant == "literal" { // a slice made anew for each request
+				return Plan{Quotas: []Quota{{Name: "month", Limit: 2, Calendar: CalendarMonth}}}
+			}
+			return plans[tenant]
+		}}, clock.Now)
+	for range 2 {
+		takeExpect(t, lim, "literal", true, "")
+	}
+	takeExpect(t, lim, "literal", false, "month")
+	if n := len(*lim.planQuotas.sets.Load()); n != 1 {
+		t.Errorf("%d quota sets kept for one plan's quotas made anew for each request, want 1", n)
+	}
 	for range 4 {
 		takeExpect(t, lim, "pro", true, "")
 	}
