@@ -58,9 +58,9 @@
 // A tenant's count is kept under "rl:<tenant>", or "rl:<name>#<tenant>"
 // for a limiter with an Options.Name, with the tenant ID escaped and
 // bounded; requests without a tenant share "rl:unknown" unless the
-// middleware keys them by address (IPv6 by Options.IPv6Prefix); a quota
-// counts under "{rl:<tenant>}#<quota>", in the main key's cluster hash
-// slot (see docs/redis.md). The tenant
+// middleware keys them by address (IPv6 by Options.IPv6Prefix); a tenant
+// with quotas keeps all its limits in one hash, "{rl:<tenant>}", in the
+// main key's cluster hash slot (see docs/redis.md). The tenant
 // must come from something the gateway has verified: a client that picks
 // its tenant ID, or its address, picks its budget.
 package ratelimit

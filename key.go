@@ -36,16 +36,12 @@ import (
 //     "{rl:<tenant>}": the tag of the two keys the store counts it in, one
 //     per window (see takeScript), so that both are in one cluster hash
 //     slot. The key inside holds no brace, so no tenant can move the tag.
-//   - A limiter with quotas (Options.Quotas, Plan.Quotas) keeps its main
-//     key as above, and counts each quota under "{<key>}#<quota>", <key>
-//     being the main key without braces and <quota> the quota's Name
-//     encoded as a limiter's is: "rl:acme" has "{rl:acme}#month". Redis
-//     hashes "rl:acme" and "{rl:acme}#month" alike, so a tenant's keys
-//     share one cluster hash slot, which no tenant can choose. A calendar
-//     quota's key holds its period's count and expires at the period's
-//     end; a Window quota's is a window's key as the main one's is, in
-//     Options.Algorithm ("{rl:acme}#minute:<window ms>:<window number>"
-//     for a sliding window).
+//   - A tenant with quotas (Options.Quotas, Plan.Quotas) has all its
+//     limits, the main one included, in one Redis hash, its main key in
+//     braces: "{rl:acme}". Redis hashes "{rl:acme}" as it hashes
+//     "rl:acme", so the script call that the main key routes finds it on
+//     its node, and no tenant can choose its slot. The hash's fields are
+//     named by the limits' names (see docs/redis.md).
 //
 // An ID of safe bytes, as most are, costs one scan and a copy.
 

@@ -39,7 +39,7 @@ const (
 	aclFixed     = "~rl:* +evalsha +eval +get +incrby +decrby +del +pexpire +pttl +ping"
 	aclSliding   = "~{rl:* +evalsha +eval +time +get +incrby +decrby +del +pexpire +ping"
 	aclNoScripts = "~rl:* +set +incrby +pttl +multi +exec +ping"
-	aclQuotas    = "~rl:* ~{rl:* +evalsha +eval +time +get +incrby +decrby +del +pexpire +pttl +ping"
+	aclQuotas    = "~rl:* ~{rl:* +evalsha +eval +time +hmget +hset +pexpire +del +ping"
 )
 
 // redisFixes are the answers that mean misconfiguration, by words they

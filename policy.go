@@ -25,9 +25,10 @@ type Plan struct {
 	// plan with quotas that cannot be is decided as a plan with a bad
 	// Limit is. A quota keeps its count across plans by its Name: a tenant
 	// that moves to a plan whose "month" quota is larger keeps what it has
-	// spent this month. On a MemoryCounter, a tenant whose plan gains
-	// quotas keeps its main count too, and one whose plan loses them all
-	// starts its main window afresh (on Redis it keeps it).
+	// spent this month. A tenant whose plan gains its first quota, or
+	// loses its last, starts its main window afresh on Redis, where its
+	// main count moves between its key and its hash of limits (see
+	// RedisCounter); a MemoryCounter keeps it when the plan gains quotas.
 	Quotas []Quota
 }
 

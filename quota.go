@@ -92,9 +92,13 @@ type quotaSet struct {
 	// Limiter.fallbackLimit); nil without a fallback.
 	fallback *quotaSet
 
-	// The quotas' arguments to takeScript, made once: [0] in fixed
-	// windows, [1] in sliding ones (see scriptArgs).
-	args [2][]any
+	// The set's arguments to takeScript, which a script call gives once
+	// for all its keys of the set, made once: [0] in fixed windows, [1] in
+	// sliding ones (see scriptArgs).
+	setArgs [2][]any
+
+	// The name of the limiter's own policy, the main limit's.
+	policy string
 
 	// The same quotas at a limit of 1, for Limiter.Ping.
 	probe *quotaSet
@@ -109,7 +113,6 @@ type quotaSpec struct {
 	limit    int64
 	window   time.Duration // 0 for a calendar period
 	calendar Calendar
-	suffix   string // its keys follow the tenant's tag: "{<tenant's key>}#<encoded name>"
 	quoted   string // the name as an sf-string
 }
 
@@ -123,7 +126,7 @@ func newQuotaSet(field string, qs []Quota, policy string) (*quotaSet, error) {
 	if len(qs) > maxQuotas {
 		return nil, fmt.Errorf("ratelimit: %s: at most %d quotas, got %d", field, maxQuotas, len(qs))
 	}
-	s := &quotaSet{src: append([]Quota(nil), qs...)}
+	s := &quotaSet{src: append([]Quota(nil), qs...), policy: policy}
 	for i, q := range qs {
 		if err := q.check(); err != nil {
 			return nil, fmt.Errorf("ratelimit: %s[%d]: %w", field, i, err)
@@ -137,29 +140,30 @@ func newQuotaSet(field string, qs []Quota, policy string) (*quotaSet, error) {
 			}
 		}
 		s.q = append(s.q, quotaSpec{name: q.Name, limit: int64(q.Limit), window: q.Window, calendar: q.Calendar,
-			suffix: "#" + encodeName(q.Name), quoted: `"` + q.Name + `"`})
+			quoted: `"` + q.Name + `"`})
 	}
-	s.args = s.scriptArgs()
+	s.setArgs = s.scriptArgs()
 	s.probe = s.scaled(func(int64) int64 { return 1 })
 	return s, nil
 }
 
 // scaled is s with each quota's limit scaled by scale.
 func (s *quotaSet) scaled(scale func(int64) int64) *quotaSet {
-	f := &quotaSet{q: append([]quotaSpec(nil), s.q...), src: s.src}
+	f := &quotaSet{q: append([]quotaSpec(nil), s.q...), src: s.src, policy: s.policy}
 	for i := range f.q {
 		f.q[i].limit = scale(f.q[i].limit)
 	}
-	f.args = f.scriptArgs()
+	f.setArgs = f.scriptArgs()
 	return f
 }
 
-// scriptArgs returns the arguments that describe s's quotas to takeScript,
-// after the main limit's: for each, its kind (f a fixed window, s a
-// sliding one, d a day, m a month), its limit in hexadecimal, its window in
-// milliseconds (0 for a period) and its keys' suffix.
-func (s *quotaSet) scriptArgs() (args [2][]any) {
-	for kind := range args {
+// scriptArgs returns the arguments that describe s to takeScript: the
+// main limit's kind (f a fixed window, s a sliding one) and name, how many
+// quotas, and for each its kind (f, s, d a day, m a month), its limit in
+// hexadecimal, its window in milliseconds (0 for a period) and its name.
+func (s *quotaSet) scriptArgs() (set [2][]any) {
+	for kind := range set {
+		set[kind] = append(set[kind], kindOne[kind], s.policy, hexArg(int64(len(s.q))))
 		for _, q := range s.q {
 			k, ms := kindOne[kind], any(ceilDiv(q.window, time.Millisecond))
 			switch q.calendar {
@@ -168,10 +172,10 @@ func (s *quotaSet) scriptArgs() (args [2][]any) {
 			case CalendarMonth:
 				k, ms = "m", int64(0)
 			}
-			args[kind] = append(args[kind], k, strconv.FormatInt(q.limit, 16), ms, q.suffix)
+			set[kind] = append(set[kind], k, strconv.FormatInt(q.limit, 16), ms, q.name)
 		}
 	}
-	return args
+	return set
 }
 
 // check returns why q cannot be a quota, or nil.

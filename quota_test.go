@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -411,8 +412,9 @@ func TestQuotasFallbackInProportion(t *testing.T) {
 	}
 }
 
-// On Redis, a tenant's keys share its hash slot, a month's key expires at
-// the month's end on the server's clock, and Usage changes no key.
+// On Redis, a tenant's limits are one hash in its main key's hash slot,
+// which expires when its last window or period ends (here the month's, on
+// the server's clock), and Usage changes nothing in it.
 func TestQuotaKeysOnRedis(t *testing.T) {
 	for _, c := range redisClients {
 		t.Run(c.name, func(t *testing.T) {
@@ -424,86 +426,48 @@ func TestQuotaKeysOnRedis(t *testing.T) {
 			takeExpect(t, lim, tenant, true, "")
 			takeExpect(t, lim, tenant, true, "")
 			main := "rl:api#" + tenant
-			keys := []string{main, "{" + main + "}#day", "{" + main + "}#month"}
+			key := "{" + main + "}"
 			now, err := rdb.Time(ctx).Result()
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, dayEnd := CalendarDay.period(now)
-			_, monthEnd := CalendarMonth.period(now)
-			before := map[string]string{}
-			for i, want := range []time.Duration{time.Minute, dayEnd.Sub(now), monthEnd.Sub(now)} {
-				k := keys[i]
-				v, err := rdb.Get(ctx, k).Result()
-				ttl := rdb.PTTL(ctx, k).Val()
-				if err != nil || v != "2" || ttl > want+time.Second || ttl < want-2*time.Second {
-					t.Errorf("%s = %q (%v), expires in %v; want 2, expiring in %v", k, v, err, ttl, want)
+			dayStart, _ := CalendarDay.period(now)
+			monthStart, monthEnd := CalendarMonth.period(now)
+			h, err := rdb.HGetAll(ctx, key).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ms := func(tm time.Time) string { return strconv.FormatInt(tm.UnixMilli(), 10) }
+			for f, want := range map[string]string{"api": "2", "day": "2", "month": "2", "day:s": ms(dayStart), "month:s": ms(monthStart), "e": ms(monthEnd)} {
+				if h[f] != want {
+					t.Errorf("HGET %s %s = %q, want %q (%v)", key, f, h[f], want, h)
 				}
-				before[k] = v
+			}
+			if end, err := strconv.ParseInt(h["api:s"], 10, 64); err != nil || time.UnixMilli(end).Sub(now) > time.Minute+time.Second || time.UnixMilli(end).Sub(now) < 58*time.Second {
+				t.Errorf("the main window ends at %q, want a minute from now", h["api:s"])
+			}
+			if ttl, want := rdb.PTTL(ctx, key).Val(), monthEnd.Sub(now); ttl > want+time.Second || ttl < want-2*time.Second {
+				t.Errorf("%s expires in %v, want at the month's end, in %v", key, ttl, want)
+			}
+			if n := rdb.Exists(ctx, main).Val(); n != 0 {
+				t.Errorf("%s exists: a limiter with quotas keeps its main count in %s", main, key)
 			}
 			if cl, ok := rdb.(*redis.ClusterClient); ok {
-				for _, k := range keys {
-					if a, b := cl.ClusterKeySlot(ctx, k).Val(), cl.ClusterKeySlot(ctx, main).Val(); a != b {
-						t.Errorf("%s in slot %d, %s in %d", k, a, main, b)
-					}
+				if a, b := cl.ClusterKeySlot(ctx, key).Val(), cl.ClusterKeySlot(ctx, main).Val(); a != b {
+					t.Errorf("%s in slot %d, %s in %d", key, a, main, b)
 				}
 			}
 			expectUsed(t, lim, tenant, 2, 2, 2)
-			for _, k := range keys {
-				if v := rdb.Get(ctx, k).Val(); v != before[k] {
-					t.Errorf("after Usage %s = %q, want %q", k, v, before[k])
-				}
+			if after := rdb.HGetAll(ctx, key).Val(); fmt.Sprint(after) != fmt.Sprint(h) {
+				t.Errorf("after Usage %v, want %v", after, h)
 			}
 			if err := lim.Reset(ctx, tenant); err != nil {
 				t.Fatal(err)
 			}
-			if n := rdb.Exists(ctx, keys[0]).Val() + rdb.Exists(ctx, keys[1]).Val() + rdb.Exists(ctx, keys[2]).Val(); n != 0 {
-				t.Errorf("%d of the tenant's keys left after Reset", n)
+			if n := rdb.Exists(ctx, key).Val(); n != 0 {
+				t.Errorf("%s left after Reset", key)
 			}
 		})
-	}
-}
-
-// The script's calendar is Go's: for every day from 1970 to 2100, at its
-// first and its last millisecond, the Lua that the script runs on a real
-// server gives the day and the month that time.Time gives.
-func TestCalendarLuaIsGos(t *testing.T) {
-	rdb := newRedisClient(t)
-	first := time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC)
-	days := int(time.Date(2101, 1, 1, 0, 0, 0, 0, time.UTC).Sub(first) / (24 * time.Hour))
-	script := calendarLua + `
-local out, n = {}, tonumber(ARGV[1])
-for day = 0, n - 1 do
-  for _, at in ipairs({day * 86400000, day * 86400000 + 86399999}) do
-    for _, kind in ipairs({'d', 'm'}) do
-      local s, e = period(kind, at)
-      out[#out+1] = s
-      out[#out+1] = e
-    end
-  end
-end
-return out`
-	vals, err := rdb.Eval(context.Background(), script, nil, days).Int64Slice()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(vals) != days*8 {
-		t.Fatalf("%d values for %d days, want %d", len(vals), days, days*8)
-	}
-	ms := func(tm time.Time) int64 { return tm.UnixMilli() }
-	bad := 0
-	for day := range days {
-		start := first.AddDate(0, 0, day)
-		for i, at := range []time.Time{start, start.Add(24*time.Hour - time.Millisecond)} {
-			ds, de := CalendarDay.period(at)
-			msStart, msEnd := CalendarMonth.period(at)
-			want := []int64{ms(ds), ms(de), ms(msStart), ms(msEnd)}
-			got := vals[day*8+i*4 : day*8+i*4+4]
-			if fmt.Sprint(got) != fmt.Sprint(want) && bad < 10 {
-				bad++
-				t.Errorf("%v: Lua %v, Go %v", at, got, want)
-			}
-		}
 	}
 }
 

@@ -28,11 +28,11 @@ import (
 // callers of the Counter interface, is an INCRBY of 1 in the same script.
 //
 // A tenant with quotas (Options.Quotas) is decided against all its limits
-// in the same script call: the main key is the tenant's as without quotas
-// ("rl:<tenant>"), and each quota counts under "{rl:<tenant>}#<quota>",
-// which Redis hashes as it hashes "rl:<tenant>", so that every key of a
-// tenant lives in one cluster slot; a calendar quota's key expires at its
-// period's end, on the server's clock (docs/redis.md lists the keys).
+// in the same script call, which keeps them in one hash, "{rl:<tenant>}",
+// in the slot of "rl:<tenant>": read with one HMGET and, for a request
+// allowed, written with one HSET, the windows and calendar periods on the
+// server's clock; the hash expires when its last window or period ends
+// (docs/redis.md lists its fields).
 //
 // RedisCounter works with a *redis.Client, a *redis.ClusterClient and a
 // *redis.Ring. On a single server one script call carries the whole round

@@ -67,41 +67,90 @@ local function clock()
     now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   end
 end
--- The limits of a tenant with quotas, by limit: its kind, limit, window in
--- ms (and as given, mss), the key that counts now, a sliding window's previous
--- key; and as it is decided, its a and prev (ga, gb), its count after the
--- callers' INCRBY, before and while they are decided, and a sliding
--- window's weight. The tables are filled anew for each key, so that a
--- round trip makes them once.
-local lk, lim, ms, mss, ck, pk, ga, gb, after, start, cur, w = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
--- limits reads a tenant's limits from ARGV (each its kind, limit, window in
--- ms and key suffix) and returns how many there are.
+-- The quota sets of the call (see quotaSet.scriptArgs): when ARGV starts
+-- with Q, how many, and each set: the main limit's kind and name, how many
+-- quotas, and each quota's kind, limit, window in ms and name. Each is
+-- read once for all the keys of the call that use it.
+local sets = {}
+if ARGV[1] == 'Q' then
+  at = 3
+  for i = 1, tonumber(ARGV[2], 16) do
+    local n = tonumber(ARGV[at+2], 16) + 1
+    local set = {n = n, k = {ARGV[at]}, lim = {0}, ms = {0}, fields = {}}
+    local names = {ARGV[at+1]}
+    at = at + 3
+    for j = 2, n do
+      set.k[j], set.lim[j], set.ms[j], names[j] = ARGV[at], tonumber(ARGV[at+1], 16), tonumber(ARGV[at+2]), ARGV[at+3]
+      at = at + 4
+    end
+    for j = 1, n do
+      local f = set.fields
+      f[3*j-2], f[3*j-1], f[3*j] = names[j], names[j] .. ':s', names[j] .. ':p'
+    end
+    set.fields[3*n+1] = 'e'
+    sets[i] = set
+  end
+end
+-- cperiod is period(kind, now), once per call.
+local periods = {}
+local function cperiod(kind)
+  local p = periods[kind]
+  if not p then
+    local s, e = period(kind, now)
+    p = {s, e}
+    periods[kind] = p
+  end
+  return p[1], p[2]
+end
+-- A tenant with quotas keeps all its limits in one hash, "{<main key>}":
+-- for each limit, by its name, its count, its window's end (a fixed
+-- window), start (a sliding one, whose previous count is under :p) or
+-- period's start, and under e when the hash expires. limits reads a key's
+-- set and main limit from ARGV, and reads each limit's state from the
+-- hash, at now: into cur its count, into ga and gb what the script returns
+-- of it (see takeScript), into w a sliding window's weight and into nw a
+-- window that a count would start. It returns the set, the hash, its
+-- expiry and, for a hash that cannot be read, the error.
+local cur, ga, gb, w, nw, vals = {}, {}, {}, {}, {}, {}
 local function limits(key)
-  local nl = tonumber(ARGV[at+1], 16)
-  at = at + 2
-  local qbase = key
-  if string.byte(key, 1) ~= 123 then qbase = '{' .. key .. '}' end
-  for j = 1, nl do
-    lk[j], lim[j], mss[j] = ARGV[at], tonumber(ARGV[at+1], 16), ARGV[at+2]
-    ms[j] = tonumber(mss[j])
-    local stem = key
-    if j > 1 then stem = qbase .. ARGV[at+3] end
-    at = at + 4
-    ck[j], pk[j] = stem, nil
-    if lk[j] ~= 'f' then clock() end
-    if lk[j] == 's' then
-      local index = math.floor(now / ms[j])
-      local tag = stem .. ':' .. mss[j] .. ':'
-      ck[j], pk[j] = tag .. string.format('%d', index), tag .. string.format('%d', index - 1)
+  local set = sets[tonumber(ARGV[at+1], 16)]
+  set.lim[1], set.ms[1] = tonumber(ARGV[at+2], 16), tonumber(ARGV[at+3])
+  at = at + 4
+  local hkey = key
+  if string.byte(key, 1) ~= 123 then hkey = '{' .. key .. '}' end
+  clock()
+  vals = pcall('HMGET', hkey, unpack(set.fields))
+  if vals.err then return set, hkey, 0, vals end
+  for j = 1, set.n do
+    local k, ms = set.k[j], set.ms[j]
+    local c, s, p = tonumber(vals[3*j-2] or 0), tonumber(vals[3*j-1] or 0), tonumber(vals[3*j] or 0)
+    if not c or not s or not p then return set, hkey, 0, {err = 'WRONGTYPE not a count'} end
+    cur[j], gb[j], w[j], nw[j] = c, 0, 0, nil
+    if k == 'f' then
+      if now < s then ga[j] = s - now else cur[j], ga[j], nw[j] = 0, ms, now + ms end
+    elseif k == 's' then
+      local ws = now - now % ms
+      if s ~= ws then
+        if s == ws - ms then p = c else p = 0 end
+        cur[j] = 0
+      end
+      ga[j], gb[j], nw[j] = now - ws, p, ws
+      w[j] = p * (ms - ga[j]) / ms
+    else
+      local ps, pe = cperiod(k)
+      if s ~= ps then cur[j] = 0 end
+      ga[j], gb[j], nw[j] = pe - now, pe - ps, ps
     end
   end
-  return nl
+  return set, hkey, tonumber(vals[3*set.n+1] or 0), nil
 end
--- undo takes back the INCRBY of total from the first k limits.
-local function undo(k, total)
-  for j = 1, k do
-    if after[j] == total then call('DEL', ck[j]) else call('DECRBY', ck[j], total) end
-  end
+-- keep is when limit j's state stops mattering: its window's end, a window
+-- later for a sliding one, its period's end.
+local function keep(set, j)
+  local k, ms = set.k[j], set.ms[j]
+  if k == 'f' then return now + ga[j] end
+  if k == 's' then return nw[j] + 2 * ms end
+  return now + ga[j]
 end
 for _, key in ipairs(KEYS) do
   local kind, limit, msarg = ARGV[at], tonumber(ARGV[at+1], 16), ARGV[at+2]
@@ -131,118 +180,93 @@ for _, key in ipairs(KEYS) do
       out[o+1], out[o+2] = a, res
     end
     o = o + 2
-  elseif kind == 'G' or kind == 'U' or kind == 'R' then
-    local nl = limits(key)
+  elseif kind == 'u' or kind == 'r' then
+    -- Usage (u) and Reset (r) of a tenant without quotas: ARGV holds its
+    -- kind (f or s) and its window in ms. Usage returns a (a fixed
+    -- window's PTTL, how far a sliding one has run), prev and the count.
+    local k, ms = ARGV[at+1], tonumber(ARGV[at+2])
+    at = at + 3
+    local curkey, prevkey, a = key, nil, 0
+    if k == 's' then
+      clock()
+      local index = math.floor(now / ms)
+      a = now - index * ms
+      curkey = key .. ':' .. ARGV[at-1] .. ':' .. string.format('%d', index)
+      prevkey = key .. ':' .. ARGV[at-1] .. ':' .. string.format('%d', index - 1)
+    end
+    if kind == 'r' then
+      call('DEL', curkey)
+      if prevkey then call('DEL', prevkey) end
+    else
+      local count, prev = tonumber(call('GET', curkey) or 0), 0
+      if prevkey then prev = tonumber(call('GET', prevkey) or 0) else a = call('PTTL', curkey) end
+      if not count or not prev then return redis.error_reply('WRONGTYPE the key holds something other than a count') end
+      out[o+1], out[o+2], out[o+3] = a, prev, count
+      o = o + 3
+    end
+  elseif kind == 'g' or kind == 'G' or kind == 'U' or kind == 'R' then
+    local set, hkey, e, err = limits(key)
+    local nl, n, costs = set.n, 1, nil
+    if kind == 'G' then
+      n, costs = tonumber(ARGV[at], 16), at + 1
+      at = costs + n
+    end
     if kind == 'R' then
-      for j = 1, nl do
-        call('DEL', ck[j])
-        if pk[j] then call('DEL', pk[j]) end
-      end
+      call('DEL', hkey)
+    elseif err then
+      local f = fatal(err)
+      if f then return f end
+      if kind == 'U' then return redis.error_reply('WRONGTYPE ' .. hkey .. ' holds something other than a tenant\'s limits') end
+      out[o+1] = -3
+      for j = o + 2, o + 2 * nl + n * nl do out[j] = 0 end
+      o = o + 2 * nl + n * nl
     elseif kind == 'U' then
       for j = 1, nl do
-        local count = call('GET', ck[j])
-        local a, b = 0, 0
-        if lk[j] == 'f' then
-          a = call('PTTL', ck[j])
-        elseif lk[j] == 's' then
-          a = now - math.floor(now / ms[j]) * ms[j]
-          b = tonumber(call('GET', pk[j]) or 0)
-        else
-          local s, e = period(lk[j], now)
-          a, b = e - now, e - s
-        end
-        out[o+1], out[o+2], out[o+3] = a, b, tonumber(count or 0)
-        if not out[o+3] or not b then return redis.error_reply('WRONGTYPE the key holds something other than a count') end
+        local a = ga[j]
+        if nw[j] and set.k[j] == 'f' then a = -2 end
+        out[o+1], out[o+2], out[o+3] = a, gb[j], cur[j]
         o = o + 3
       end
     else
-      local n = tonumber(ARGV[at], 16)
-      local costs = at + 1
-      at = costs + n
-      local total = 0
-      for i = 1, n do total = total + tonumber(ARGV[costs+i-1], 16) end
-      local head, a, b, bad = o, ga, gb, false
+      local head, added = o, 0
       o = o + 2 * nl
-      for j = 1, nl do
-        a[j], b[j] = 0, 0
-        if lk[j] == 's' then
-          a[j] = now - math.floor(now / ms[j]) * ms[j]
-          local p = pcall('GET', pk[j])
-          if type(p) == 'table' then
-            local e = fatal(p)
-            if e then undo(j - 1, total) return e end
-            bad = true
-          elseif p then
-            b[j] = tonumber(p)
-            if not b[j] then bad = true end
-          end
-        elseif lk[j] ~= 'f' then
-          local s, e = period(lk[j], now)
-          a[j], b[j] = e - now, e - s
+      for i = 1, n do
+        local c, fits = 1, true
+        if costs then c = tonumber(ARGV[costs+i-1], 16) end
+        for j = 1, nl do
+          if w[j] + cur[j] + c > set.lim[j] then fits = false end
         end
-        if not bad then
-          local r = pcall('INCRBY', ck[j], total)
-          if type(r) == 'table' then
-            local e = fatal(r)
-            if e then undo(j - 1, total) return e end
-            bad = true
+        for j = 1, nl do
+          if fits then
+            cur[j] = cur[j] + c
+            out[o+j] = cur[j]
+          elseif w[j] + cur[j] + c > set.lim[j] then
+            out[o+j] = -cur[j] - 1
           else
-            after[j] = r
+            out[o+j] = cur[j]
           end
         end
-        if bad then
-          undo(j - 1, total)
-          break
-        end
+        if fits then added = added + c end
+        o = o + nl
       end
-      if bad then
-        out[head+1] = -3
-        for j = head + 2, o + n * nl do out[j] = 0 end
-        o = o + n * nl
-      else
+      for j = 1, nl do
+        out[head+2*j-1], out[head+2*j] = ga[j], gb[j]
+      end
+      if added > 0 then
+        local args, last = {}, e
         for j = 1, nl do
-          cur[j] = after[j] - total
-          start[j], w[j] = cur[j], 0
-          if lk[j] == 's' then w[j] = b[j] * (ms[j] - a[j]) / ms[j] end
+          local s = vals[3*j-1]
+          if nw[j] then s = nw[j] end
+          args[6*j-5], args[6*j-4], args[6*j-3] = set.fields[3*j-2], cur[j], set.fields[3*j-1]
+          args[6*j-2], args[6*j-1], args[6*j] = s, set.fields[3*j], gb[j]
+          last = math.max(last, keep(set, j))
         end
-        for i = 1, n do
-          local c, fits = tonumber(ARGV[costs+i-1], 16), true
-          for j = 1, nl do
-            if w[j] + cur[j] + c > lim[j] then fits = false end
-          end
-          for j = 1, nl do
-            if fits then
-              cur[j] = cur[j] + c
-              out[o+j] = cur[j]
-            elseif w[j] + cur[j] + c > lim[j] then
-              out[o+j] = -cur[j] - 1
-            else
-              out[o+j] = cur[j]
-            end
-          end
-          o = o + nl
-        end
-        for j = 1, nl do
-          if cur[j] == 0 then
-            call('DEL', ck[j])
-          elseif cur[j] < after[j] then
-            call('DECRBY', ck[j], after[j] - cur[j])
-          end
-          if lk[j] == 'f' then
-            if start[j] == 0 then
-              if cur[j] > 0 then call('PEXPIRE', ck[j], mss[j]) end
-              a[j] = ms[j]
-            else
-              a[j] = call('PTTL', ck[j])
-              if a[j] < 0 then
-                if a[j] == -1 then call('PEXPIRE', ck[j], mss[j]) end
-                a[j] = ms[j]
-              end
-            end
-          elseif start[j] == 0 and cur[j] > 0 then
-            if lk[j] == 's' then call('PEXPIRE', ck[j], 2 * ms[j] - a[j]) else call('PEXPIRE', ck[j], a[j]) end
-          end
-          out[head+2*j-1], out[head+2*j] = a[j], b[j]
+        if last > e then
+          args[6*nl+1], args[6*nl+2] = 'e', last
+          call('HSET', hkey, unpack(args))
+          call('PEXPIRE', hkey, last - now)
+        else
+          call('HSET', hkey, unpack(args))
         end
       end
     end
@@ -481,13 +505,42 @@ func (s *scripter) run(ctx context.Context, groups [][]*takeOp, body bool) []scr
 // call builds the script call for ops: by its digest (EVALSHA), or with its
 // body (EVAL) when the server does not have it yet.
 func call(ctx context.Context, ops []*takeOp, body bool) scriptCmd {
-	args := make([]any, 3, 3+4*len(ops)+2)
+	// The quota sets of the call, each described once, before the keys'
+	// own arguments (see takeScript).
+	type set struct {
+		quotas *quotaSet
+		kind   int
+	}
+	var sets []set
+	setOf := func(op *takeOp) int {
+		kind := algoKind(op.algo)
+		for i, s := range sets {
+			if s.quotas == op.quotas && s.kind == kind {
+				return i + 1
+			}
+		}
+		sets = append(sets, set{op.quotas, kind})
+		return len(sets)
+	}
+	setArgs := 0
+	for _, op := range ops {
+		if op.quotas != nil && setOf(op) == len(sets) {
+			setArgs += len(op.quotas.setArgs[0])
+		}
+	}
+	args := make([]any, 3, 3+len(ops)+2+setArgs+4*len(ops)+2)
 	args[0], args[1], args[2] = "evalsha", takeScriptSHA, len(ops)
 	if body {
 		args[0], args[1] = "eval", takeScript
 	}
 	for i := range ops {
 		args = append(args, ops[i].key)
+	}
+	if len(sets) > 0 {
+		args = append(args, "Q", hexArg(int64(len(sets))))
+		for _, s := range sets {
+			args = append(args, s.quotas.setArgs[s.kind]...)
+		}
 	}
 	// The ops of one limiter share a limit and a window: each is written
 	// once per call, and only boxed again when it changes.
@@ -500,32 +553,53 @@ func call(ctx context.Context, ops []*takeOp, body bool) scriptCmd {
 		if op.ms != ms {
 			ms, msArg = op.ms, op.ms
 		}
-		kind, n := 0, op.stayed()
-		if op.algo == SlidingWindow {
-			kind = 1
-		}
-		if op.quotas != nil {
-			args = append(args, "G", strconv.FormatInt(int64(op.limits()), 16), kindOne[kind], limitArg, msArg, "")
-			args = append(args, op.quotas.args[kind]...)
-			args = append(args, strconv.FormatInt(n, 16))
-			for c := range op.costs() {
-				args = append(args, strconv.FormatInt(c, 16))
-			}
+		kind, n := algoKind(op.algo), op.stayed()
+		one := n == 1 && op.first == 1 && len(op.gone) == 0
+		switch {
+		case op.quotas != nil && one:
+			args = append(args, "g", hexArg(int64(setOf(op))), limitArg, msArg)
 			continue
-		}
-		if n == 1 && op.first == 1 && len(op.gone) == 0 {
+		case op.quotas != nil:
+			args = append(args, "G", hexArg(int64(setOf(op))), limitArg, msArg)
+		case one:
 			args = append(args, kindOne[kind], limitArg, msArg)
 			continue
+		default:
+			args = append(args, kindAny[kind], limitArg, msArg)
 		}
-		args = append(args, kindAny[kind], limitArg, msArg, strconv.FormatInt(n, 16))
+		args = append(args, hexArg(n))
 		for c := range op.costs() {
-			args = append(args, strconv.FormatInt(c, 16))
+			args = append(args, hexArg(c))
 		}
 	}
 	cmd := redis.NewIntSliceCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
 	return scriptCmd{cmd}
 }
+
+// algoKind is the index of algo's kinds in kindOne and kindAny.
+func algoKind(algo Algorithm) int {
+	if algo == SlidingWindow {
+		return 1
+	}
+	return 0
+}
+
+// hexArg is n in hexadecimal, as an argument of takeScript: boxed once for
+// the small numbers that most are.
+func hexArg(n int64) any {
+	if n >= 0 && n < int64(len(smallHex)) {
+		return smallHex[n]
+	}
+	return strconv.FormatInt(n, 16)
+}
+
+var smallHex = func() (h [256]any) {
+	for i := range h {
+		h[i] = strconv.FormatInt(int64(i), 16)
+	}
+	return h
+}()
 
 // The kinds of a key in takeScript's ARGV: [0] a fixed window, [1] a
 // sliding one.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -238,18 +240,15 @@ func (r *RedisCounter) reset(ctx context.Context, key string, t *take) error {
 }
 
 // limitArgs is the arguments of takeScript for a key of t's limits, of
-// kind U (usage) or R (reset): see takeScript.
+// kind U (usage) or R (reset), or without quotas u or r: see takeScript.
 func limitArgs(kind string, t *take) []any {
-	algo := 0
-	if t.algo == SlidingWindow {
-		algo = 1
+	algo := algoKind(t.algo)
+	ms := ceilDiv(t.window, time.Millisecond)
+	if t.quotas == nil {
+		return []any{strings.ToLower(kind), kindOne[algo], ms}
 	}
-	ls, n := t.limits()
-	args := []any{kind, fmt.Sprintf("%x", n), kindOne[algo], fmt.Sprintf("%x", ls[0].limit), ceilDiv(t.window, time.Millisecond), ""}
-	if t.quotas != nil {
-		args = append(args, t.quotas.args[algo]...)
-	}
-	return args
+	args := append([]any{"Q", "1"}, t.quotas.setArgs[algo]...)
+	return append(args, kind, "1", strconv.FormatInt(t.limit, 16), ms)
 }
 
 // scriptWindow is l's window as the script counts it, in whole
