@@ -197,3 +197,13 @@ func appendProbeKey(dst []byte, prefix string, algo Algorithm) []byte {
 	}
 	return dst
 }
+
+// quotaHash is the key of the Redis hash that holds the limits of a tenant
+// with quotas whose main key is key: key in braces, as a sliding window's
+// key already is.
+func quotaHash(key string) string {
+	if len(key) > 0 && key[0] == '{' {
+		return key
+	}
+	return "{" + key + "}"
+}

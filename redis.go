@@ -128,7 +128,11 @@ func (r *RedisCounter) takeWithin(ctx context.Context, t take, deadline time.Tim
 	if t.window <= 0 {
 		return t, fmt.Errorf("increment rate limit key %s: window %v is not positive", t.key, t.window)
 	}
-	k := opKey{key: t.key, ms: ceilDiv(t.window, time.Millisecond), limit: t.limit, algo: t.algo, quotas: t.quotas}
+	key := t.key
+	if t.quotas != nil {
+		key = quotaHash(key)
+	}
+	k := opKey{key: key, ms: ceilDiv(t.window, time.Millisecond), limit: t.limit, algo: t.algo, quotas: t.quotas}
 	op, rank, err := r.nodes.byID(t.node).batch.take(ctx, k, t.cost, deadline, wait)
 	if err != nil {
 		return t, fmt.Errorf("increment rate limit key %s: %w", t.key, asMisconfigured(err, r.nodes.cluster != nil))

@@ -109,15 +109,16 @@ end
 -- set and main limit from ARGV, and reads each limit's state from the
 -- hash, at now: into cur its count, into ga and gb what the script returns
 -- of it (see takeScript), into w a sliding window's weight and into nw a
--- window that a count would start. It returns the set, the hash, its
--- expiry and, for a hash that cannot be read, the error.
-local cur, ga, gb, w, nw, vals = {}, {}, {}, {}, {}, {}
+-- window that a count would start, or a sliding window's or a period's
+-- start, and into ch whether that is new. The key is the hash's, in
+-- braces. It returns the set, the hash, its expiry and, for a hash that
+-- cannot be read, the error.
+local cur, ga, gb, w, nw, ch, vals, hargs = {}, {}, {}, {}, {}, {}, {}, {}
 local function limits(key)
   local set = sets[tonumber(ARGV[at+1], 16)]
   set.lim[1], set.ms[1] = tonumber(ARGV[at+2], 16), tonumber(ARGV[at+3])
   at = at + 4
   local hkey = key
-  if string.byte(key, 1) ~= 123 then hkey = '{' .. key .. '}' end
   clock()
   vals = pcall('HMGET', hkey, unpack(set.fields))
   if vals.err then return set, hkey, 0, vals end
@@ -125,20 +126,20 @@ local function limits(key)
     local k, ms = set.k[j], set.ms[j]
     local c, s, p = tonumber(vals[3*j-2] or 0), tonumber(vals[3*j-1] or 0), tonumber(vals[3*j] or 0)
     if not c or not s or not p then return set, hkey, 0, {err = 'WRONGTYPE not a count'} end
-    cur[j], gb[j], w[j], nw[j] = c, 0, 0, nil
+    cur[j], gb[j], w[j], nw[j], ch[j] = c, 0, 0, nil, false
     if k == 'f' then
-      if now < s then ga[j] = s - now else cur[j], ga[j], nw[j] = 0, ms, now + ms end
+      if now < s then ga[j] = s - now else cur[j], ga[j], nw[j], ch[j] = 0, ms, now + ms, true end
     elseif k == 's' then
       local ws = now - now % ms
       if s ~= ws then
         if s == ws - ms then p = c else p = 0 end
-        cur[j] = 0
+        cur[j], ch[j] = 0, true
       end
       ga[j], gb[j], nw[j] = now - ws, p, ws
       w[j] = p * (ms - ga[j]) / ms
     else
       local ps, pe = cperiod(k)
-      if s ~= ps then cur[j] = 0 end
+      if s ~= ps then cur[j], ch[j] = 0, true end
       ga[j], gb[j], nw[j] = pe - now, pe - ps, ps
     end
   end
@@ -253,20 +254,25 @@ for _, key in ipairs(KEYS) do
         out[head+2*j-1], out[head+2*j] = ga[j], gb[j]
       end
       if added > 0 then
-        local args, last = {}, e
+        -- Each count; a window's or period's start (and a sliding
+        -- window's previous count) when it is new; the expiry when it
+        -- grows.
+        local m, last = 0, e
         for j = 1, nl do
-          local s = vals[3*j-1]
-          if nw[j] then s = nw[j] end
-          args[6*j-5], args[6*j-4], args[6*j-3] = set.fields[3*j-2], cur[j], set.fields[3*j-1]
-          args[6*j-2], args[6*j-1], args[6*j] = s, set.fields[3*j], gb[j]
-          last = math.max(last, keep(set, j))
+          hargs[m+1], hargs[m+2], m = set.fields[3*j-2], cur[j], m + 2
+          if ch[j] then
+            hargs[m+1], hargs[m+2], m = set.fields[3*j-1], nw[j], m + 2
+            if set.k[j] == 's' then hargs[m+1], hargs[m+2], m = set.fields[3*j], gb[j], m + 2 end
+          end
+          local kp = keep(set, j)
+          if kp > last then last = kp end
         end
         if last > e then
-          args[6*nl+1], args[6*nl+2] = 'e', last
-          call('HSET', hkey, unpack(args))
+          hargs[m+1], hargs[m+2], m = 'e', last, m + 2
+          call('HSET', hkey, unpack(hargs, 1, m))
           call('PEXPIRE', hkey, last - now)
         else
-          call('HSET', hkey, unpack(args))
+          call('HSET', hkey, unpack(hargs, 1, m))
         end
       end
     end

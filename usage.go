@@ -207,6 +207,9 @@ func (m *MemoryCounter) reset(key []byte) error {
 
 // usage returns the keys of t's limits for key, read in one script call.
 func (r *RedisCounter) usage(ctx context.Context, key string, t *take) (st [maxQuotas + 1]limitState, err error) {
+	if t.quotas != nil {
+		key = quotaHash(key)
+	}
 	vals, err := r.eval(ctx, key, limitArgs("U", t))
 	ls, n := t.limits()
 	if err == nil && len(vals) != 3*n {
@@ -235,6 +238,9 @@ func (r *RedisCounter) usage(ctx context.Context, key string, t *take) (st [maxQ
 
 // reset deletes the keys of t's limits for key, in one script call.
 func (r *RedisCounter) reset(ctx context.Context, key string, t *take) error {
+	if t.quotas != nil {
+		key = quotaHash(key)
+	}
 	_, err := r.eval(ctx, key, limitArgs("R", t))
 	return err
 }
