@@ -591,6 +591,7 @@ type memGroup struct {
 	keep atomic.Int64 // when the entry may be dropped, on the counter's clock
 	n    int
 	subs [maxQuotas + 1]memSub // under mu
+	set  *quotaSet             // the quotas subs were last matched to
 }
 
 // memSub is one limit's window in a memGroup. Times are on the counter's
@@ -630,7 +631,10 @@ func (m *MemoryCounter) takeGroup(key []byte, t *take) error {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.match(&ls, n)
+	if g.set != t.quotas {
+		g.match(&ls, n)
+		g.set = t.quotas
+	}
 	var (
 		st   [maxQuotas + 1]limitState
 		fits [maxQuotas + 1]bool
@@ -639,20 +643,22 @@ func (m *MemoryCounter) takeGroup(key []byte, t *take) error {
 	for j := range n {
 		s := &g.subs[j]
 		s.roll(&ls[j], now, wall)
-		st[j] = s.state(&ls[j], now, wall)
+		s.state(&st[j], &ls[j], now, wall)
 		fits[j] = ls[j].fits(&st[j], t.cost)
 		all = all && fits[j]
 	}
-	keep := now
-	for j := range n {
-		s, l := &g.subs[j], &ls[j]
-		if all {
-			s.add(l, t.cost, now, wall)
+	if all {
+		// The entry lives as long as its last window: a count can only
+		// lengthen that.
+		keep := g.keep.Load()
+		for j := range n {
+			s := &g.subs[j]
+			s.add(&ls[j], t.cost, now, wall)
 			st[j].count += t.cost
+			keep = max(keep, s.keep())
 		}
-		keep = max(keep, s.keep())
+		g.keep.Store(keep)
 	}
-	g.keep.Store(keep)
 	t.decideGroup(&ls, n, &st, &fits)
 	return nil
 }
@@ -779,9 +785,10 @@ func (s *memSub) roll(l *groupLimit, now int64, wall time.Time) {
 	}
 }
 
-// state is s's key at now for its limit l, as the counters report it.
-func (s *memSub) state(l *groupLimit, now int64, wall time.Time) limitState {
-	st := limitState{count: s.count}
+// state fills in st, s's key at now for its limit l, as the counters
+// report it.
+func (s *memSub) state(st *limitState, l *groupLimit, now int64, wall time.Time) {
+	st.count = s.count
 	switch {
 	case l.cal != 0:
 		st.left, st.period = time.Duration(s.periodEnd-wall.UnixNano()), time.Duration(s.periodEnd-s.period)
@@ -792,7 +799,6 @@ func (s *memSub) state(l *groupLimit, now int64, wall time.Time) limitState {
 	default:
 		st.left = l.window // a window the request would start
 	}
-	return st
 }
 
 // add counts cost in s at now; a fixed window that was not running starts.

@@ -100,6 +100,10 @@ type quotaSet struct {
 	// The name of the limiter's own policy, the main limit's.
 	policy string
 
+	// The quotas as a take's limits (see take.limits): [0] in fixed
+	// windows, [1] in sliding ones.
+	lims [2][]groupLimit
+
 	// The same quotas at a limit of 1, for Limiter.Ping.
 	probe *quotaSet
 
@@ -142,7 +146,7 @@ func newQuotaSet(field string, qs []Quota, policy string) (*quotaSet, error) {
 		s.q = append(s.q, quotaSpec{name: q.Name, limit: int64(q.Limit), window: q.Window, calendar: q.Calendar,
 			quoted: `"` + q.Name + `"`})
 	}
-	s.setArgs = s.scriptArgs()
+	s.setArgs, s.lims = s.scriptArgs(), s.groupLimits()
 	s.probe = s.scaled(func(int64) int64 { return 1 })
 	return s, nil
 }
@@ -153,7 +157,7 @@ func (s *quotaSet) scaled(scale func(int64) int64) *quotaSet {
 	for i := range f.q {
 		f.q[i].limit = scale(f.q[i].limit)
 	}
-	f.setArgs = f.scriptArgs()
+	f.setArgs, f.lims = f.scriptArgs(), f.groupLimits()
 	return f
 }
 
@@ -328,15 +332,22 @@ type groupLimit struct {
 // how many there are.
 func (t *take) limits() (ls [maxQuotas + 1]groupLimit, n int) {
 	ls[0] = groupLimit{limit: t.limit, window: t.window, sliding: t.algo == SlidingWindow}
-	n = 1
-	if t.quotas != nil {
-		for _, q := range t.quotas.q {
-			ls[n] = groupLimit{name: q.name, limit: q.limit, window: q.window,
-				sliding: q.calendar == 0 && t.algo == SlidingWindow, cal: q.calendar}
-			n++
+	if t.quotas == nil {
+		return ls, 1
+	}
+	return ls, 1 + copy(ls[1:], t.quotas.lims[algoKind(t.algo)])
+}
+
+// groupLimits returns s's quotas as a take's limits, in fixed windows and
+// in sliding ones.
+func (s *quotaSet) groupLimits() (ls [2][]groupLimit) {
+	for kind := range ls {
+		for _, q := range s.q {
+			ls[kind] = append(ls[kind], groupLimit{name: q.name, limit: q.limit, window: q.window,
+				sliding: q.calendar == 0 && kind == 1, cal: q.calendar})
 		}
 	}
-	return ls, n
+	return ls
 }
 
 // limitState is one limit's key at a decision, as a counter read it: a

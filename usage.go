@@ -180,7 +180,7 @@ func (m *MemoryCounter) usage(key []byte, t *take) (st [maxQuotas + 1]limitState
 	}
 	for j := range n {
 		subs[j].roll(&ls[j], now, wall)
-		st[j] = subs[j].state(&ls[j], now, wall)
+		subs[j].state(&st[j], &ls[j], now, wall)
 	}
 	return st, nil
 }
