@@ -83,24 +83,19 @@ if ARGV[1] == 'Q' then
       set.k[j], set.lim[j], set.ms[j], names[j] = ARGV[at], tonumber(ARGV[at+1], 16), tonumber(ARGV[at+2]), ARGV[at+3]
       at = at + 4
     end
+    -- The fields HMGET reads: each limit's count and start, a sliding
+    -- window's previous count, and e; fc, fs and fp are where in them.
+    local f = {}
+    set.fields, set.fc, set.fs, set.fp, set.cn, set.sn, set.pn = f, {}, {}, {}, names, {}, {}
     for j = 1, n do
-      local f = set.fields
-      f[3*j-2], f[3*j-1], f[3*j] = names[j], names[j] .. ':s', names[j] .. ':p'
+      set.sn[j], set.pn[j] = names[j] .. ':s', names[j] .. ':p'
+      f[#f+1], set.fc[j] = names[j], #f + 1
+      f[#f+1], set.fs[j] = set.sn[j], #f + 1
+      if set.k[j] == 's' then f[#f+1], set.fp[j] = set.pn[j], #f + 1 end
     end
-    set.fields[3*n+1] = 'e'
+    f[#f+1], set.fe = 'e', #f + 1
     sets[i] = set
   end
-end
--- cperiod is period(kind, now), once per call.
-local periods = {}
-local function cperiod(kind)
-  local p = periods[kind]
-  if not p then
-    local s, e = period(kind, now)
-    p = {s, e}
-    periods[kind] = p
-  end
-  return p[1], p[2]
 end
 -- A tenant with quotas keeps all its limits in one hash, "{<main key>}":
 -- for each limit, by its name, its count, its window's end (a fixed
@@ -120,11 +115,19 @@ local function limits(key)
   at = at + 4
   local hkey = key
   clock()
+  if not set.ps then
+    -- The set's calendar periods, once per call.
+    set.ps, set.pe = {}, {}
+    for j = 2, set.n do
+      if set.k[j] == 'd' or set.k[j] == 'm' then set.ps[j], set.pe[j] = period(set.k[j], now) end
+    end
+  end
   vals = pcall('HMGET', hkey, unpack(set.fields))
   if vals.err then return set, hkey, 0, vals end
   for j = 1, set.n do
     local k, ms = set.k[j], set.ms[j]
-    local c, s, p = tonumber(vals[3*j-2] or 0), tonumber(vals[3*j-1] or 0), tonumber(vals[3*j] or 0)
+    local c, s, p = tonumber(vals[set.fc[j]] or 0), tonumber(vals[set.fs[j]] or 0), 0
+    if set.fp[j] then p = tonumber(vals[set.fp[j]] or 0) end
     if not c or not s or not p then return set, hkey, 0, {err = 'WRONGTYPE not a count'} end
     cur[j], gb[j], w[j], nw[j], ch[j] = c, 0, 0, nil, false
     if k == 'f' then
@@ -138,20 +141,12 @@ local function limits(key)
       ga[j], gb[j], nw[j] = now - ws, p, ws
       w[j] = p * (ms - ga[j]) / ms
     else
-      local ps, pe = cperiod(k)
+      local ps, pe = set.ps[j], set.pe[j]
       if s ~= ps then cur[j], ch[j] = 0, true end
       ga[j], gb[j], nw[j] = pe - now, pe - ps, ps
     end
   end
-  return set, hkey, tonumber(vals[3*set.n+1] or 0), nil
-end
--- keep is when limit j's state stops mattering: its window's end, a window
--- later for a sliding one, its period's end.
-local function keep(set, j)
-  local k, ms = set.k[j], set.ms[j]
-  if k == 'f' then return now + ga[j] end
-  if k == 's' then return nw[j] + 2 * ms end
-  return now + ga[j]
+  return set, hkey, tonumber(vals[set.fe] or 0), nil
 end
 for _, key in ipairs(KEYS) do
   local kind, limit, msarg = ARGV[at], tonumber(ARGV[at+1], 16), ARGV[at+2]
@@ -257,14 +252,17 @@ for _, key in ipairs(KEYS) do
         -- Each count; a window's or period's start (and a sliding
         -- window's previous count) when it is new; the expiry when it
         -- grows.
+        -- The hash lives until its last window ends: a fixed window's end,
+        -- a sliding one's a window later, a period's end.
         local m, last = 0, e
         for j = 1, nl do
-          hargs[m+1], hargs[m+2], m = set.fields[3*j-2], cur[j], m + 2
+          hargs[m+1], hargs[m+2], m = set.cn[j], cur[j], m + 2
           if ch[j] then
-            hargs[m+1], hargs[m+2], m = set.fields[3*j-1], nw[j], m + 2
-            if set.k[j] == 's' then hargs[m+1], hargs[m+2], m = set.fields[3*j], gb[j], m + 2 end
+            hargs[m+1], hargs[m+2], m = set.sn[j], nw[j], m + 2
+            if set.fp[j] then hargs[m+1], hargs[m+2], m = set.pn[j], gb[j], m + 2 end
           end
-          local kp = keep(set, j)
+          local kp = now + ga[j]
+          if set.k[j] == 's' then kp = nw[j] + 2 * set.ms[j] end
           if kp > last then last = kp end
         end
         if last > e then
