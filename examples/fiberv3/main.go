@@ -15,13 +15,8 @@
 package main
 
 import (
-	"context"
 	"log"
 	"net"
-	"os"
-	"os/signal"
-	"syscall"
-	"time"
 
 	"github.com/gofiber/fiber/v3"
 	"github.com/gofiber/fiber/v3/middleware/adaptor"
@@ -104,17 +99,8 @@ func run() error {
 	}
 	demo.Usage("fiberv3 gateway", "http://"+ln.Addr().String(), s, store, true, nil)
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	served := make(chan error, 1)
-	go func() { served <- app.Listener(ln, fiber.ListenConfig{DisableStartupMessage: true}) }()
-	select {
-	case err := <-served:
-		return err
-	case <-ctx.Done():
-	}
-	stop() // a second Ctrl-C kills the process outright
-	return app.ShutdownWithTimeout(5 * time.Second)
+	return demo.Serve(func() error { return app.Listener(ln, fiber.ListenConfig{DisableStartupMessage: true}) },
+		app.ShutdownWithContext)
 }
 
 // resolveTenant stores the tenant of the request's API key where the

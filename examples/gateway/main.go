@@ -35,9 +35,6 @@ import (
 	"log"
 	"log/slog"
 	"net"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -80,17 +77,7 @@ func run() error {
 	}
 	demo.Usage("gateway (Fiber v2)", "http://"+ln.Addr().String(), s, store, false, monthly)
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	served := make(chan error, 1)
-	go func() { served <- app.Listener(ln) }()
-	select {
-	case err := <-served:
-		return err
-	case <-ctx.Done():
-	}
-	stop() // a second Ctrl-C kills the process outright
-	return app.ShutdownWithTimeout(5 * time.Second)
+	return demo.Serve(func() error { return app.Listener(ln) }, app.ShutdownWithContext)
 }
 
 // plans are the plans the gateway sells, by name (demo.Plans says who has

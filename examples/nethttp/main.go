@@ -19,15 +19,11 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"log"
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -104,22 +100,12 @@ func run() error {
 	demo.Usage("nethttp gateway", "http://"+ln.Addr().String(), s, store, true, nil)
 
 	srv := &http.Server{Handler: resolveTenant(mux), ReadHeaderTimeout: 10 * time.Second}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	select {
-	case err := <-served:
-		if errors.Is(err, http.ErrServerClosed) {
-			return nil
+	return demo.Serve(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
 		}
-		return err
-	case <-ctx.Done():
-	}
-	stop() // a second Ctrl-C kills the process outright
-	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	return srv.Shutdown(shutdown)
+		return nil
+	}, srv.Shutdown)
 }
 
 // resolveTenant puts the tenant of the request's API key in its context,

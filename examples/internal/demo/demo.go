@@ -14,9 +14,11 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -203,4 +205,23 @@ globex's monthly quota refuses its request %d (start with LIMIT=%d, or the budge
 	fmt.Print(`Settings: ADDR, LIMIT, WINDOW, ROUTE_LIMIT, ROUTE_WINDOW, ALGORITHM (fixed|sliding),
 REDIS_URL (redis://host:6379/0), REPLICAS (replicas sharing REDIS_URL). Ctrl-C stops it.
 `)
+}
+
+// Serve runs serve until it returns, or until the process is interrupted
+// (Ctrl-C, SIGTERM), and then calls shutdown with 5 seconds for the
+// requests in flight. A second Ctrl-C kills the process outright.
+func Serve(serve func() error, shutdown func(context.Context) error) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	served := make(chan error, 1)
+	go func() { served <- serve() }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return shutdown(ctx)
 }
