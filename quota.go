@@ -186,9 +186,9 @@ func (s *quotaSet) scriptArgs() (set [2][]any) {
 func (q Quota) check() error {
 	switch {
 	case q.Name == "":
-		return fmt.Errorf("Name is required")
+		return fmt.Errorf("a quota needs a Name")
 	case checkName(q.Name) != nil:
-		return fmt.Errorf("Name: %w", checkName(q.Name))
+		return fmt.Errorf("quota Name: %w", checkName(q.Name))
 	case q.Limit < 1 || q.Limit > maxLimit:
 		return fmt.Errorf("quota %q: Limit must be between 1 and 2^53, got %d", q.Name, q.Limit)
 	case q.Window != 0 && q.Calendar != 0, q.Window == 0 && q.Calendar == 0:

@@ -354,8 +354,8 @@ func TestQuotaSetup(t *testing.T) {
 		opts Options
 		want string
 	}{
-		{"no name", Options{Quotas: []Quota{{Limit: 1, Calendar: CalendarDay}}}, "Quotas[0]: Name is required"},
-		{"a bad name", Options{Quotas: []Quota{{Name: `a"b`, Limit: 1, Calendar: CalendarDay}}}, "Quotas[0]: Name"},
+		{"no name", Options{Quotas: []Quota{{Limit: 1, Calendar: CalendarDay}}}, "Quotas[0]: a quota needs a Name"},
+		{"a bad name", Options{Quotas: []Quota{{Name: `a"b`, Limit: 1, Calendar: CalendarDay}}}, "Quotas[0]: quota Name"},
 		{"two names alike", Options{Quotas: []Quota{month, month}}, "Quotas[1]: Name \"month\" is taken"},
 		{"the limiter's name", Options{Name: "month", Quotas: []Quota{month}}, "limiter's own policy name"},
 		{"default", Options{Quotas: []Quota{{Name: "default", Limit: 1, Calendar: CalendarDay}}}, "limiter's own policy name"},
