@@ -138,7 +138,7 @@ func (r *RedisCounter) takeWithin(ctx context.Context, t take, deadline time.Tim
 		return t, fmt.Errorf("increment rate limit key %s: %w", t.key, asMisconfigured(err, r.nodes.cluster != nil))
 	}
 	if t.quotas != nil {
-		decideFromScript(&t, k.ms, op, rank)
+		decideFromScript(&t, op, rank)
 		return t, nil
 	}
 	t.byTransaction = t.algo == FixedWindow && r.nodes.refused.Load() != nil

@@ -676,9 +676,8 @@ func msDuration(ms int64) time.Duration {
 // decideFromScript fills in t, which has quotas, from its caller's answer
 // in op, its round trip's op at rank: for each limit, the count after the
 // caller's decision, or -count-1 where its cost did not fit, and the
-// limit's a and prev (see takeScript). ms is the main window in
-// milliseconds.
-func decideFromScript(t *take, ms int64, op *takeOp, rank int) {
+// limit's a and prev (see takeScript).
+func decideFromScript(t *take, op *takeOp, rank int) {
 	ls, n := t.limits()
 	vals := op.res[rank*n : (rank+1)*n]
 	var (
@@ -691,15 +690,9 @@ func decideFromScript(t *take, ms int64, op *takeOp, rank int) {
 		if v < 0 {
 			st[j].count = -v - 1
 		}
-		w := ls[j].window
-		if j == 0 {
-			w = time.Duration(ms) * time.Millisecond
-		} else if w != 0 {
-			w = time.Duration(ceilDiv(w, time.Millisecond)) * time.Millisecond
-		}
 		switch {
 		case ls[j].sliding:
-			st[j].slide = sliding{prev: b, elapsed: msDuration(a), window: w}
+			st[j].slide = sliding{prev: b, elapsed: msDuration(a), window: scriptWindow(&ls[j])}
 		case ls[j].cal != 0:
 			st[j].left, st[j].period = msDuration(a), msDuration(b)
 		default:
@@ -707,4 +700,10 @@ func decideFromScript(t *take, ms int64, op *takeOp, rank int) {
 		}
 	}
 	t.decideGroup(&ls, n, &st, &fits)
+}
+
+// scriptWindow is l's window as the script counts it, in whole
+// milliseconds.
+func scriptWindow(l *groupLimit) time.Duration {
+	return time.Duration(ceilDiv(l.window, time.Millisecond)) * time.Millisecond
 }

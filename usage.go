@@ -257,12 +257,6 @@ func limitArgs(kind string, t *take) []any {
 	return append(args, kind, "1", strconv.FormatInt(t.limit, 16), ms)
 }
 
-// scriptWindow is l's window as the script counts it, in whole
-// milliseconds.
-func scriptWindow(l *groupLimit) time.Duration {
-	return time.Duration(ceilDiv(l.window, time.Millisecond)) * time.Millisecond
-}
-
 // eval runs takeScript on key with args, outside any batch, as an
 // operator's call: by its digest, or with its body when the server does
 // not have it yet. A server that cannot be reached fails it at once, with
