@@ -630,7 +630,6 @@ func (m *MemoryCounter) takeGroup(key []byte, t *take) error {
 		return err
 	}
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	if g.set != t.quotas {
 		g.match(&ls, n)
 		g.set = t.quotas
@@ -659,6 +658,7 @@ func (m *MemoryCounter) takeGroup(key []byte, t *take) error {
 		}
 		g.keep.Store(keep)
 	}
+	g.mu.Unlock()
 	t.decideGroup(&ls, n, &st, &fits)
 	return nil
 }

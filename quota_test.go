@@ -487,3 +487,30 @@ func TestUsageNamesARefusedConnection(t *testing.T) {
 		t.Errorf("Reset: %v; want the refused connection", err)
 	}
 }
+
+// A tenant's hash that holds something else fails that tenant alone, as
+// the server's answer about one key: the others are decided, and no
+// breaker opens.
+func TestQuotaHashThatIsNotAHash(t *testing.T) {
+	rdb := newRedisClient(t)
+	ctx := context.Background()
+	rec := newLogRecorder()
+	lim := NewLimiter(Options{Counter: NewRedisCounter(rdb), Limit: 5, Window: time.Minute, Quotas: dayAndMonth(10, 100),
+		Logger: rec.logger(), BreakerFailures: 1})
+	bad, good := uniqueTenant(t), uniqueTenant(t)
+	if err := rdb.Set(ctx, "{rl:"+bad+"}", "x", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if d := lim.Take(ctx, bad); d.By != ByNone || !strings.Contains(fmt.Sprint(d.Err), "something other than") {
+			t.Fatalf("a tenant whose hash is a string: %+v; want decided without the counter, the key named", d)
+		}
+	}
+	takeExpect(t, lim, good, true, "")
+	if _, err := lim.Usage(ctx, bad); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Errorf("Usage: %v; want the server's WRONGTYPE", err)
+	}
+	if lines := rec.withMsg("ratelimit: circuit breaker open"); len(lines) != 0 {
+		t.Errorf("the breaker opened: %v", lines)
+	}
+}

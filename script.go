@@ -109,44 +109,53 @@ end
 -- braces. It returns the set, the hash, its expiry and, for a hash that
 -- cannot be read, the error.
 local cur, ga, gb, w, nw, ch, vals, hargs = {}, {}, {}, {}, {}, {}, {}, {}
+local badHash = {err = 'WRONGTYPE the hash holds something other than counts'}
 local function limits(key)
   local set = sets[tonumber(ARGV[at+1], 16)]
-  set.lim[1], set.ms[1] = tonumber(ARGV[at+2], 16), tonumber(ARGV[at+3])
+  local sk, sms = set.k, set.ms
+  set.lim[1], sms[1] = tonumber(ARGV[at+2], 16), tonumber(ARGV[at+3])
   at = at + 4
-  local hkey = key
   clock()
+  local t = now
   if not set.ps then
     -- The set's calendar periods, once per call.
     set.ps, set.pe = {}, {}
     for j = 2, set.n do
-      if set.k[j] == 'd' or set.k[j] == 'm' then set.ps[j], set.pe[j] = period(set.k[j], now) end
+      if sk[j] == 'd' or sk[j] == 'm' then set.ps[j], set.pe[j] = period(sk[j], t) end
     end
   end
-  vals = pcall('HMGET', hkey, unpack(set.fields))
-  if vals.err then return set, hkey, 0, vals end
+  local ps, pe, fc, fs, fp = set.ps, set.pe, set.fc, set.fs, set.fp
+  vals = pcall('HMGET', key, unpack(set.fields))
+  if vals.err then return set, key, 0, vals end
   for j = 1, set.n do
-    local k, ms = set.k[j], set.ms[j]
-    local c, s, p = tonumber(vals[set.fc[j]] or 0), tonumber(vals[set.fs[j]] or 0), 0
-    if set.fp[j] then p = tonumber(vals[set.fp[j]] or 0) end
-    if not c or not s or not p then return set, hkey, 0, {err = 'WRONGTYPE not a count'} end
-    cur[j], gb[j], w[j], nw[j], ch[j] = c, 0, 0, nil, false
+    local k, ms = sk[j], sms[j]
+    local c, s = tonumber(vals[fc[j]] or 0), tonumber(vals[fs[j]] or 0)
+    if not c or not s then return set, key, 0, badHash end
     if k == 'f' then
-      if now < s then ga[j] = s - now else cur[j], ga[j], nw[j], ch[j] = 0, ms, now + ms, true end
-    elseif k == 's' then
-      local ws = now - now % ms
-      if s ~= ws then
-        if s == ws - ms then p = c else p = 0 end
-        cur[j], ch[j] = 0, true
+      if t < s then
+        cur[j], ga[j], gb[j], w[j], ch[j] = c, s - t, 0, 0, false
+      else
+        cur[j], ga[j], gb[j], w[j], nw[j], ch[j] = 0, ms, 0, 0, t + ms, true
       end
-      ga[j], gb[j], nw[j] = now - ws, p, ws
-      w[j] = p * (ms - ga[j]) / ms
+    elseif k == 's' then
+      local p = tonumber(vals[fp[j]] or 0)
+      if not p then return set, key, 0, badHash end
+      local ws = t - t % ms
+      local new = s ~= ws
+      if new then
+        if s == ws - ms then p = c else p = 0 end
+        c = 0
+      end
+      local a = t - ws
+      cur[j], ga[j], gb[j], w[j], nw[j], ch[j] = c, a, p, p * (ms - a) / ms, ws, new
     else
-      local ps, pe = set.ps[j], set.pe[j]
-      if s ~= ps then cur[j], ch[j] = 0, true end
-      ga[j], gb[j], nw[j] = pe - now, pe - ps, ps
+      local p0 = ps[j]
+      local new = s ~= p0
+      if new then c = 0 end
+      cur[j], ga[j], gb[j], w[j], nw[j], ch[j] = c, pe[j] - t, pe[j] - p0, 0, p0, new
     end
   end
-  return set, hkey, tonumber(vals[set.fe] or 0), nil
+  return set, key, tonumber(vals[set.fe] or 0), nil
 end
 for _, key in ipairs(KEYS) do
   local kind, limit, msarg = ARGV[at], tonumber(ARGV[at+1], 16), ARGV[at+2]
@@ -219,30 +228,34 @@ for _, key in ipairs(KEYS) do
     elseif kind == 'U' then
       for j = 1, nl do
         local a = ga[j]
-        if nw[j] and set.k[j] == 'f' then a = -2 end
+        if ch[j] and set.k[j] == 'f' then a = -2 end
         out[o+1], out[o+2], out[o+3] = a, gb[j], cur[j]
         o = o + 3
       end
     else
-      local head, added = o, 0
+      local slim, head, added = set.lim, o, 0
       o = o + 2 * nl
       for i = 1, n do
         local c, fits = 1, true
         if costs then c = tonumber(ARGV[costs+i-1], 16) end
         for j = 1, nl do
-          if w[j] + cur[j] + c > set.lim[j] then fits = false end
-        end
-        for j = 1, nl do
-          if fits then
-            cur[j] = cur[j] + c
-            out[o+j] = cur[j]
-          elseif w[j] + cur[j] + c > set.lim[j] then
-            out[o+j] = -cur[j] - 1
-          else
-            out[o+j] = cur[j]
+          if w[j] + cur[j] + c > slim[j] then
+            fits = false
+            break
           end
         end
-        if fits then added = added + c end
+        if fits then
+          for j = 1, nl do
+            local v = cur[j] + c
+            cur[j], out[o+j] = v, v
+          end
+          added = added + c
+        else
+          for j = 1, nl do
+            local v = cur[j]
+            if w[j] + v + c > slim[j] then out[o+j] = -v - 1 else out[o+j] = v end
+          end
+        end
         o = o + nl
       end
       for j = 1, nl do
@@ -254,15 +267,16 @@ for _, key in ipairs(KEYS) do
         -- grows.
         -- The hash lives until its last window ends: a fixed window's end,
         -- a sliding one's a window later, a period's end.
+        local cn, sn, pn, fp, sk, sms = set.cn, set.sn, set.pn, set.fp, set.k, set.ms
         local m, last = 0, e
         for j = 1, nl do
-          hargs[m+1], hargs[m+2], m = set.cn[j], cur[j], m + 2
+          hargs[m+1], hargs[m+2], m = cn[j], cur[j], m + 2
           if ch[j] then
-            hargs[m+1], hargs[m+2], m = set.sn[j], nw[j], m + 2
-            if set.fp[j] then hargs[m+1], hargs[m+2], m = set.pn[j], gb[j], m + 2 end
+            hargs[m+1], hargs[m+2], m = sn[j], nw[j], m + 2
+            if fp[j] then hargs[m+1], hargs[m+2], m = pn[j], gb[j], m + 2 end
           end
           local kp = now + ga[j]
-          if set.k[j] == 's' then kp = nw[j] + 2 * set.ms[j] end
+          if sk[j] == 's' then kp = nw[j] + 2 * sms[j] end
           if kp > last then last = kp end
         end
         if last > e then
