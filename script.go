@@ -51,6 +51,22 @@ import (
 // meets alike) ends the script with the server's own words, stripped of
 // the "@user_script: <line>:" that Redis 6 puts before them; the keys
 // decided before it in the same call keep their counts.
+//
+// A tenant with quotas is one key, its hash "{<main key>}" (see limits in
+// the script for its fields), of kind g (one caller of cost 1) or G (n
+// callers and their costs). ARGV then starts with Q, how many quota sets
+// the call has, and each set (quotaSet.scriptArgs); such a key's own
+// arguments are its kind, its set's number, its main limit and its main
+// window in ms. The script reads the hash with one HMGET, decides each
+// caller against every limit, and writes the counts, and what else
+// changed, with one HSET. It returns, for each limit, a and prev as above
+// (for a calendar period, a is the milliseconds to its end and prev its
+// length); then, for each caller, one value per limit: the limit's count
+// after the caller's decision, or -count-1 where the cost does not fit,
+// and a caller is allowed only when none is negative. Kinds U and R read
+// (a, prev and the count of each limit) and delete such a hash, for
+// Limiter.Usage and Limiter.Reset; kinds u and r do the same for a tenant
+// without quotas, given its window's kind and length.
 const takeScript = calendarLua + `
 local tonumber, call, pcall, type = tonumber, redis.call, redis.pcall, type
 local out, o, at, now = {}, 0, 1, nil
