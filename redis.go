@@ -135,7 +135,7 @@ func (r *RedisCounter) takeWithin(ctx context.Context, t take, deadline time.Tim
 	k := opKey{key: key, ms: ceilDiv(t.window, time.Millisecond), limit: t.limit, algo: t.algo, quotas: t.quotas}
 	op, rank, err := r.nodes.byID(t.node).batch.take(ctx, k, t.cost, deadline, wait)
 	if err != nil {
-		return t, fmt.Errorf("increment rate limit key %s: %w", t.key, asMisconfigured(err, r.nodes.cluster != nil))
+		return t, fmt.Errorf("increment rate limit key %s: %w", key, asMisconfigured(err, r.nodes.cluster != nil))
 	}
 	if t.quotas != nil {
 		decideFromScript(&t, op, rank)
