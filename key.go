@@ -201,9 +201,9 @@ func appendProbeKey(dst []byte, prefix string, algo Algorithm) []byte {
 // quotaHash is the key of the Redis hash that holds the limits of a tenant
 // with quotas whose main key is key: key in braces, as a sliding window's
 // key already is.
-func quotaHash(key string) string {
+func quotaHash[T string | []byte](key T) string {
 	if len(key) > 0 && key[0] == '{' {
-		return key
+		return string(key)
 	}
-	return "{" + key + "}"
+	return "{" + string(key) + "}"
 }

@@ -441,7 +441,12 @@ func (l *Limiter) take(ctx context.Context, d *Decision, tenant string, kb []byt
 			l.decided(d, tenant, kb)
 			return
 		}
-		t.key = string(kb)
+		if t.quotas != nil {
+			// The counter's key is the tenant's hash, made once here.
+			t.key = quotaHash(kb)
+		} else {
+			t.key = string(kb)
+		}
 		t, err = l.ask(ctx, t, now)
 		if err == nil && !t.allowed && l.refusals != nil {
 			l.refusals.add(kb, &t, since)
