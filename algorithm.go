@@ -27,15 +27,34 @@ const (
 	// boundary gets through only in proportion to the time elapsed since
 	// the one before it. It needs a MemoryCounter or a RedisCounter.
 	SlidingWindow
+
+	// InFlight limits how many requests of a tenant run at once, across
+	// every replica that shares the counter: Limit is that number (a cost
+	// of n takes n slots), and Window is the lease, the longest a request
+	// may hold its slots. A request takes its slots when it is decided and
+	// gives them back with Limiter.Release, which the middlewares call
+	// when the handler returns, panics included. A slot that is never
+	// given back (a replica that died mid-request, a Release that failed)
+	// is free again when its lease ends: never lost for good. On Redis a
+	// tenant's slots are one sorted set, each slot stamped with the end of
+	// its lease on the server's clock, and slots whose lease has ended are
+	// dropped by the next request that looks (Metrics counts them as
+	// expired). A refusal answers Retry-After: 1, and the headers report
+	// the policy in the unit "concurrent-requests". It needs Counter (and
+	// Fallback) to be a MemoryCounter or a RedisCounter, and has no
+	// Quotas; PlanFor gives a tenant its own number of slots and lease.
+	InFlight
 )
 
-// String returns "fixed window" or "sliding window".
+// String returns "fixed window", "sliding window" or "in flight".
 func (a Algorithm) String() string {
 	switch a {
 	case FixedWindow:
 		return "fixed window"
 	case SlidingWindow:
 		return "sliding window"
+	case InFlight:
+		return "in flight"
 	}
 	return "Algorithm(" + strconv.Itoa(int(a)) + ")"
 }

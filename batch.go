@@ -90,6 +90,17 @@ type opKey struct {
 	limit  int64
 	algo   Algorithm
 	quotas *quotaSet // decided together with the key's limit, when not nil
+	// A call that gives back (Release) or takes slots in flight carries
+	// arguments of its own: never one op with another call.
+	x *opArgs
+}
+
+// opArgs are the arguments of a call that gives back, or takes slots in
+// flight (see takeScript, kinds i, x, X and y).
+type opArgs struct {
+	give    bool
+	token   string               // in flight: the request's slots (slotToken)
+	offsets [maxQuotas + 1]int64 // giving back a window: where each limit's should be now (take.offsets)
 }
 
 // takeOp is the calls to one key in a batch.
@@ -145,6 +156,15 @@ func (op *takeOp) rankOf(ord int64) int {
 		}
 	}
 	return int(rank - 1)
+}
+
+// values is how many values takeScript returns for each of op's callers:
+// none for a give back, which returns one for the key.
+func (op *takeOp) values() int {
+	if op.x != nil && op.x.give {
+		return 0
+	}
+	return op.limits()
 }
 
 // limits is how many limits op's key is decided against.

@@ -68,6 +68,18 @@ type take struct {
 	slide         sliding                // a sliding window's key after the decision
 	q             [maxQuotas]limitAnswer // each quota's answer, as the main limit's above
 	refusedBy     uint8                  // the limits the cost did not fit: bit 0 the main one, bit i+1 quota i
+
+	// Giving back (see release.go) and requests in flight (inflight.go).
+	// A take with give set gives cost back, in each limit whose window is
+	// still the one marks names, or the slots of slot; given is then how
+	// much the main limit got back. marks are filled in by every counted
+	// take; slot names an in-flight request's slots, and expired is how
+	// many slots whose lease had ended its counter dropped on the way.
+	give    bool
+	slot    uint64
+	marks   [maxQuotas + 1]int64
+	given   int64
+	expired int64
 }
 
 // decided fills in t's answer for a fixed window whose count is count

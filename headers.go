@@ -130,7 +130,7 @@ func plan[T string | []byte](d *Decision, buf []byte, earlier func(i int) T) fie
 		case own:
 			add(fPolicy, append(appendList(v.buf, prev), p.policyItem...))
 		default:
-			add(fPolicy, appendPolicyItem(appendList(v.buf, prev), p.name, int64(d.Limit), d.Window))
+			add(fPolicy, appendPolicyItem(appendList(v.buf, prev), p.name, int64(d.Limit), p.itemWindow(d.Window)))
 		}
 		if remaining >= 0 {
 			add(fRateLimit, appendRateLimitItem(appendList(v.buf, earlier(fRateLimit)), p.name, remaining, reset))

@@ -109,6 +109,17 @@ type Decision struct {
 	quotas *quotaSet
 	lims   [maxQuotas + 1]figure
 	named  int
+
+	// What Limiter.Release gives back: took says the request was counted
+	// and allowed; then cost, in the windows that marks name (see take),
+	// or the slots of slot, under the key of tenant, or of addr.
+	took   bool
+	byAddr bool
+	tenant string
+	addr   netip.Addr
+	cost   int64
+	slot   uint64
+	marks  [maxQuotas + 1]int64
 }
 
 // Decider is what decided a request.
@@ -193,7 +204,8 @@ func newLimiter(opts Options, now func() time.Time) *Limiter {
 		keyPrefix: keyPrefix(opts.Name),
 		clock:     clk,
 	}
-	h := headerSwitches{legacy: !opts.DisableLegacyHeaders, draft: !opts.DisableDraftHeaders, shadow: opts.Shadow}
+	h := headerSwitches{legacy: !opts.DisableLegacyHeaders, draft: !opts.DisableDraftHeaders, shadow: opts.Shadow,
+		inFlight: opts.Algorithm == InFlight}
 	l.policy = newPolicyHeaders(opts.Name, opts.Limit, opts.Window, h)
 	l.fallbackPolicy = newPolicyHeaders(opts.Name, opts.FallbackLimit, opts.Window, h)
 	l.quotas, _ = newQuotaSet("Quotas", opts.Quotas, policyName(opts.Name)) // checked by withDefaults
@@ -202,7 +214,9 @@ func newLimiter(opts Options, now func() time.Time) *Limiter {
 	}
 	l.mem, _ = opts.Counter.(*MemoryCounter)
 	l.fallback, _ = opts.Fallback.(*MemoryCounter)
-	if l.mem == nil && !opts.DisableOverLimitCache {
+	// Slots come back whenever a request ends: a refusal says nothing of
+	// the next request, so InFlight caches none.
+	if l.mem == nil && !opts.DisableOverLimitCache && opts.Algorithm != InFlight {
 		l.refusals = newRefusals()
 	}
 	if l.mem == nil {
@@ -252,6 +266,9 @@ func (l *Limiter) takeTenant(ctx context.Context, d *Decision, tenant string, co
 	// allocating, and any other counter gets a copy of its own.
 	var buf [maxKeyLen]byte
 	l.take(ctx, d, tenant, appendKey(buf[:0], l.keyPrefix, tenant, l.opts.Algorithm), cost)
+	if d.took {
+		d.tenant = tenant
+	}
 }
 
 // TakeAddr is Take for a request without a tenant, keyed by its client's
@@ -270,6 +287,9 @@ func (l *Limiter) TakeAddr(ctx context.Context, addr netip.Addr) (d Decision) {
 func (l *Limiter) TakeAddrN(ctx context.Context, addr netip.Addr, n int) (d Decision) {
 	var buf [maxKeyLen]byte
 	l.take(ctx, &d, "", appendAddrKey(buf[:0], l.keyPrefix, addr, l.opts.IPv6Prefix, l.opts.Algorithm), n)
+	if d.took {
+		d.byAddr, d.addr = true, addr
+	}
 	return d
 }
 
@@ -403,6 +423,9 @@ func (l *Limiter) countsByTransaction() {
 // of each call cost the in-memory path about 40 instructions a request.
 func (l *Limiter) take(ctx context.Context, d *Decision, tenant string, kb []byte, cost int) {
 	t := take{cost: 1, limit: int64(l.opts.Limit), window: l.opts.Window, algo: l.opts.Algorithm, quotas: l.quotas}
+	if t.algo == InFlight {
+		t.slot = slotSeq.Add(1)
+	}
 	if cost != 1 {
 		if cost < 1 {
 			l.mistakes.record(slog.LevelError, "ratelimit: a request's cost is below 1; it counts as 1",
@@ -471,6 +494,9 @@ func (l *Limiter) plan(tenant string, t *take) error {
 	}
 	if err := p.check(); err != nil {
 		return err
+	}
+	if len(p.Quotas) > 0 && t.algo == InFlight {
+		return errors.New("ratelimit: Plan.Quotas: an InFlight limiter has no quotas")
 	}
 	if p.Quotas != nil && len(p.Quotas) == 0 {
 		t.quotas = nil
@@ -579,7 +605,7 @@ func (l *Limiter) unknownFigures(d *Decision, t *take) {
 // neverFits decides into d the request t whose cost passes one of its
 // limits, which it is refused by: the first such, the main one first.
 func (l *Limiter) neverFits(d *Decision, t *take) {
-	*d = Decision{By: ByCounter, Limit: int(t.limit), Window: t.window, Remaining: -1, policy: &l.policy}
+	*d = Decision{By: ByCounter, Limit: int(t.limit), Window: t.window, Remaining: -1, policy: &l.policy, cost: t.cost}
 	l.unknownFigures(d, t)
 	if t.cost <= t.limit && t.quotas != nil {
 		for i, q := range t.quotas.q {
@@ -631,6 +657,13 @@ func (l *Limiter) counted(d *Decision, p *policyHeaders, by Decider, t *take, er
 	d.Allowed, d.By, d.Limit, d.Window = t.allowed, by, int(t.limit), t.window
 	d.Remaining, d.Reset, d.RetryAfter = int(t.remaining), t.reset, t.retry
 	d.Err, d.policy, d.quotas, d.named = err, p, t.quotas, 0
+	d.took, d.cost = t.allowed && by != ByCache, t.cost
+	if d.took {
+		d.slot, d.marks = t.slot, t.marks
+	}
+	if t.algo == InFlight && t.expired > 0 {
+		l.opts.Metrics.slotsExpired(t.expired)
+	}
 	if t.quotas == nil {
 		return
 	}
@@ -665,6 +698,9 @@ func (l *Limiter) counted(d *Decision, p *policyHeaders, by Decider, t *take, er
 // decided counts d in the metrics and, in shadow mode, lets a request
 // that d refuses through.
 func (l *Limiter) decided(d *Decision, tenant string, kb []byte) {
+	if l.opts.Algorithm == InFlight && d.By != ByNone {
+		l.opts.Metrics.slotsDecided(d.cost, d.took)
+	}
 	if l.opts.Shadow && !d.Allowed {
 		d.Allowed, d.Shadowed = true, true
 		l.opts.Metrics.decided(OutcomeShadowLimited, d.By)

@@ -129,6 +129,9 @@ func (w *memWindow) keep() int64 {
 	if g := w.group(); g != nil {
 		return g.keep.Load()
 	}
+	if f := w.flight(); f != nil {
+		return f.keep.Load()
+	}
 	if w.width != 0 {
 		return addClamped(w.end, w.width)
 	}
@@ -286,11 +289,18 @@ func (m *MemoryCounter) incr(key []byte, window int64) (int64, time.Duration, er
 // costs no allocation. The count changes by compare-and-swap, only when
 // the cost fits.
 func (m *MemoryCounter) take(key []byte, t *take) error {
+	if t.algo == InFlight {
+		return m.takeFlight(key, t)
+	}
 	w, now, err := m.window(key, int64(t.window), t.algo)
 	if err != nil {
 		return err
 	}
+	// The window counted in, for Release: a fixed one by its end, a
+	// sliding one by its start.
+	t.marks[0] = w.end
 	if t.algo == SlidingWindow {
+		t.marks[0] = w.start
 		s := sliding{prev: w.prev, elapsed: time.Duration(now - w.start), window: t.window}
 		for {
 			s.cur = w.count.Load()
@@ -655,6 +665,7 @@ func (m *MemoryCounter) takeGroup(key []byte, t *take) error {
 			s.add(&ls[j], t.cost, now, wall)
 			st[j].count += t.cost
 			keep = max(keep, s.keep())
+			t.marks[j] = s.mark(&ls[j])
 		}
 		g.keep.Store(keep)
 	}
@@ -701,7 +712,7 @@ func (m *MemoryCounter) groupEntry(key []byte, main *groupLimit, now int64) (*me
 		// Until its first decision sets it, the entry outlives any
 		// rebuild that could come first.
 		g.keep.Store(addClamped(now, life))
-		if old != nil && old.group() == nil {
+		if old != nil && old.group() == nil && old.flight() == nil {
 			g.subs[0] = old.asSub(now)
 			g.n = 1
 		}
@@ -811,6 +822,19 @@ func (s *memSub) add(l *groupLimit, cost, now int64, wall time.Time) {
 	if !l.sliding && s.end == 0 {
 		s.width, s.start, s.end = int64(l.window), now, addClamped(now, int64(l.window))
 	}
+}
+
+// mark names the window or period s counts in, for Release: a fixed
+// window by its end, a sliding one by its start, a calendar period by its
+// start.
+func (s *memSub) mark(l *groupLimit) int64 {
+	switch {
+	case l.cal != 0:
+		return s.period
+	case l.sliding:
+		return s.start
+	}
+	return s.end
 }
 
 // keep is when s stops mattering: its window's end, a window later for a

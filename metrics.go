@@ -23,6 +23,10 @@ type Metrics struct {
 	// others are closed.
 	breakers, open, halfOpen atomic.Int64
 
+	// An InFlight limiter's slots: taken, refused and expired (see
+	// MetricsSnapshot).
+	slots [3]atomic.Uint64
+
 	storeErrors [numCauses]atomic.Uint64
 	latency     [len(LatencyBuckets) + 1]atomic.Uint64 // per bucket, the last past every bound
 	latencySum  atomic.Int64                           // nanoseconds
@@ -127,6 +131,16 @@ type MetricsSnapshot struct {
 
 	// The store's round trips (those of a MemoryCounter are not timed).
 	StoreLatency Histogram
+
+	// The slots of an InFlight limiter, one per unit of cost: taken by
+	// allowed requests; asked for by refused ones (shadow mode's would-be
+	// refusals included); and expired, held by a request that never gave
+	// them back before its lease (Window) ended: one still running, one
+	// whose Release failed, or one of a replica that died. The counter
+	// counts those when it drops them, on the tenant's next request
+	// within a lease after the last one ended; a tenant that sends no
+	// more requests by then leaves them uncounted.
+	SlotsTaken, SlotsRefused, SlotsExpired uint64
 }
 
 // DecisionCount is how many decisions ended in Outcome, decided by By.
@@ -196,6 +210,7 @@ func (m *Metrics) Snapshot() MetricsSnapshot {
 		}
 	}
 	h.Sum = time.Duration(m.latencySum.Load()).Seconds()
+	s.SlotsTaken, s.SlotsRefused, s.SlotsExpired = m.slots[0].Load(), m.slots[1].Load(), m.slots[2].Load()
 	return s
 }
 
@@ -205,6 +220,26 @@ func (m *Metrics) Snapshot() MetricsSnapshot {
 func (m *Metrics) decided(o Outcome, by Decider) {
 	if m != nil {
 		m.decisions[o][by].Add(1)
+	}
+}
+
+// slotsDecided records an InFlight decision of n slots: taken, or
+// refused.
+func (m *Metrics) slotsDecided(n int64, taken bool) {
+	if m == nil || n <= 0 {
+		return
+	}
+	if taken {
+		m.slots[0].Add(uint64(n))
+	} else {
+		m.slots[1].Add(uint64(n))
+	}
+}
+
+// slotsExpired records n slots dropped when their lease had ended.
+func (m *Metrics) slotsExpired(n int64) {
+	if m != nil && n > 0 {
+		m.slots[2].Add(uint64(n))
 	}
 }
 

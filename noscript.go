@@ -63,7 +63,7 @@ func (s *scripter) withoutScript(ctx context.Context, ops []*takeOp, refusal err
 	var txs []tx
 	pipe := s.rdb.TxPipeline()
 	for _, op := range ops {
-		if op.algo == SlidingWindow || op.quotas != nil {
+		if op.algo != FixedWindow || op.quotas != nil || op.x != nil {
 			op.err = fmt.Errorf("%w, which it refused: %w", errNeedsScripts, refusal)
 			continue
 		}

@@ -49,7 +49,9 @@ type Options struct {
 
 	// Algorithm is how requests are counted in time: FixedWindow, or
 	// SlidingWindow, which lets no tenant spend two budgets around a
-	// window's end (see Algorithm). SlidingWindow needs Counter (and
+	// window's end (see Algorithm), or InFlight, which counts the
+	// requests running at once, Window being the lease of each (see
+	// InFlight). SlidingWindow and InFlight need Counter (and
 	// Fallback, if set) to be a MemoryCounter or a RedisCounter: setup
 	// panics for a Counter of your own.
 	//
@@ -229,18 +231,26 @@ func withDefaults(opts Options) Options {
 		panic(fmt.Sprintf("ratelimit: Limit must be between 1 and 2^53, got %d", opts.Limit))
 	}
 	checkDuration("Window", opts.Window, minWindow, maxWindow, false)
-	if opts.Algorithm != FixedWindow && opts.Algorithm != SlidingWindow {
-		panic(fmt.Sprintf("ratelimit: Algorithm must be FixedWindow or SlidingWindow, got %d", int(opts.Algorithm)))
+	if opts.Algorithm != FixedWindow && opts.Algorithm != SlidingWindow && opts.Algorithm != InFlight {
+		panic(fmt.Sprintf("ratelimit: Algorithm must be FixedWindow, SlidingWindow or InFlight, got %d", int(opts.Algorithm)))
 	}
-	if opts.Algorithm == SlidingWindow {
+	if opts.Algorithm != FixedWindow {
+		name := "SlidingWindow"
+		if opts.Algorithm == InFlight {
+			name = "InFlight"
+		}
 		if opts.Counter != nil && !decides(opts.Counter) {
-			panic(fmt.Sprintf("ratelimit: Algorithm: SlidingWindow needs Counter to be a MemoryCounter or a RedisCounter; "+
-				"%T counts by Incr alone", opts.Counter))
+			panic(fmt.Sprintf("ratelimit: Algorithm: %s needs Counter to be a MemoryCounter or a RedisCounter; "+
+				"%T counts by Incr alone", name, opts.Counter))
 		}
 		if opts.Fallback != nil && !decides(opts.Fallback) {
-			panic(fmt.Sprintf("ratelimit: Algorithm: SlidingWindow needs Fallback to be a MemoryCounter or a RedisCounter; "+
-				"%T counts by Incr alone", opts.Fallback))
+			panic(fmt.Sprintf("ratelimit: Algorithm: %s needs Fallback to be a MemoryCounter or a RedisCounter; "+
+				"%T counts by Incr alone", name, opts.Fallback))
 		}
+	}
+	if opts.Algorithm == InFlight && len(opts.Quotas) > 0 {
+		panic("ratelimit: Quotas: an InFlight limiter counts requests running, not requests per period; " +
+			"give the quotas to a limiter of its own")
 	}
 	checkDuration("StoreTimeout", opts.StoreTimeout, minStoreTimeout, maxStoreTimeout, true)
 	checkDuration("BreakerCooldown", opts.BreakerCooldown, time.Millisecond, time.Hour, true)

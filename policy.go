@@ -49,6 +49,17 @@ type headerSwitches struct {
 	legacy bool // X-RateLimit-*
 	draft  bool // RateLimit-Policy and RateLimit
 	shadow bool // none at all: the limiter is in shadow mode
+	// An InFlight limiter's policy counts requests at once, not per window.
+	inFlight bool
+}
+
+// itemWindow is the window a RateLimit-Policy item reports for window: 0
+// for an InFlight limiter, whose items say "concurrent-requests".
+func (h headerSwitches) itemWindow(window time.Duration) time.Duration {
+	if h.inFlight {
+		return 0
+	}
+	return window
 }
 
 // policyHeaders is one policy, with the header values that never change
@@ -84,7 +95,7 @@ func newPolicyHeaders(name string, limit int, window time.Duration, h headerSwit
 		window:         window,
 		policy:         name,
 		limitValue:     strconv.Itoa(limit),
-		policyItem:     string(appendPolicyItem(nil, quoted, int64(limit), window)),
+		policyItem:     string(appendPolicyItem(nil, quoted, int64(limit), h.itemWindow(window))),
 		name:           quoted,
 	}
 	p.limitBytes, p.policyItemBytes = []byte(p.limitValue), []byte(p.policyItem)
@@ -92,11 +103,16 @@ func newPolicyHeaders(name string, limit int, window time.Duration, h headerSwit
 }
 
 // appendPolicyItem appends the item of RateLimit-Policy for a policy named
-// name (an sf-string) of limit per window: "name";q=limit;w=seconds.
+// name (an sf-string) of limit per window: "name";q=limit;w=seconds, or
+// for window 0, an InFlight limiter's, limit requests at once:
+// "name";q=limit;qu="concurrent-requests".
 func appendPolicyItem(b []byte, name string, limit int64, window time.Duration) []byte {
 	b = append(b, name...)
 	b = append(b, ";q="...)
 	b = strconv.AppendInt(b, limit, 10)
+	if window == 0 {
+		return append(b, `;qu="concurrent-requests"`...)
+	}
 	b = append(b, ";w="...)
 	return strconv.AppendInt(b, ceilDiv(window, time.Second), 10)
 }

@@ -133,12 +133,40 @@ func (r *RedisCounter) takeWithin(ctx context.Context, t take, deadline time.Tim
 		key = quotaHash(key)
 	}
 	k := opKey{key: key, ms: ceilDiv(t.window, time.Millisecond), limit: t.limit, algo: t.algo, quotas: t.quotas}
+	switch {
+	case t.give && t.algo == InFlight:
+		k.x = &opArgs{give: true, token: slotToken(t.slot)}
+	case t.give:
+		k.x = &opArgs{give: true, offsets: t.offsets(monoNow())}
+	case t.algo == InFlight:
+		k.x = &opArgs{token: slotToken(t.slot)}
+	}
 	op, rank, err := r.nodes.byID(t.node).batch.take(ctx, k, t.cost, deadline, wait)
 	if err != nil {
-		return t, fmt.Errorf("increment rate limit key %s: %w", key, asMisconfigured(err, r.nodes.cluster != nil))
+		verb := "increment"
+		if t.give {
+			verb = "give back to"
+		}
+		return t, fmt.Errorf("%s rate limit key %s: %w", verb, key, asMisconfigured(err, r.nodes.cluster != nil))
 	}
-	if t.quotas != nil {
+	switch {
+	case t.give:
+		t.given = op.a
+		return t, nil
+	case t.algo == InFlight:
+		t.expired = op.a
+		res := op.res[rank]
+		if res < 0 {
+			t.decidedFlight(false, -res-1)
+		} else {
+			t.decidedFlight(true, res)
+		}
+		return t, nil
+	case t.quotas != nil:
 		decideFromScript(&t, op, rank)
+		if t.allowed {
+			t.markRedis(monoNow())
+		}
 		return t, nil
 	}
 	t.byTransaction = t.algo == FixedWindow && r.nodes.refused.Load() != nil
@@ -151,6 +179,9 @@ func (r *RedisCounter) takeWithin(ctx context.Context, t take, deadline time.Tim
 		t.decidedSliding(allowed, sliding{prev: prev, cur: count, elapsed: msDuration(a), window: time.Duration(k.ms) * time.Millisecond})
 	} else {
 		t.decided(allowed, count, msDuration(a))
+	}
+	if allowed {
+		t.markRedis(monoNow())
 	}
 	return t, nil
 }

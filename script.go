@@ -201,6 +201,97 @@ for _, key in ipairs(KEYS) do
       out[o+1], out[o+2] = a, res
     end
     o = o + 2
+  elseif kind == 'i' then
+    -- A request in flight (Algorithm InFlight): ARGV holds the limit, the
+    -- lease in ms, the request's token and its cost. The key is a sorted
+    -- set of slots scored by the end of their lease; those that have
+    -- ended are dropped first, and a is how many. The slots are taken
+    -- when the cost fits, a member each (the token, then token.2 on), and
+    -- the set lives a lease past its last lease.
+    local tok, c = ARGV[at+3], tonumber(ARGV[at+4], 16)
+    at = at + 5
+    clock()
+    local x = pcall('ZREMRANGEBYSCORE', key, '-inf', now)
+    if type(x) == 'table' then
+      local e = fatal(x)
+      if e then return e end
+      out[o+1], out[o+2] = -3, 0
+    else
+      local used, ends = call('ZCARD', key), now + tonumber(msarg)
+      local res = -used - 1
+      if used + c <= limit then
+        local m, args = tok, {}
+        for i = 1, c do
+          if i > 1 then m = tok .. '.' .. i end
+          args[#args+1], args[#args+2] = ends, m
+          if #args >= 1000 or i == c then
+            call('ZADD', key, unpack(args))
+            args = {}
+          end
+        end
+        if call('PTTL', key) < 2 * tonumber(msarg) then call('PEXPIRE', key, 2 * tonumber(msarg)) end
+        res = used + c
+      end
+      out[o+1], out[o+2] = x, res
+    end
+    o = o + 2
+  elseif kind == 'y' then
+    -- The slots of a request in flight given back: ARGV holds its token
+    -- and cost. It returns how many were still there.
+    local tok, c = ARGV[at+1], tonumber(ARGV[at+2], 16)
+    at = at + 3
+    local gone, ms = 0, {}
+    for i = 1, c do
+      if i == 1 then ms[1] = tok else ms[#ms+1] = tok .. '.' .. i end
+      if #ms >= 1000 or i == c then
+        local r = pcall('ZREM', key, unpack(ms))
+        if type(r) == 'table' then
+          local e = fatal(r)
+          if e then return e end
+          gone = -3
+          break
+        end
+        gone, ms = gone + r, {}
+      end
+    end
+    out[o+1], o = gone, o + 1
+  elseif kind == 'x' then
+    -- A cost given back (Limiter.Release) in a window without quotas,
+    -- when it is still the window it was counted in: ARGV holds the
+    -- window's kind (f or s), its length in ms, the cost, and its offset
+    -- as the caller expects it now (a fixed window's ms left, a sliding
+    -- window's ms run). A window whose offset is within half its length
+    -- of that is the one. It returns what was given back; a fixed window
+    -- left at 0 is deleted, so that the next request starts one.
+    local k, ms, c, want = ARGV[at+1], tonumber(ARGV[at+2]), tonumber(ARGV[at+3], 16), tonumber(ARGV[at+4])
+    at = at + 5
+    local curkey, off = key, nil
+    if k == 's' then
+      clock()
+      local index = math.floor(now / ms)
+      off = now - index * ms
+      curkey = key .. ':' .. ARGV[at-3] .. ':' .. string.format('%d', index)
+    else
+      off = call('PTTL', key)
+    end
+    local given = 0
+    if off >= 0 and 2 * math.abs(off - want) < ms then
+      local v = pcall('GET', curkey)
+      if type(v) == 'table' then
+        local e = fatal(v)
+        if e then return e end
+        given = -3
+      else
+        v = tonumber(v or 0)
+        if not v then
+          given = -3
+        elseif v > 0 then
+          given = math.min(v, c)
+          if given == v and k == 'f' then call('DEL', curkey) else call('DECRBY', curkey, given) end
+        end
+      end
+    end
+    out[o+1], o = given, o + 1
   elseif kind == 'u' or kind == 'r' then
     -- Usage (u) and Reset (r) of a tenant without quotas: ARGV holds its
     -- kind (f or s) and its window in ms. Usage returns a (a fixed
@@ -225,14 +316,41 @@ for _, key in ipairs(KEYS) do
       out[o+1], out[o+2], out[o+3] = a, prev, count
       o = o + 3
     end
-  elseif kind == 'g' or kind == 'G' or kind == 'U' or kind == 'R' then
+  elseif kind == 'g' or kind == 'G' or kind == 'U' or kind == 'R' or kind == 'X' then
     local set, hkey, e, err = limits(key)
     local nl, n, costs = set.n, 1, nil
     if kind == 'G' then
       n, costs = tonumber(ARGV[at], 16), at + 1
       at = costs + n
     end
-    if kind == 'R' then
+    if kind == 'X' then
+      -- A cost given back (Limiter.Release) in a tenant's limits: ARGV
+      -- holds the cost and, for each limit, its offset as the caller
+      -- expects it now (a fixed window's or a period's ms left, a sliding
+      -- window's ms run). A limit whose window is the one (not new, and
+      -- within half its length, or its period's, of that offset) gets the
+      -- cost back. It returns what the main limit got back.
+      local c, given, m = tonumber(ARGV[at], 16), 0, 0
+      local offs = at
+      at = at + 1 + nl
+      if err then
+        local f = fatal(err)
+        if f then return f end
+        given = -3
+      else
+        for j = 1, nl do
+          local span = set.ms[j]
+          if set.k[j] == 'd' or set.k[j] == 'm' then span = gb[j] end
+          if not ch[j] and cur[j] > 0 and 2 * math.abs(ga[j] - tonumber(ARGV[offs+j])) < span then
+            local back = math.min(cur[j], c)
+            if j == 1 then given = back end
+            hargs[m+1], hargs[m+2], m = set.cn[j], cur[j] - back, m + 2
+          end
+        end
+        if m > 0 then call('HSET', hkey, unpack(hargs, 1, m)) end
+      end
+      out[o+1], o = given, o + 1
+    elseif kind == 'R' then
       call('DEL', hkey)
     elseif err then
       local f = fatal(err)
@@ -589,6 +707,10 @@ func call(ctx context.Context, ops []*takeOp, body bool) scriptCmd {
 		}
 		kind, n := algoKind(op.algo), op.stayed()
 		one := n == 1 && op.first == 1 && len(op.gone) == 0
+		if op.x != nil {
+			args = op.x.append(args, op, setOf, limitArg, msArg)
+			continue
+		}
 		switch {
 		case op.quotas != nil && one:
 			args = append(args, "g", hexArg(int64(setOf(op))), limitArg, msArg)
@@ -609,6 +731,25 @@ func call(ctx context.Context, ops []*takeOp, body bool) scriptCmd {
 	cmd := redis.NewIntSliceCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
 	return scriptCmd{cmd}
+}
+
+// append appends the arguments of op, a call with x's arguments, to
+// args; setOf numbers its quota set.
+func (x *opArgs) append(args []any, op *takeOp, setOf func(*takeOp) int, limitArg, msArg any) []any {
+	cost := hexArg(op.first)
+	switch {
+	case !x.give:
+		return append(args, "i", limitArg, msArg, x.token, cost)
+	case op.algo == InFlight:
+		return append(args, "y", x.token, cost)
+	case op.quotas != nil:
+		args = append(args, "X", hexArg(int64(setOf(op))), limitArg, msArg, cost)
+		for j := range op.limits() {
+			args = append(args, x.offsets[j])
+		}
+		return args
+	}
+	return append(args, "x", kindOne[algoKind(op.algo)], msArg, cost, x.offsets[0])
 }
 
 // algoKind is the index of algo's kinds in kindOne and kindAny.
@@ -648,7 +789,7 @@ func answer(ops []*takeOp, cmd scriptCmd, cause error) {
 	vals, err := cmd.Result()
 	want := 0
 	for _, op := range ops {
-		want += head(op) + int(op.stayed())*op.limits()
+		want += head(op) + int(op.stayed())*op.values()
 	}
 	if err == nil && len(vals) != want {
 		err = fmt.Errorf("take script returned %d values for %d keys, want %d", len(vals), len(ops), want)
@@ -671,7 +812,7 @@ func answer(ops []*takeOp, cmd scriptCmd, cause error) {
 		if op.quotas != nil {
 			op.heads = vals[:h:h]
 		}
-		n := h + int(op.stayed())*op.limits()
+		n := h + int(op.stayed())*op.values()
 		op.res, vals = vals[h:n:n], vals[n:]
 		if op.a == -3 {
 			op.err = errNotCounter
@@ -683,6 +824,9 @@ func answer(ops []*takeOp, cmd scriptCmd, cause error) {
 // callers' own: a, and for a sliding window prev; with quotas, both for
 // each limit.
 func head(op *takeOp) int {
+	if op.x != nil {
+		return 1 // an in-flight take's slots dropped, or what was given back
+	}
 	if op.quotas != nil {
 		return 2 * op.limits()
 	}

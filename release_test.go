@@ -1,0 +1,161 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Release gives back what a Decision took, in the windows it was counted
+// in. These tests run on a MemoryCounter (on a fake clock) and on real
+// Redis (a single node, a cluster and a ring), in both algorithms, with
+// and without quotas.
+
+var releaseCases = []struct {
+	name   string
+	quotas []Quota
+}{
+	{"alone", nil},
+	{"with quotas", []Quota{{Name: "day", Limit: 100, Calendar: CalendarDay}, {Name: "hour", Limit: 50, Window: time.Hour}}},
+}
+
+// A request given back leaves its budget as if it had never come, in
+// every limit; a decision that took nothing gives nothing back.
+func TestReleaseGivesBack(t *testing.T) {
+	for _, c := range releaseCases {
+		t.Run(c.name, func(t *testing.T) {
+			opts := Options{Limit: 3, Window: time.Minute, Quotas: c.quotas}
+			eachTakeSubject(t, opts, func(t *testing.T, lim *Limiter, tenant string, _ func(time.Duration)) {
+				ctx := context.Background()
+				var ds []Decision
+				for range 3 {
+					ds = append(ds, takeExpect(t, lim, tenant, true, ""))
+				}
+				refused := takeExpect(t, lim, tenant, false, "default")
+				if err := lim.Release(ctx, refused); err != nil {
+					t.Fatalf("Release of a refusal: %v, want nil", err)
+				}
+				if got := used(t, lim, tenant)[0]; got != 3 {
+					t.Fatalf("used %d after giving back a refusal, want 3: it took nothing", got)
+				}
+				for i, d := range ds[:2] {
+					if err := lim.Release(ctx, d); err != nil {
+						t.Fatalf("Release %d: %v", i, err)
+					}
+				}
+				want := []int{1}
+				if c.quotas != nil {
+					want = []int{1, 1, 1}
+				}
+				expectUsed(t, lim, tenant, want...)
+				// The over-limit cache forgot the refusal: two fit again.
+				takeExpect(t, lim, tenant, true, "")
+				takeExpect(t, lim, tenant, true, "")
+				takeExpect(t, lim, tenant, false, "default")
+
+				d := lim.TakeN(ctx, tenant+"-costly", 3)
+				if !d.Allowed {
+					t.Fatalf("cost 3: %+v", d)
+				}
+				if err := lim.Release(ctx, d); err != nil {
+					t.Fatalf("Release of cost 3: %v", err)
+				}
+				if got := used(t, lim, tenant+"-costly")[0]; got != 0 {
+					t.Fatalf("used %d after giving back a cost of 3, want 0", got)
+				}
+			})
+		})
+	}
+}
+
+// A window that has ended is left alone: giving back a request of the
+// window before does not take from the one running.
+func TestReleaseLeavesAnEndedWindowAlone(t *testing.T) {
+	const window = 400 * time.Millisecond
+	for _, c := range releaseCases {
+		t.Run(c.name, func(t *testing.T) {
+			opts := Options{Limit: 5, Window: window, Quotas: c.quotas}
+			eachTakeSubject(t, opts, func(t *testing.T, lim *Limiter, tenant string, advance func(time.Duration)) {
+				old := takeExpect(t, lim, tenant, true, "")
+				// Past the window, and for a sliding one past the next too,
+				// so that the old count weighs nothing.
+				advance(2*window + 50*time.Millisecond)
+				takeExpect(t, lim, tenant, true, "")
+				takeExpect(t, lim, tenant, true, "")
+				if err := lim.Release(context.Background(), old); err != nil {
+					t.Fatalf("Release: %v", err)
+				}
+				got := used(t, lim, tenant)
+				if got[0] != 2 {
+					t.Fatalf("used %v after giving back a request of an ended window, want 2 in the main limit", got)
+				}
+				if c.quotas != nil && (got[1] != 2 || got[2] != 2) {
+					// The day and the hour run on: they take it back.
+					t.Fatalf("used %v, want the day and the hour to give back the old request: 2 each", got)
+				}
+			})
+		})
+	}
+}
+
+// A decision decided by the fallback is given back in the fallback.
+func TestReleaseInTheFallback(t *testing.T) {
+	fb := NewMemoryCounter()
+	lim := NewLimiter(Options{Limit: 2, Window: time.Minute, Counter: &scripted{err: errors.New("store down")},
+		Fallback: fb, Logger: newLogRecorder().logger()})
+	ctx := context.Background()
+	d1 := lim.Take(ctx, "acme")
+	d2 := lim.Take(ctx, "acme")
+	if d1.By != ByFallback || !d2.Allowed || lim.Take(ctx, "acme").Allowed {
+		t.Fatalf("%+v %+v; want two allowed by the fallback, then a refusal", d1, d2)
+	}
+	if err := lim.Release(ctx, d1); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if d := lim.Take(ctx, "acme"); !d.Allowed || d.By != ByFallback {
+		t.Fatalf("after Release: %+v, want allowed by the fallback", d)
+	}
+}
+
+// A Decision of another limiter is not this one's to give back.
+func TestReleaseOfAnotherLimiter(t *testing.T) {
+	a := NewLimiter(Options{Limit: 2, Window: time.Minute})
+	b := NewLimiter(Options{Limit: 2, Window: time.Minute})
+	err := b.Release(context.Background(), a.Take(context.Background(), "acme"))
+	if err == nil || !strings.Contains(err.Error(), "another limiter") {
+		t.Fatalf("Release of another limiter's decision: %v", err)
+	}
+	c := NewLimiter(Options{Limit: 2, Window: time.Minute, Counter: &scripted{err: errors.New("store down")}, Logger: newLogRecorder().logger()})
+	if err := c.CheckRelease(); err == nil || !strings.Contains(err.Error(), "scripted") {
+		t.Fatalf("CheckRelease with a Counter of one's own: %v, want an error naming it", err)
+	}
+}
+
+// Giving back on a MemoryCounter allocates nothing, with quotas too.
+func TestReleaseAllocatesNothing(t *testing.T) {
+	for _, c := range releaseCases {
+		for _, algo := range []Algorithm{FixedWindow, SlidingWindow, InFlight} {
+			if algo == InFlight && c.quotas != nil {
+				continue
+			}
+			lim := NewLimiter(Options{Limit: 3, Window: time.Minute, Algorithm: algo, Quotas: c.quotas})
+			ctx := context.Background()
+			lim.Release(ctx, lim.Take(ctx, "acme")) // the tenant's entry
+			allocs := testing.AllocsPerRun(100, func() {
+				var d Decision
+				lim.takeTenant(ctx, &d, "acme", 1)
+				if !d.Allowed {
+					t.Fatal("refused")
+				}
+				if err := lim.Release(ctx, d); err != nil {
+					t.Fatal(err)
+				}
+			})
+			if allocs != 0 {
+				t.Errorf("%s %v: %v allocations a take and release, want 0", c.name, algo, allocs)
+			}
+		}
+	}
+}
