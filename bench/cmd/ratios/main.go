@@ -6,7 +6,8 @@
 // column each, left out when it is zero throughout the group. Last comes a
 // table of the issue's targets, each figure a ratio (or, for the flood,
 // Redis commands per request; for quotas in memory, allocations per
-// request) taken from the groups of this output.
+// request; for InFlight, a throughput ratio) taken from the groups of
+// this output.
 // With -svg FILE it also writes FILE, an SVG chart of the handler groups'
 // throughput ratios drawn from the same results (chart.go).
 //
@@ -32,6 +33,10 @@ const (
 	ours      = "ratelimit"
 	raw       = "raw-multi-exec"
 	quotas    = "ratelimit-quotas" // ours with two quotas (BenchmarkQuotas)
+	// ours with SkipFailedRequests, and ours on InFlight, a Take and a
+	// Release per op (BenchmarkGiveBack)
+	skipFailed = "ratelimit-skipfailed"
+	inFlight   = "ratelimit-inflight"
 )
 
 var procSuffix = regexp.MustCompile(`-\d+$`)
@@ -350,6 +355,28 @@ var targets = []target{
 			return v, fmt.Sprintf("without quotas %.0f", o), ok
 		},
 		met: func(v float64) bool { return v == 0 },
+	},
+	{
+		what:   "time of a request that succeeds with SkipFailedRequests ÷ without, Redis, 64 callers",
+		group:  regexp.MustCompile(`^BenchmarkGiveBack/fiber/redis/`),
+		goal:   "≤ 1.05",
+		format: "%.2f ×",
+		figure: func(g *group) (float64, string, bool) {
+			s, o := g.ns(skipFailed), g.ns(ours)
+			return s / o, fmt.Sprintf("%.0f vs %.0f ns/op", s, o), s > 0 && o > 0
+		},
+		met: func(v float64) bool { return v <= 1.05 },
+	},
+	{
+		what:   "throughput of InFlight (Take and Release) ÷ a fixed window's (Take), Redis, 64 callers",
+		group:  regexp.MustCompile(`^BenchmarkGiveBack/take/redis/`),
+		goal:   "≥ 0.5",
+		format: "%.2f ×",
+		figure: func(g *group) (float64, string, bool) {
+			f, o := g.ns(inFlight), g.ns(ours)
+			return o / f, fmt.Sprintf("%.0f vs %.0f ns/op", f, o), f > 0 && o > 0
+		},
+		met: func(v float64) bool { return v >= 0.5 },
 	},
 }
 

@@ -168,6 +168,23 @@ BenchmarkQuotas/take/redis/opts=ctxtimeout/tenants=10000/ratelimit-quotas-2 	 10
 	}
 }
 
+func TestGiveBackTargets(t *testing.T) {
+	in := `BenchmarkGiveBack/fiber/redis/opts=ctxtimeout/tenants=10000/ratelimit-2 	 100000 	 10000 ns/op 	 0 failopen 	 1000 B/op 	 5 allocs/op
+BenchmarkGiveBack/fiber/redis/opts=ctxtimeout/tenants=10000/ratelimit-skipfailed-2 	 100000 	 10300 ns/op 	 0 failopen 	 1000 B/op 	 5 allocs/op
+BenchmarkGiveBack/take/redis/opts=ctxtimeout/tenants=10000/ratelimit-2 	 100000 	 9000 ns/op 	 0 failopen 	 900 B/op 	 5 allocs/op
+BenchmarkGiveBack/take/redis/opts=ctxtimeout/tenants=10000/ratelimit-inflight-2 	 50000 	 20000 ns/op 	 0 failopen 	 0 releasefail 	 2000 B/op 	 18 allocs/op
+`
+	out, _ := runRatios(t, in)
+	for _, row := range []string{
+		"| time of a request that succeeds with SkipFailedRequests ÷ without, Redis, 64 callers | BenchmarkGiveBack/fiber/redis/opts=ctxtimeout/tenants=10000 | 1.03 × | ≤ 1.05 | yes | 10300 vs 10000 ns/op |",
+		"| throughput of InFlight (Take and Release) ÷ a fixed window's (Take), Redis, 64 callers | BenchmarkGiveBack/take/redis/opts=ctxtimeout/tenants=10000 | 0.45 × | ≥ 0.5 | no | 20000 vs 9000 ns/op |",
+	} {
+		if !strings.Contains(out, row) {
+			t.Errorf("no row %q in:\n%s", row, out)
+		}
+	}
+}
+
 // A line logged while a benchmark runs splits its name from its figures.
 func TestLogLineBetweenNameAndFigures(t *testing.T) {
 	in := `BenchmarkCounter/memory/keys=1/ratelimit-2 	2026/12/01 20:39:43 ERROR ratelimit: counter failed tenant=t7
