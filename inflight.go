@@ -138,6 +138,20 @@ func (f *memFlight) expire(now int64) int64 {
 	return gone
 }
 
+// live is how many slots f's requests hold at now, for Usage: those whose
+// lease has ended are left for a take to drop and count.
+func (f *memFlight) live(now int64) int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var n int64
+	for _, s := range f.slots {
+		if now < s.end {
+			n += s.cost
+		}
+	}
+	return n
+}
+
 // releaseSlot gives back slot's slots in f, and returns how many: 0 when
 // they are gone, their lease having ended.
 func (f *memFlight) releaseSlot(slot uint64) int64 {

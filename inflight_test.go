@@ -54,6 +54,7 @@ func TestInFlightSlots(t *testing.T) {
 			}
 			held = append(held, d)
 		}
+		expectUsed(t, lim, tenant, 3)
 		d := lim.Take(ctx, tenant)
 		if d.Allowed || d.RetryAfter != time.Second || d.Remaining != 0 {
 			t.Fatalf("a fourth: %+v; want refused, retry after 1s, 0 left", d)
@@ -86,9 +87,20 @@ func TestInFlightSlots(t *testing.T) {
 		} else {
 			lim.Release(ctx, d)
 		}
+		expectUsed(t, lim, tenant, 0)
+		// Reset frees every slot at once.
+		lim.TakeN(ctx, tenant, 3)
+		if err := lim.Reset(ctx, tenant); err != nil {
+			t.Fatal(err)
+		}
+		if d := lim.TakeN(ctx, tenant, 3); !d.Allowed {
+			t.Fatalf("cost 3 after Reset: %+v", d)
+		} else {
+			lim.Release(ctx, d)
+		}
 		s := lim.opts.Metrics.Snapshot()
-		if s.SlotsTaken != 8 || s.SlotsRefused != 4 || s.SlotsExpired != 0 {
-			t.Errorf("slots taken %d, refused %d, expired %d; want 8, 4, 0", s.SlotsTaken, s.SlotsRefused, s.SlotsExpired)
+		if s.SlotsTaken != 14 || s.SlotsRefused != 4 || s.SlotsExpired != 0 {
+			t.Errorf("slots taken %d, refused %d, expired %d; want 14, 4, 0", s.SlotsTaken, s.SlotsRefused, s.SlotsExpired)
 		}
 		if rc, ok := lim.opts.Counter.(*RedisCounter); ok {
 			if n, err := rc.nodes.rdb.Exists(ctx, "rl:"+tenant).Result(); err != nil || n != 0 {

@@ -40,6 +40,7 @@ const (
 	aclSliding   = "~{rl:* +evalsha +eval +time +get +incrby +decrby +del +pexpire +ping"
 	aclNoScripts = "~rl:* +set +incrby +pttl +multi +exec +ping"
 	aclQuotas    = "~rl:* ~{rl:* +evalsha +eval +time +hmget +hset +pexpire +del +ping"
+	aclInFlight  = "~rl:* +evalsha +eval +time +zremrangebyscore +zcard +zadd +zrem +zcount +pttl +pexpire +del +ping"
 )
 
 // redisFixes are the answers that mean misconfiguration, by words they
@@ -53,7 +54,7 @@ var redisFixes = []struct {
 	{[]string{"WRONGPASS"}, "the username or password is wrong: check the client's Username and Password"},
 	{[]string{"NOPERM", "can't run this command", "no permissions to run"},
 		"the ACL user lacks a permission: grant it, for a fixed window, " + aclFixed + "; for a sliding window, " + aclSliding +
-			"; with quotas, " + aclQuotas + " (docs/redis.md lists them, and the cluster's)"},
+			"; with quotas, " + aclQuotas + "; for InFlight, " + aclInFlight + " (docs/redis.md lists them, and the cluster's)"},
 	{[]string{"OOM command not allowed"}, "the server is at its maxmemory and evicts nothing (maxmemory-policy noeviction): " +
 		"raise maxmemory, or use a policy that evicts, such as volatile-ttl: every key the limiter writes has an expiry"},
 	{[]string{"READONLY"}, "the server is a read-only replica: point the client at the primary, " +
@@ -89,7 +90,7 @@ func asMisconfigured(err error, cluster bool) error {
 	case errors.Is(err, errNotCounter) || redis.HasErrorPrefix(err, "WRONGTYPE"):
 		return &keyMisconfigured{redisMisconfigured{err, fixNotCounter}}
 	case errors.Is(err, errNeedsScripts):
-		return &redisMisconfigured{err, "the server refuses scripts, which the sliding window and quotas need: grant the user " + aclSliding + " (with quotas, " + aclQuotas + "), or use FixedWindow without Quotas"}
+		return &redisMisconfigured{err, "the server refuses scripts, which the sliding window, quotas, InFlight and Release need: grant the user " + aclSliding + " (with quotas, " + aclQuotas + "; for InFlight, " + aclInFlight + "), or use FixedWindow without Quotas"}
 	}
 	msg := err.Error()
 	if !cluster {

@@ -143,6 +143,7 @@ func TestACLPermissionsTheDocsList(t *testing.T) {
 		{"sliding window", SlidingWindow, nil, aclSliding},
 		{"fixed window with quotas", FixedWindow, quotas, aclQuotas},
 		{"sliding window with quotas", SlidingWindow, quotas, aclQuotas},
+		{"in flight", InFlight, nil, aclInFlight},
 	}
 	for _, c := range cases {
 		if !strings.Contains(string(doc), c.acl) {
@@ -179,8 +180,15 @@ func TestACLPermissionsTheDocsList(t *testing.T) {
 					if err := lim.Reset(ctx, tenant); err != nil {
 						t.Fatalf("Reset as a user with %q: %v", c.acl+extra, err)
 					}
-					if d := lim.Take(ctx, tenant); !d.Allowed || d.By != ByCounter {
+					d := lim.Take(ctx, tenant)
+					if !d.Allowed || d.By != ByCounter {
 						t.Fatalf("after Reset: %+v; want allowed by the counter", d)
+					}
+					if err := lim.Release(ctx, d); err != nil {
+						t.Fatalf("Release as a user with %q: %v", c.acl+extra, err)
+					}
+					if u, err := lim.Usage(ctx, tenant); err != nil || u[0].Used != 0 {
+						t.Fatalf("Usage after Release as a user with %q: %+v, %v; want 0 used", c.acl+extra, u, err)
 					}
 
 					// What the docs once listed: scripts, but not the

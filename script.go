@@ -299,14 +299,26 @@ for _, key in ipairs(KEYS) do
     local k, ms = ARGV[at+1], tonumber(ARGV[at+2])
     at = at + 3
     local curkey, prevkey, a = key, nil, 0
-    if k == 's' then
+    if k == 'i' then
+      -- Requests in flight: the slots whose lease runs on.
+      clock()
+      if kind == 'u' then
+        local n = pcall('ZCOUNT', key, '(' .. now, '+inf')
+        if type(n) == 'table' then return redis.error_reply('WRONGTYPE the key holds something other than slots in flight') end
+        out[o+1], out[o+2], out[o+3] = 0, 0, n
+        o = o + 3
+      else
+        call('DEL', key)
+      end
+    elseif k == 's' then
       clock()
       local index = math.floor(now / ms)
       a = now - index * ms
       curkey = key .. ':' .. ARGV[at-1] .. ':' .. string.format('%d', index)
       prevkey = key .. ':' .. ARGV[at-1] .. ':' .. string.format('%d', index - 1)
     end
-    if kind == 'r' then
+    if k == 'i' then
+    elseif kind == 'r' then
       call('DEL', curkey)
       if prevkey then call('DEL', prevkey) end
     else

@@ -173,6 +173,8 @@ func (m *MemoryCounter) usage(key []byte, t *take) (st [maxQuotas + 1]limitState
 					}
 				}
 				g.mu.Unlock()
+			} else if f := w.flight(); f != nil {
+				subs[0].count = f.live(now)
 			} else {
 				subs[0] = w.asSub(now)
 			}
@@ -250,7 +252,10 @@ func (r *RedisCounter) reset(ctx context.Context, key string, t *take) error {
 func limitArgs(kind string, t *take) []any {
 	algo := algoKind(t.algo)
 	ms := ceilDiv(t.window, time.Millisecond)
-	if t.quotas == nil {
+	switch {
+	case t.algo == InFlight:
+		return []any{strings.ToLower(kind), "i", ms}
+	case t.quotas == nil:
 		return []any{strings.ToLower(kind), kindOne[algo], ms}
 	}
 	args := append([]any{"Q", "1"}, t.quotas.setArgs[algo]...)
