@@ -20,6 +20,13 @@
 // Limiter.Usage reports what a tenant has used of each limit, spending
 // nothing, and Limiter.Reset gives it its whole budget back.
 //
+// Limiter.Release gives back what a Decision took, in the windows it was
+// counted in: the middlewares use it for SkipFailedRequests and
+// SkipSuccessfulRequests, and to give back an earlier limiter's count when
+// a later one refuses the request. Options.Algorithm InFlight limits how
+// many requests of a tenant run at once across replicas, each holding its
+// slot until Release or until its lease ends.
+//
 // The count lives in a Counter: MemoryCounter, the default, counts in this
 // process; RedisCounter counts in Redis (single node, cluster or ring), so
 // that N replicas hand out one budget between them instead of N budgets.
