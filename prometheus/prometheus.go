@@ -45,6 +45,16 @@
 //     deadline passed): the clients' doing, not the store's failure.
 //     Configuration errors do not heal by themselves: the deployment
 //     needs fixing.
+//   - ratelimit_slots_total{event}, a counter: the slots of an InFlight
+//     limiter (ratelimit.InFlight), one per unit of cost, by event:
+//     taken by allowed requests; refused, asked for by refused requests
+//     (shadow mode's would-be refusals included); and expired, held past
+//     their lease (Options.Window) by a request that never gave them
+//     back: one still running, one whose Release failed, or one of a
+//     replica that died. Expired slots are counted when the counter drops
+//     them, on the tenant's next request within a lease after theirs
+//     ended: a tenant that sends none by then leaves them uncounted, so
+//     the figure is a floor. A limiter of another Algorithm exports zeros.
 //
 // A MemoryCounter is not a limiter's own (limiters may share one, or have
 // one as their Fallback), so it is added by itself, under a name of its
@@ -112,6 +122,9 @@ var (
 	storeErrorsDesc = prometheus.NewDesc("ratelimit_store_errors_total",
 		"Failed round trips of the limiter to its store, by cause; canceled: ended by the request's own context.",
 		[]string{"limiter", "cause"}, nil)
+	slotsDesc = prometheus.NewDesc("ratelimit_slots_total",
+		"Slots of an InFlight limiter, by event: taken, refused, or expired (held past their lease, never given back).",
+		[]string{"limiter", "event"}, nil)
 	evictedDesc = prometheus.NewDesc("ratelimit_memory_evicted_total",
 		"Live windows the MemoryCounter dropped to stay within its bound (MaxKeys).",
 		[]string{"counter"}, nil)
@@ -189,13 +202,14 @@ func insert[T any](list []named[T], kind, typ, name string, v *T) []named[T] {
 	return slices.Insert(list, i, named[T]{name, v})
 }
 
-// Describe sends the descriptions of the five metrics, so that a registry
+// Describe sends the descriptions of the six metrics, so that a registry
 // can check that no other collector exports them.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- decisionsDesc
 	ch <- breakersDesc
 	ch <- latencyDesc
 	ch <- storeErrorsDesc
+	ch <- slotsDesc
 	ch <- evictedDesc
 }
 
@@ -249,5 +263,12 @@ func collect(ch chan<- prometheus.Metric, name string, s ratelimit.MetricsSnapsh
 	for _, cause := range causes {
 		ch <- prometheus.MustNewConstMetric(storeErrorsDesc, prometheus.CounterValue,
 			float64(s.StoreErrors[cause]), name, cause.String())
+	}
+
+	for _, e := range []struct {
+		event string
+		n     uint64
+	}{{"taken", s.SlotsTaken}, {"refused", s.SlotsRefused}, {"expired", s.SlotsExpired}} {
+		ch <- prometheus.MustNewConstMetric(slotsDesc, prometheus.CounterValue, float64(e.n), name, e.event)
 	}
 }

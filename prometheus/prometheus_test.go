@@ -300,6 +300,61 @@ ratelimit_memory_evicted_total{counter="small"} 3
 	}
 }
 
+// An InFlight limiter's slots, by event, beside a fixed window's zeros:
+// one taken, one refused, and one expired, dropped by the tenant's next
+// request once its lease had ended.
+func TestSlots(t *testing.T) {
+	busy, bm := limiter(ratelimit.Options{Limit: 1, Algorithm: ratelimit.InFlight})
+	take(busy, 2)
+	lm := expiredSlot(t)
+	fixed, fm := limiter(ratelimit.Options{Limit: 1})
+	take(fixed, 2)
+
+	c := NewCollector()
+	c.Add("busy", bm)
+	c.Add("leased", lm)
+	c.Add("fixed", fm)
+	want := `# HELP ratelimit_slots_total Slots of an InFlight limiter, by event: taken, refused, or expired (held past their lease, never given back).
+# TYPE ratelimit_slots_total counter
+ratelimit_slots_total{event="taken",limiter="busy"} 1
+ratelimit_slots_total{event="refused",limiter="busy"} 1
+ratelimit_slots_total{event="expired",limiter="busy"} 0
+ratelimit_slots_total{event="taken",limiter="fixed"} 0
+ratelimit_slots_total{event="refused",limiter="fixed"} 0
+ratelimit_slots_total{event="expired",limiter="fixed"} 0
+ratelimit_slots_total{event="taken",limiter="leased"} 2
+ratelimit_slots_total{event="refused",limiter="leased"} 0
+ratelimit_slots_total{event="expired",limiter="leased"} 1
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "ratelimit_slots_total"); err != nil {
+		t.Error(err)
+	}
+}
+
+// expiredSlot returns the Metrics of an InFlight limiter of one slot that
+// a request took and never gave back, and that the tenant's next request,
+// half a lease after the lease ended, dropped as expired. A MemoryCounter
+// counts an expired slot only on a request within a lease after the lease
+// ended (it then forgets the tenant), so when the scheduler delays that
+// request too long, expiredSlot tries again with a longer lease.
+func expiredSlot(t *testing.T) *ratelimit.Metrics {
+	t.Helper()
+	for lease := 50 * time.Millisecond; lease <= 800*time.Millisecond; lease *= 4 {
+		l, m := limiter(ratelimit.Options{Limit: 1, Window: lease, Algorithm: ratelimit.InFlight})
+		start := time.Now()
+		take(l, 1)
+		time.Sleep(lease * 3 / 2)
+		if d := l.Take(context.Background(), "acme"); !d.Allowed {
+			t.Fatalf("after the lease: %+v; want allowed", d)
+		}
+		if time.Since(start) < 2*lease {
+			return m
+		}
+	}
+	t.Fatal("the request after the lease came more than a lease late, every time")
+	return nil
+}
+
 // The series follow Prometheus's naming conventions.
 func TestLint(t *testing.T) {
 	l, m := limiter(ratelimit.Options{Counter: &mapCounter{}, Limit: 1})
