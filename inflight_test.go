@@ -303,3 +303,25 @@ func TestInFlightChild(t *testing.T) {
 	fmt.Printf("held %d\n", held)
 	time.Sleep(time.Minute)
 }
+
+// While the counter fails, the fallback holds the slots, and gives them
+// back.
+func TestInFlightInTheFallback(t *testing.T) {
+	lim := NewLimiter(Options{Limit: 1, Window: time.Minute, Algorithm: InFlight,
+		Counter: NewRedisCounter(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})), Fallback: NewMemoryCounter(),
+		Logger: newLogRecorder().logger()})
+	ctx := context.Background()
+	d := lim.Take(ctx, "acme")
+	if !d.Allowed || d.By != ByFallback {
+		t.Fatalf("%+v; want a slot of the fallback", d)
+	}
+	if d := lim.Take(ctx, "acme"); d.Allowed || d.By != ByFallback {
+		t.Fatalf("a second: %+v; want refused by the fallback", d)
+	}
+	if err := lim.Release(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if d := lim.Take(ctx, "acme"); !d.Allowed || d.By != ByFallback {
+		t.Fatalf("after Release: %+v; want the slot again", d)
+	}
+}

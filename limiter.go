@@ -555,7 +555,7 @@ func (l *Limiter) failed(ctx context.Context, d *Decision, tenant string, kb []b
 		}
 	}
 	if l.opts.Fallback != nil {
-		f := take{key: string(kb), cost: t.cost, window: t.window, algo: t.algo, limit: l.fallbackLimit(t.limit)}
+		f := take{key: string(kb), cost: t.cost, window: t.window, algo: t.algo, limit: l.fallbackLimit(t.limit), slot: t.slot}
 		if t.quotas != nil {
 			f.quotas = t.quotas.fallback
 		}
