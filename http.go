@@ -1,10 +1,13 @@
 package ratelimit
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/netip"
+	"sync"
 )
 
 // HTTPConfig says how HTTPMiddleware reads a request and answers it.
@@ -52,6 +55,26 @@ type HTTPConfig struct {
 	//
 	// Optional. Default: every request costs 1
 	Cost func(r *http.Request) int
+
+	// SkipFailedRequests gives back what a request took (Limiter.Release)
+	// when its response is a failure, status 400 or more, once the next
+	// handler has returned: only requests that succeed spend the budget.
+	// The status is the one the next handler wrote, 200 when it wrote a
+	// body without WriteHeader or wrote nothing, as net/http answers. It
+	// needs the Limiter to be able to give back (Limiter.CheckRelease),
+	// and HTTPMiddleware panics for an InFlight Algorithm, whose slots
+	// every request gives back anyway.
+	//
+	// Optional. Default: false
+	SkipFailedRequests bool
+
+	// SkipSuccessfulRequests gives back what a request took when its
+	// response is a success, status below 400, as SkipFailedRequests does
+	// for failures: only requests that fail spend the budget (a limit on
+	// failed logins, say).
+	//
+	// Optional. Default: false
+	SkipSuccessfulRequests bool
 }
 
 // HTTPMiddleware returns net/http middleware that decides each request with
@@ -59,7 +82,32 @@ type HTTPConfig struct {
 // (or calls LimitReached); when nothing can count the request under
 // Options.FailClosed it answers 503 with a body that names no cause. Every
 // response it decides carries the rate limit headers (see
-// Decision.SetHeaders).
+// Decision.SetHeaders). It panics, naming the field, when cfg asks for
+// what lim cannot do.
+//
+// Several middlewares may decide one request, a global one around a
+// stricter one on a route, each with a Limiter of its own Options.Name. A
+// request that a later one refuses (429, or the 503 of FailClosed) spends
+// nothing in the earlier ones either: each middleware passes the next
+// handler its http.ResponseWriter wrapped, the refusing one marks every
+// wrapper it finds by unwrapping the writer it got (Unwrap, as
+// http.ResponseController does), and each earlier middleware gives back
+// what it took (Limiter.Release) once the next handler returns. That is
+// not atomic across limiters: an earlier limiter's count stands from its
+// decision until the refusal has come back up the chain and one round
+// trip to its counter more, and a request of the same tenant decided
+// meanwhile sees it. A middleware between two limiters that replaces the
+// writer with one that has no Unwrap method (http.TimeoutHandler's, for
+// one) hides the refusal from the earlier limiter, whose count then
+// stands. The wrapper passes Flush and Hijack through (and, by Unwrap,
+// what http.ResponseController reaches), so that streaming handlers and
+// WebSocket upgrades keep working; it is reused by later requests, so
+// that none allocates one, and, as net/http requires of any writer, must
+// not be used once the handler has returned.
+//
+// With an InFlight Algorithm, the middleware takes the tenant's slots
+// before the next handler runs and gives them back when it returns,
+// panics included.
 func HTTPMiddleware(lim *Limiter, cfg HTTPConfig) func(http.Handler) http.Handler {
 	if lim == nil {
 		panic("ratelimit: HTTPMiddleware needs a Limiter, got nil")
@@ -69,6 +117,10 @@ func HTTPMiddleware(lim *Limiter, cfg HTTPConfig) func(http.Handler) http.Handle
 			panic("ratelimit: Cost: " + err.Error())
 		}
 	}
+	if err := checkSkipRules(lim, cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests); err != nil {
+		panic("ratelimit: " + err.Error())
+	}
+	canGiveBack, inFlight := lim.CheckRelease() == nil, lim.Algorithm() == InFlight
 	if cfg.Tenant == nil {
 		cfg.Tenant = func(r *http.Request) (string, bool) { return TenantFromContext(r.Context()) }
 	}
@@ -100,17 +152,159 @@ func HTTPMiddleware(lim *Limiter, cfg HTTPConfig) func(http.Handler) http.Handle
 			}
 			d.SetHeaders(w.Header())
 			switch {
+			case d.Allowed && inFlight:
+				serveHolding(lim, next, w, r, &d)
+			case d.Allowed && canGiveBack:
+				dw := doorWriters.Get().(*doorWriter)
+				dw.ResponseWriter = w
+				next.ServeHTTP(dw, r)
+				if dw.refused || cfg.skipped(dw.status) {
+					releaseAfter(r.Context(), lim, &d)
+				}
+				*dw = doorWriter{}
+				doorWriters.Put(dw)
 			case d.Allowed:
 				next.ServeHTTP(w, r)
 			case d.By == ByNone:
+				markRefused(w)
 				http.Error(w, "service unavailable", http.StatusServiceUnavailable)
 			default:
+				markRefused(w)
 				// A copy, so that only a refused request puts its Decision
 				// on the heap.
 				refused := d
 				cfg.LimitReached.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), contextDecision{}, &refused)))
 			}
 		})
+	}
+}
+
+// serveHolding serves r while d holds its slots of an InFlight limiter,
+// and gives them back when next returns or panics. A function of its own,
+// so that a window's request pays no defer.
+func serveHolding(lim *Limiter, next http.Handler, w http.ResponseWriter, r *http.Request, d *Decision) {
+	defer releaseAfter(r.Context(), lim, d)
+	next.ServeHTTP(w, r)
+}
+
+// releaseAfter gives back what d took, once the handler has returned, on
+// ctx without its cancellation. Release logs a failure itself; the count
+// then stands until its window or lease ends.
+func releaseAfter(ctx context.Context, lim *Limiter, d *Decision) {
+	_ = lim.Release(releaseContext(ctx), *d)
+}
+
+// skipped reports whether a skip rule of cfg gives back a request answered
+// with status.
+func (cfg *HTTPConfig) skipped(status int) bool {
+	if status == 0 {
+		status = http.StatusOK // what net/http answers for a handler that wrote nothing
+	}
+	if status >= 400 {
+		return cfg.SkipFailedRequests
+	}
+	return cfg.SkipSuccessfulRequests
+}
+
+// checkSkipRules returns an error naming the skip rule that lim cannot
+// follow: one whose counter cannot give back, or an InFlight limiter,
+// which gives back every request. The doors panic with it at setup.
+func checkSkipRules(lim *Limiter, skipFailed, skipSuccessful bool) error {
+	field := "SkipFailedRequests"
+	switch {
+	case !skipFailed && !skipSuccessful:
+		return nil
+	case !skipFailed:
+		field = "SkipSuccessfulRequests"
+	}
+	if lim.Algorithm() == InFlight {
+		return errors.New(field + ": an InFlight limiter gives back every request's slots when its handler returns; " +
+			"a skip rule has nothing left to give back")
+	}
+	if err := lim.CheckRelease(); err != nil {
+		return errors.New(field + ": " + err.Error())
+	}
+	return nil
+}
+
+// releaseContext is ctx without its cancellation, for Limiter.Release
+// after the handler: its client may be gone, but the count must still be
+// given back. A context that is never done (a MemoryCounter's
+// context.Background) is used as it is, without allocating.
+func releaseContext(ctx context.Context) context.Context {
+	if ctx.Done() == nil {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
+}
+
+// doorWriter is the http.ResponseWriter that HTTPMiddleware hands the next
+// handler: it records the status the handler answers, and whether a later
+// middleware refused the request. They are pooled, so that a request
+// allocates none.
+type doorWriter struct {
+	http.ResponseWriter
+	status  int  // the final status written; 0 until then
+	refused bool // a later middleware refused the request
+}
+
+var doorWriters = sync.Pool{New: func() any { return new(doorWriter) }}
+
+func (w *doorWriter) WriteHeader(code int) {
+	// 1xx answers (103 Early Hints) come before the final one; 101 ends
+	// the exchange.
+	if w.status == 0 && (code < 100 || code > 199 || code == http.StatusSwitchingProtocols) {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *doorWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap returns the writer w wraps, for http.ResponseController and for
+// a later HTTPMiddleware that marks a refusal.
+func (w *doorWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Flush sends what the handler wrote so far, for handlers that stream
+// through http.Flusher.
+func (w *doorWriter) Flush() { _ = w.FlushError() }
+
+// FlushError is Flush for http.ResponseController, which returns the
+// error of a writer that cannot flush.
+func (w *doorWriter) FlushError() error {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Hijack hands the connection to the handler (a WebSocket upgrade), when
+// the writer w wraps can.
+func (w *doorWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err == nil && w.status == 0 {
+		w.status = http.StatusSwitchingProtocols
+	}
+	return conn, rw, err
+}
+
+// markRefused marks every doorWriter in w's chain of wrappers: the
+// earlier middlewares on the request give back what they took.
+func markRefused(w http.ResponseWriter) {
+	for w != nil {
+		if dw, ok := w.(*doorWriter); ok {
+			dw.refused = true
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return
+		}
+		w = u.Unwrap()
 	}
 }
 

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/netip"
 	"reflect"
@@ -28,23 +29,27 @@ func RateLimitShared(cfg Config) fiber.Handler {
 // as HTTPMiddleware is for net/http: a gateway that checks the Limiter's
 // counter at start-up (Limiter.Ping), or decides with one Limiter outside
 // Fiber too, builds it first. Of cfg it reads only how to read a request
-// and answer it (Next, Tenant, AnonymousByIP, LimitReached, Cost); the
-// budget is lim's, and it panics when any other field of cfg is set.
+// and answer it (Next, Tenant, AnonymousByIP, LimitReached, Cost,
+// SkipFailedRequests, SkipSuccessfulRequests); the budget is lim's, and
+// it panics when any other field of cfg is set. It gives back as
+// RateLimitShared does.
 func FiberMiddleware(lim *Limiter, cfg Config) fiber.Handler {
 	if lim == nil {
 		panic("ratelimit: FiberMiddleware needs a Limiter, got nil")
 	}
 	if !reflect.ValueOf(cfg.options()).IsZero() {
 		panic("ratelimit: FiberMiddleware takes the budget, the counter and the rest from its Limiter: " +
-			"set only Next, Tenant, AnonymousByIP, LimitReached and Cost in its Config")
+			"set only Next, Tenant, AnonymousByIP, LimitReached, Cost, SkipFailedRequests and " +
+			"SkipSuccessfulRequests in its Config")
 	}
 	return newFiberDoor(lim, cfg).handle
 }
 
 // Config configures RateLimitShared, the Fiber v2 handler. Next, Tenant,
-// LimitReached and AnonymousByIP say how it reads a request and answers
-// it; every other field is the Options field of the same name, with the
-// same meaning and default.
+// AnonymousByIP, LimitReached, Cost, SkipFailedRequests and
+// SkipSuccessfulRequests say how it reads a request and answers it; every
+// other field is the Options field of the same name, with the same
+// meaning and default.
 type Config struct {
 	// Next skips the limiter for a request when it returns true. Skipped
 	// requests are neither counted nor given headers.
@@ -88,6 +93,28 @@ type Config struct {
 	//
 	// Optional. Default: every request costs 1
 	Cost func(c *fiber.Ctx) int
+
+	// SkipFailedRequests gives back what a request took (Limiter.Release)
+	// when its response is a failure, status 400 or more, once the next
+	// handlers have returned: only requests that succeed spend the budget.
+	// An error a handler returns counts by the status Fiber answers it
+	// with by default: a *fiber.Error's Code (found by errors.As), 500 for
+	// any other error; an ErrorHandler of the app that answers errors
+	// otherwise is not consulted. It needs Counter (and Fallback) to be a
+	// MemoryCounter or a RedisCounter, and setup panics for an InFlight
+	// Algorithm, whose slots every request gives back anyway.
+	//
+	// Optional. Default: false
+	SkipFailedRequests bool
+
+	// SkipSuccessfulRequests gives back what a request took when its
+	// response is a success, status below 400, as SkipFailedRequests does
+	// for failures: only requests that fail spend the budget (a limit on
+	// failed logins, say). Its status is read as SkipFailedRequests says,
+	// with the same needs.
+	//
+	// Optional. Default: false
+	SkipSuccessfulRequests bool
 
 	// The fields of Options, each with the meaning and default documented
 	// on the Options field of the same name.
@@ -147,6 +174,12 @@ type fiberDoor struct {
 	cost          func(c *fiber.Ctx) int
 	anonymousByIP bool
 	limitReached  fiber.Handler
+
+	skipFailed, skipSuccessful bool
+	// canGiveBack: lim can give back (Limiter.CheckRelease), so a request
+	// that a later handler refuses gets its count back.
+	canGiveBack bool
+	inFlight    bool
 }
 
 func newFiberDoor(lim *Limiter, cfg Config) *fiberDoor {
@@ -155,8 +188,13 @@ func newFiberDoor(lim *Limiter, cfg Config) *fiberDoor {
 			panic("ratelimit: Cost: " + err.Error())
 		}
 	}
+	if err := checkSkipRules(lim, cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests); err != nil {
+		panic("ratelimit: " + err.Error())
+	}
 	d := &fiberDoor{lim: lim, next: cfg.Next, tenant: cfg.Tenant, cost: cfg.Cost,
-		anonymousByIP: cfg.AnonymousByIP, limitReached: cfg.LimitReached}
+		anonymousByIP: cfg.AnonymousByIP, limitReached: cfg.LimitReached,
+		skipFailed: cfg.SkipFailedRequests, skipSuccessful: cfg.SkipSuccessfulRequests,
+		canGiveBack: lim.CheckRelease() == nil, inFlight: lim.Algorithm() == InFlight}
 	if d.tenant == nil {
 		d.tenant = func(c *fiber.Ctx) (string, bool) { return lim.TenantID(c.Locals("tenant")) }
 	}
@@ -173,6 +211,10 @@ var (
 )
 
 func limitExceeded(*fiber.Ctx) error { return errLimitExceeded }
+
+// refusedKey is the c.Locals key under which a handler marks a request it
+// refused, for the handlers before it to give back what they took.
+type refusedKey struct{}
 
 func (d *fiberDoor) handle(c *fiber.Ctx) error {
 	if d.next != nil && d.next(c) {
@@ -199,11 +241,55 @@ func (d *fiberDoor) handle(c *fiber.Ctx) error {
 		d.lim.takeTenant(ctx, &dec, "", cost)
 	}
 	dec.SetFastHTTPHeaders(&c.Response().Header)
-	switch {
-	case dec.Allowed:
-		return c.Next()
-	case dec.By == ByNone:
-		return errUnavailable
+	if !dec.Allowed {
+		// A true in an interface does not allocate.
+		c.Locals(refusedKey{}, true)
+		if dec.By == ByNone {
+			return errUnavailable
+		}
+		return d.limitReached(c)
 	}
-	return d.limitReached(c)
+	if d.inFlight {
+		return d.holding(ctx, c, &dec)
+	}
+	err := c.Next()
+	if d.canGiveBack && (d.skipped(c, err) || c.Locals(refusedKey{}) != nil) {
+		d.release(ctx, &dec)
+	}
+	return err
+}
+
+// holding passes the request on while dec holds its slots of an InFlight
+// limiter, and gives them back when the next handlers return or panic.
+// A function of its own, so that a window's request pays no defer.
+func (d *fiberDoor) holding(ctx context.Context, c *fiber.Ctx, dec *Decision) error {
+	defer d.release(ctx, dec)
+	return c.Next()
+}
+
+// release gives back what dec took. Release logs a failure itself; the
+// count then stands until its window or lease ends.
+func (d *fiberDoor) release(ctx context.Context, dec *Decision) {
+	_ = d.lim.Release(releaseContext(ctx), *dec)
+}
+
+// skipped reports whether a skip rule gives back a request whose next
+// handlers returned err, by the status Fiber's default ErrorHandler
+// answers err with.
+func (d *fiberDoor) skipped(c *fiber.Ctx, err error) bool {
+	if !d.skipFailed && !d.skipSuccessful {
+		return false
+	}
+	status := c.Response().StatusCode()
+	if err != nil {
+		status = fiber.StatusInternalServerError
+		var fe *fiber.Error
+		if errors.As(err, &fe) {
+			status = fe.Code
+		}
+	}
+	if status >= 400 {
+		return d.skipFailed
+	}
+	return d.skipSuccessful
 }
