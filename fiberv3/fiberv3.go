@@ -28,7 +28,25 @@
 // Several handlers may decide one request, a global one from app.Use and a
 // stricter one on a route, each from a Limiter with its own Options.Name:
 // each adds its item to RateLimit-Policy and RateLimit, and X-RateLimit-*
-// report the most restrictive.
+// report the most restrictive. A request that a later one refuses (429,
+// or the 503 of FailClosed) spends nothing in the earlier ones either: the
+// refusing handler marks the request (in c.Locals, under a key of its
+// own), and each earlier handler gives back what it took
+// (ratelimit.Limiter.Release) once c.Next() returns. That is not atomic
+// across limiters: an earlier limiter's count stands from its decision
+// until the refusal has come back up the chain and one round trip to its
+// counter more, and a request of the same tenant decided meanwhile sees
+// it.
+//
+// # Giving back
+//
+// Config.SkipFailedRequests and Config.SkipSuccessfulRequests give back
+// what a request took, as Fiber's own limiter middleware does, when its
+// response fails (status 400 or more) or succeeds. With a Limiter whose
+// Options.Algorithm is ratelimit.InFlight, the handler takes the tenant's
+// slots before c.Next() and gives them back when it returns, panics
+// included. A Release runs on c.Context() without its cancellation: the
+// client may be gone, but the count must still be given back.
 //
 // # Clients without a tenant
 //
@@ -48,6 +66,8 @@
 package fiberv3
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 
@@ -102,6 +122,29 @@ type Config struct {
 	//
 	// Optional. Default: every request costs 1
 	Cost func(c fiber.Ctx) int
+
+	// SkipFailedRequests gives back what a request took
+	// (ratelimit.Limiter.Release) when its response is a failure, status
+	// 400 or more, once the next handlers have returned: only requests
+	// that succeed spend the budget. An error a handler returns counts by
+	// the status Fiber answers it with by default: a *fiber.Error's Code
+	// (found by errors.As), 500 for any other error; an ErrorHandler of
+	// the app that answers errors otherwise is not consulted. New panics
+	// when the Limiter cannot give back (see
+	// ratelimit.Limiter.CheckRelease), and for an InFlight Algorithm,
+	// whose slots every request gives back anyway.
+	//
+	// Optional. Default: false
+	SkipFailedRequests bool
+
+	// SkipSuccessfulRequests gives back what a request took when its
+	// response is a success, status below 400, as SkipFailedRequests does
+	// for failures: only requests that fail spend the budget (a limit on
+	// failed logins, say). Its status is read as SkipFailedRequests says,
+	// with the same needs.
+	//
+	// Optional. Default: false
+	SkipSuccessfulRequests bool
 }
 
 var (
@@ -111,6 +154,10 @@ var (
 )
 
 func limitExceeded(fiber.Ctx) error { return errLimitExceeded }
+
+// refusedKey is the c.Locals key under which a handler marks a request it
+// refused, for the handlers before it to give back what they took.
+type refusedKey struct{}
 
 // configDefault returns the Config given to New, if any, with the defaults
 // filled in.
@@ -133,8 +180,9 @@ func configDefault(lim *ratelimit.Limiter, config ...Config) Config {
 }
 
 // New returns a Fiber v3 handler that decides each request with lim, as
-// the package doc describes. It panics when lim is nil or when given more
-// than one Config.
+// the package doc describes. It panics when lim is nil, when given more
+// than one Config, or, naming the field, when the Config asks for what
+// lim cannot do.
 //
 // The context the handler gives lim is c.Context(), which a middleware
 // before it may have set with c.SetContext (Fiber's timeout middleware
@@ -151,6 +199,20 @@ func New(lim *ratelimit.Limiter, config ...Config) fiber.Handler {
 			panic("fiberv3: Cost: " + err.Error())
 		}
 	}
+	if cfg.SkipFailedRequests || cfg.SkipSuccessfulRequests {
+		field := "SkipFailedRequests"
+		if !cfg.SkipFailedRequests {
+			field = "SkipSuccessfulRequests"
+		}
+		if lim.Algorithm() == ratelimit.InFlight {
+			panic("fiberv3: " + field + ": an InFlight limiter gives back every request's slots when its handler returns; " +
+				"a skip rule has nothing left to give back")
+		}
+		if err := lim.CheckRelease(); err != nil {
+			panic("fiberv3: " + field + ": " + err.Error())
+		}
+	}
+	canGiveBack, inFlight := lim.CheckRelease() == nil, lim.Algorithm() == ratelimit.InFlight
 	return func(c fiber.Ctx) error {
 		if cfg.Next != nil && cfg.Next(c) {
 			return c.Next()
@@ -159,22 +221,78 @@ func New(lim *ratelimit.Limiter, config ...Config) fiber.Handler {
 		if cfg.Cost != nil {
 			cost = cfg.Cost(c)
 		}
+		ctx := c.Context()
 		var dec ratelimit.Decision
 		if id, ok := cfg.Tenant(c); ok && id != "" {
-			dec = lim.TakeN(c.Context(), id, cost)
+			dec = lim.TakeN(ctx, id, cost)
 		} else if cfg.AnonymousByIP {
 			addr, _ := netip.ParseAddr(c.IP())
-			dec = lim.TakeAddrN(c.Context(), addr, cost)
+			dec = lim.TakeAddrN(ctx, addr, cost)
 		} else {
-			dec = lim.TakeN(c.Context(), "", cost)
+			dec = lim.TakeN(ctx, "", cost)
 		}
 		dec.SetFastHTTPHeaders(&c.Response().Header)
-		switch {
-		case dec.Allowed:
-			return c.Next()
-		case dec.By == ratelimit.ByNone:
-			return errUnavailable
+		if !dec.Allowed {
+			// A true in an interface does not allocate.
+			c.Locals(refusedKey{}, true)
+			if dec.By == ratelimit.ByNone {
+				return errUnavailable
+			}
+			return cfg.LimitReached(c)
 		}
-		return cfg.LimitReached(c)
+		if inFlight {
+			return holding(ctx, lim, c, &dec)
+		}
+		err := c.Next()
+		if canGiveBack && (cfg.skipped(c, err) || c.Locals(refusedKey{}) != nil) {
+			// Release logs a failure itself; the count then stands until
+			// its window ends.
+			_ = lim.Release(releaseContext(ctx), dec)
+		}
+		return err
 	}
+}
+
+// holding passes the request on while dec holds its slots of an InFlight
+// limiter, and gives them back when the next handlers return or panic.
+// A function of its own, so that a window's request pays no defer.
+func holding(ctx context.Context, lim *ratelimit.Limiter, c fiber.Ctx, dec *ratelimit.Decision) error {
+	defer release(ctx, lim, dec)
+	return c.Next()
+}
+
+func release(ctx context.Context, lim *ratelimit.Limiter, dec *ratelimit.Decision) {
+	_ = lim.Release(releaseContext(ctx), *dec)
+}
+
+// skipped reports whether a skip rule of cfg gives back a request whose
+// next handlers returned err, by the status Fiber's default ErrorHandler
+// answers err with.
+func (cfg *Config) skipped(c fiber.Ctx, err error) bool {
+	if !cfg.SkipFailedRequests && !cfg.SkipSuccessfulRequests {
+		return false
+	}
+	status := c.Response().StatusCode()
+	if err != nil {
+		status = fiber.StatusInternalServerError
+		var fe *fiber.Error
+		if errors.As(err, &fe) {
+			status = fe.Code
+		}
+	}
+	if status >= 400 {
+		return cfg.SkipFailedRequests
+	}
+	return cfg.SkipSuccessfulRequests
+}
+
+// releaseContext is ctx without its cancellation, for a Release after
+// the handler: its client may be gone, but the count must still be given
+// back. A context that is never done (context.Background, c.Context()'s
+// default) is used as it is, without allocating.
+func releaseContext(ctx context.Context) context.Context {
+	if ctx.Done() == nil {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
 }
