@@ -1,6 +1,7 @@
 package ratelimit_test
 
 import (
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -23,11 +24,12 @@ func TestBehaviourTable(t *testing.T) {
 func newFiberV2Door(t testing.TB, s doortest.Settings) func(*http.Request) *http.Response {
 	cfg := configFrom(t, s.Options)
 	cfg.AnonymousByIP = s.AnonymousByIP
+	cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests = s.SkipFailedRequests, s.SkipSuccessfulRequests
 	if s.Cost {
 		cfg.Cost = func(c *fiber.Ctx) int { return doortest.CostOf(c.Get("X-Cost")) }
 	}
 	if s.Skip != "" {
-		cfg.Next = func(c *fiber.Ctx) bool { return c.Path() == s.Skip }
+		cfg.Next = func(c *fiber.Ctx) bool { return s.Skips(c.Path()) }
 	}
 	if s.CustomLimitReached {
 		cfg.LimitReached = func(c *fiber.Ctx) error {
@@ -35,7 +37,12 @@ func newFiberV2Door(t testing.TB, s doortest.Settings) func(*http.Request) *http
 		}
 	}
 	app := fiber.New(fiber.Config{ProxyHeader: "X-Client-IP"})
-	app.Use(func(c *fiber.Ctx) error {
+	app.Use(func(c *fiber.Ctx) (err error) {
+		defer func() {
+			if recover() != nil {
+				err = fiber.NewError(http.StatusInternalServerError, "the handler panicked")
+			}
+		}()
 		if id := c.Get("X-Tenant"); id != "" {
 			c.Locals("tenant", id)
 		}
@@ -47,10 +54,28 @@ func newFiberV2Door(t testing.TB, s doortest.Settings) func(*http.Request) *http
 	app.Use(RateLimitShared(cfg))
 	if s.Then != nil {
 		then := configFrom(t, *s.Then)
-		then.AnonymousByIP, then.Next, then.LimitReached, then.Cost = cfg.AnonymousByIP, cfg.Next, cfg.LimitReached, cfg.Cost
+		then.AnonymousByIP, then.LimitReached, then.Cost = cfg.AnonymousByIP, cfg.LimitReached, cfg.Cost
+		then.SkipFailedRequests, then.SkipSuccessfulRequests = cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests
+		if s.Skip != "" || s.ThenOnly != "" {
+			then.Next = func(c *fiber.Ctx) bool { return s.ThenSkips(c.Path()) }
+		}
 		app.Use(RateLimitShared(then))
 	}
-	app.Use(func(c *fiber.Ctx) error { return c.SendString("ok") })
+	app.Use(func(c *fiber.Ctx) error {
+		if s.Handle != nil {
+			s.Handle(c.Path())
+		}
+		a := doortest.AnswerTo(c.Path())
+		switch {
+		case a.Plain:
+			return errors.New("a plain error")
+		case a.Error:
+			return fiber.NewError(a.Status)
+		case a.Empty:
+			return nil
+		}
+		return c.Status(a.Status).SendString("ok")
+	})
 	return func(r *http.Request) *http.Response {
 		resp, err := app.Test(r, -1)
 		if err != nil {
@@ -67,9 +92,11 @@ func newHTTPDoor(t testing.TB, s doortest.Settings) func(*http.Request) *http.Re
 			addr, _ := netip.ParseAddr(r.Header.Get("X-Client-IP"))
 			return addr
 		},
+		SkipFailedRequests:     s.SkipFailedRequests,
+		SkipSuccessfulRequests: s.SkipSuccessfulRequests,
 	}
 	if s.Skip != "" {
-		cfg.Next = func(r *http.Request) bool { return r.URL.Path == s.Skip }
+		cfg.Next = func(r *http.Request) bool { return s.Skips(r.URL.Path) }
 	}
 	if s.Cost {
 		cfg.Cost = func(r *http.Request) int { return doortest.CostOf(r.Header.Get("X-Cost")) }
@@ -80,13 +107,37 @@ func newHTTPDoor(t testing.TB, s doortest.Settings) func(*http.Request) *http.Re
 			w.Write([]byte(doortest.CustomBody + w.Header().Get("Retry-After")))
 		})
 	}
-	var ok http.Handler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok")) })
-	limited := ok
+	var answer http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.Handle != nil {
+			s.Handle(r.URL.Path)
+		}
+		a := doortest.AnswerTo(r.URL.Path)
+		switch {
+		case a.Plain, a.Error:
+			http.Error(w, "an error", a.Status)
+		case a.Empty:
+		case a.Status == http.StatusOK:
+			w.Write([]byte("ok")) // 200 without WriteHeader
+		default:
+			w.WriteHeader(a.Status)
+			w.Write([]byte("ok"))
+		}
+	})
+	limited := answer
 	if s.Then != nil {
-		limited = HTTPMiddleware(NewLimiter(*s.Then), cfg)(limited)
+		then := cfg
+		if s.Skip != "" || s.ThenOnly != "" {
+			then.Next = func(r *http.Request) bool { return s.ThenSkips(r.URL.Path) }
+		}
+		limited = HTTPMiddleware(NewLimiter(*s.Then), then)(limited)
 	}
 	limited = HTTPMiddleware(NewLimiter(s.Options), cfg)(limited)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if recover() != nil {
+				http.Error(w, "the handler panicked", http.StatusInternalServerError)
+			}
+		}()
 		if id := r.Header.Get("X-Tenant"); id != "" {
 			r = r.WithContext(WithTenant(r.Context(), id))
 		}

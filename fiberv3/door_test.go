@@ -1,6 +1,7 @@
 package fiberv3_test
 
 import (
+	"errors"
 	"net/http"
 	"os"
 	"strings"
@@ -25,9 +26,13 @@ func TestBehaviourTable(t *testing.T) {
 }
 
 func newTableDoor(t testing.TB, s doortest.Settings) func(*http.Request) *http.Response {
-	cfg := fiberv3.Config{AnonymousByIP: s.AnonymousByIP}
+	cfg := fiberv3.Config{
+		AnonymousByIP:          s.AnonymousByIP,
+		SkipFailedRequests:     s.SkipFailedRequests,
+		SkipSuccessfulRequests: s.SkipSuccessfulRequests,
+	}
 	if s.Skip != "" {
-		cfg.Next = func(c fiber.Ctx) bool { return c.Path() == s.Skip }
+		cfg.Next = func(c fiber.Ctx) bool { return s.Skips(c.Path()) }
 	}
 	if s.Cost {
 		cfg.Cost = func(c fiber.Ctx) int { return doortest.CostOf(c.Get("X-Cost")) }
@@ -44,7 +49,12 @@ func newTableDoor(t testing.TB, s doortest.Settings) func(*http.Request) *http.R
 		TrustProxy:       true,
 		TrustProxyConfig: fiber.TrustProxyConfig{Proxies: []string{defaultPeer}},
 	})
-	app.Use(func(c fiber.Ctx) error {
+	app.Use(func(c fiber.Ctx) (err error) {
+		defer func() {
+			if recover() != nil {
+				err = fiber.NewError(http.StatusInternalServerError, "the handler panicked")
+			}
+		}()
 		if id := c.Get("X-Tenant"); id != "" {
 			c.Locals("tenant", strings.Clone(id))
 		}
@@ -55,9 +65,27 @@ func newTableDoor(t testing.TB, s doortest.Settings) func(*http.Request) *http.R
 	})
 	app.Use(fiberv3.New(ratelimit.NewLimiter(s.Options), cfg))
 	if s.Then != nil {
-		app.Use(fiberv3.New(ratelimit.NewLimiter(*s.Then), cfg))
+		then := cfg
+		if s.Skip != "" || s.ThenOnly != "" {
+			then.Next = func(c fiber.Ctx) bool { return s.ThenSkips(c.Path()) }
+		}
+		app.Use(fiberv3.New(ratelimit.NewLimiter(*s.Then), then))
 	}
-	app.Use(func(c fiber.Ctx) error { return c.SendString("ok") })
+	app.Use(func(c fiber.Ctx) error {
+		if s.Handle != nil {
+			s.Handle(c.Path())
+		}
+		a := doortest.AnswerTo(c.Path())
+		switch {
+		case a.Plain:
+			return errors.New("a plain error")
+		case a.Error:
+			return fiber.NewError(a.Status)
+		case a.Empty:
+			return nil
+		}
+		return c.Status(a.Status).SendString("ok")
+	})
 	return func(r *http.Request) *http.Response {
 		header := map[string]string{}
 		for k := range r.Header {

@@ -13,11 +13,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,9 +46,67 @@ type Settings struct {
 	// Then, when set, builds a second door after the first, with the same
 	// settings but these Options: two limiters decide each request.
 	Then *ratelimit.Options
+	// ThenOnly, when set, is the one path whose requests the second door
+	// decides: its Next skips the others, as a route's limiter behind a
+	// global one.
+	ThenOnly string
 	// Cost, when set, gives the door a Cost that reads the request's
 	// X-Cost header, a number (1 when there is none).
 	Cost bool
+	// SkipFailedRequests and SkipSuccessfulRequests are the door's
+	// settings of those names.
+	SkipFailedRequests, SkipSuccessfulRequests bool
+	// Handle, when set, is called by the handler behind the doors with
+	// the request's path, before it answers (see AnswerTo); it may block
+	// or panic.
+	Handle func(path string)
+}
+
+// Skips reports whether the first door's Next skips a request to path.
+func (s *Settings) Skips(path string) bool { return s.Skip != "" && path == s.Skip }
+
+// ThenSkips reports whether the second door's Next skips a request to
+// path.
+func (s *Settings) ThenSkips(path string) bool {
+	return s.Skips(path) || s.ThenOnly != "" && path != s.ThenOnly
+}
+
+// Answer is how the handler behind the doors answers a request (see
+// AnswerTo).
+type Answer struct {
+	// Status is the status to answer with: written, or, when Error is
+	// set, that of the error returned.
+	Status int
+	// Error: return the framework's error of Status (Fiber:
+	// fiber.NewError(Status); net/http, whose handlers return no error:
+	// answer Status with http.Error).
+	Error bool
+	// Plain: return a plain error (Fiber: errors.New, which its default
+	// ErrorHandler answers with 500; net/http: answer 500).
+	Plain bool
+	// Empty: write nothing at all (net/http then answers 200).
+	Empty bool
+}
+
+// AnswerTo says how the handler behind the doors answers a request to
+// path: "/status/<code>" with that status and the body "ok";
+// "/error/<code>" with the framework's error of that status;
+// "/error/plain" with a plain error; "/empty" with nothing at all;
+// anything else with 200 "ok", written without WriteHeader on net/http.
+func AnswerTo(path string) Answer {
+	switch {
+	case path == "/empty":
+		return Answer{Status: http.StatusOK, Empty: true}
+	case path == "/error/plain":
+		return Answer{Status: http.StatusInternalServerError, Plain: true}
+	case strings.HasPrefix(path, "/error/"):
+		code, _ := strconv.Atoi(strings.TrimPrefix(path, "/error/"))
+		return Answer{Status: code, Error: true}
+	case strings.HasPrefix(path, "/status/"):
+		code, _ := strconv.Atoi(strings.TrimPrefix(path, "/status/"))
+		return Answer{Status: code}
+	}
+	return Answer{Status: http.StatusOK}
 }
 
 // ContextHeader names the request header by which the table asks a door
@@ -88,10 +149,12 @@ type Door struct {
 	// New returns a function that serves a request through the door set
 	// up by s. Upstream of the door, a middleware puts the request's
 	// X-Tenant header, when present, where the door's default Tenant reads
-	// it (c.Locals("tenant"), ratelimit.WithTenant), and the door's client
-	// address is the X-Client-IP header (the app's proxy header, or a
-	// ClientIP reading it). Requests that pass reach a handler answering
-	// 200 "ok".
+	// it (c.Locals("tenant"), ratelimit.WithTenant), and recovers a panic
+	// of the handlers after it, answering 500; the door's client address
+	// is the X-Client-IP header (the app's proxy header, or a ClientIP
+	// reading it). Requests that pass reach a handler that calls
+	// s.Handle, when set, and answers as AnswerTo says. The function it
+	// returns may be called from several goroutines at once.
 	New func(t testing.TB, s Settings) func(*http.Request) *http.Response
 }
 
@@ -104,6 +167,9 @@ type store struct {
 	// counter returns a working counter; failing, one that fails every
 	// call (a closed MemoryCounter, a Redis nobody listens for).
 	counter, failing func(t testing.TB) ratelimit.Counter
+	// client returns a client of the servers counter counts on, to read
+	// its keys as they are; nil for memory.
+	client func(t testing.TB) redis.Cmdable
 }
 
 var stores = []store{
@@ -126,6 +192,7 @@ var stores = []store{
 			t.Cleanup(func() { rdb.Close() })
 			return ratelimit.NewRedisCounter(rdb)
 		},
+		client: func(t testing.TB) redis.Cmdable { return redistest.Client(t) },
 	},
 	{
 		name: "cluster",
@@ -137,6 +204,7 @@ var stores = []store{
 			t.Cleanup(func() { rdb.Close() })
 			return ratelimit.NewRedisCounter(rdb)
 		},
+		client: func(t testing.TB) redis.Cmdable { return redistest.Cluster(t) },
 	},
 }
 
@@ -212,6 +280,25 @@ func (r *run) count(c ratelimit.Counter, key string) int64 {
 		r.t.Fatalf("Incr(%s): %v", key, err)
 	}
 	return n - 1
+}
+
+// stored returns what key holds on the store's servers, read directly,
+// and whether it exists; ok is false on memory, which has no server.
+func (r *run) stored(key string) (value string, exists, ok bool) {
+	r.t.Helper()
+	if r.store.client == nil {
+		return "", false, false
+	}
+	v, err := r.store.client(r.t).Get(context.Background(), key).Result()
+	switch {
+	case err == redis.Nil:
+		return "", false, true
+	case err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE"):
+		return "(not a string)", true, true
+	case err != nil:
+		r.t.Fatalf("GET %s: %v", key, err)
+	}
+	return v, true, true
 }
 
 // key is the key of tenant's part under the case's limiter name.
@@ -586,9 +673,245 @@ var cases = []struct {
 			r.t.Errorf("body %q, want %q and the Retry-After set before it ran", b, CustomBody)
 		}
 	}},
+	{"SkipFailedRequests gives failed requests back", func(r *run) {
+		o := r.opts(5)
+		send := r.serve(Settings{Options: o, SkipFailedRequests: true})
+		for i := range 10 {
+			path, status := "/status/500", 500
+			if i%2 == 1 {
+				path, status = "/status/404", 404
+			}
+			r.expect("failing "+strconv.Itoa(i+1), send(request{tenant: "acme", path: path}), status, map[string]string{
+				"X-RateLimit-Limit": "5", "X-RateLimit-Remaining": "4",
+			})
+		}
+		for i := range 5 {
+			r.expect("succeeding "+strconv.Itoa(i+1), send(request{tenant: "acme"}), 200, map[string]string{
+				"X-RateLimit-Remaining": strconv.Itoa(4 - i),
+			})
+		}
+		r.expect("over the limit", send(request{tenant: "acme"}), 429, map[string]string{"Retry-After": "*"})
+		if n := r.count(o.Counter, r.key("acme")); n != 5 {
+			r.t.Errorf("%s counted %d, want 5: the succeeding requests alone", r.key("acme"), n)
+		}
+	}},
+	{"SkipSuccessfulRequests gives successful requests back", func(r *run) {
+		o := r.opts(2)
+		send := r.serve(Settings{Options: o, SkipSuccessfulRequests: true})
+		for i, req := range []struct {
+			path   string
+			status int
+		}{{"/", 200}, {"/empty", 200}, {"/status/201", 201}, {"/status/302", 302}, {"/status/399", 399}, {"/", 200}} {
+			r.expect("succeeding "+strconv.Itoa(i+1)+" "+req.path, send(request{tenant: "acme", path: req.path}), req.status,
+				map[string]string{"X-RateLimit-Remaining": "1"})
+		}
+		r.expect("failing 1", send(request{tenant: "acme", path: "/status/400"}), 400, map[string]string{"X-RateLimit-Remaining": "1"})
+		r.expect("failing 2", send(request{tenant: "acme", path: "/status/503"}), 503, map[string]string{"X-RateLimit-Remaining": "0"})
+		r.expect("over the limit", send(request{tenant: "acme"}), 429, map[string]string{"Retry-After": "*"})
+		if n := r.count(o.Counter, r.key("acme")); n != 2 {
+			r.t.Errorf("%s counted %d, want 2: the failing requests alone", r.key("acme"), n)
+		}
+	}},
+	{"a handler's error counts by the status it is answered with", func(r *run) {
+		// A *fiber.Error answers its code, any other error 500 (on
+		// net/http, whose handlers return no error, the handler answers
+		// those statuses itself).
+		o := r.opts(2)
+		failed := r.serve(Settings{Options: o, SkipFailedRequests: true})
+		for i := range 2 {
+			n := strconv.Itoa(i + 1)
+			r.expect("404 error "+n, failed(request{tenant: "acme", path: "/error/404"}), 404, map[string]string{"X-RateLimit-Remaining": "1"})
+			r.expect("plain error "+n, failed(request{tenant: "acme", path: "/error/plain"}), 500, map[string]string{"X-RateLimit-Remaining": "1"})
+		}
+		r.expect("succeeding 1", failed(request{tenant: "acme"}), 200, map[string]string{"X-RateLimit-Remaining": "1"})
+		r.expect("succeeding 2", failed(request{tenant: "acme"}), 200, map[string]string{"X-RateLimit-Remaining": "0"})
+		r.expect("over the limit", failed(request{tenant: "acme"}), 429, nil)
+
+		o = r.opts(2)
+		o.Name += "-successful"
+		successful := r.serve(Settings{Options: o, SkipSuccessfulRequests: true})
+		r.expect("404 error, kept", successful(request{tenant: "acme", path: "/error/404"}), 404, map[string]string{"X-RateLimit-Remaining": "1"})
+		r.expect("plain error, kept", successful(request{tenant: "acme", path: "/error/plain"}), 500, map[string]string{"X-RateLimit-Remaining": "0"})
+		r.expect("over the limit, skipping successes", successful(request{tenant: "acme"}), 429, nil)
+	}},
+	{"skip rules need a limiter that gives back", func(r *run) {
+		if r.store.name != "memory" {
+			r.t.Skip("a setup check, the same on every store")
+		}
+		inFlight := r.opts(1)
+		inFlight.Algorithm = ratelimit.InFlight
+		upOnly := r.opts(1)
+		upOnly.Counter = &countsUp{}
+		for _, c := range []struct {
+			name  string
+			s     Settings
+			words []string
+		}{
+			{"InFlight, failed", Settings{Options: inFlight, SkipFailedRequests: true}, []string{"SkipFailedRequests", "InFlight"}},
+			{"InFlight, successful", Settings{Options: inFlight, SkipSuccessfulRequests: true}, []string{"SkipSuccessfulRequests", "InFlight"}},
+			{"a Counter that only counts up", Settings{Options: upOnly, SkipFailedRequests: true}, []string{"SkipFailedRequests", "Counter"}},
+			{"a Counter that only counts up, successful", Settings{Options: upOnly, SkipSuccessfulRequests: true}, []string{"SkipSuccessfulRequests", "Counter"}},
+		} {
+			func() {
+				defer func() {
+					msg := fmt.Sprint(recover())
+					for _, w := range c.words {
+						if !strings.Contains(msg, w) {
+							r.t.Errorf("%s: panic %q, want one that says %s", c.name, msg, w)
+						}
+					}
+				}()
+				r.door.New(r.t, c.s)
+			}()
+		}
+	}},
+	{"stacked limiters: a later refusal gives the earlier count back", func(r *run) {
+		// The pattern of a global limiter and a stricter one on a route.
+		global := r.opts(5)
+		global.Name = "global"
+		route := global
+		route.Name, route.Limit = "route", 2
+		tenant := r.name // the names are fixed: the tenant is the run's own
+		send := r.serve(Settings{Options: global, Then: &route, ThenOnly: "/expensive"})
+		for i, status := range []int{200, 200, 429, 429, 429} {
+			r.expect("/expensive "+strconv.Itoa(i+1), send(request{tenant: tenant, path: "/expensive"}), status, nil)
+		}
+		r.expect("/ after them", send(request{tenant: tenant}), 200, map[string]string{"X-RateLimit-Remaining": "2"})
+		r.checkCount(global.Counter, "rl:global#"+tenant, 3)
+		r.checkCount(route.Counter, "rl:route#"+tenant, 2)
+
+		// The 503 of a route limiter that fails closed is a refusal too,
+		// and a skip rule that would also give the refused request back
+		// does not give it back twice.
+		global = r.opts(5)
+		global.Name = "global"
+		route = r.opts(5)
+		route.Name, route.Counter, route.FailClosed, route.Logger = "route", r.store.failing(r.t), true, discard
+		tenant += "-closed"
+		send = r.serve(Settings{Options: global, Then: &route, ThenOnly: "/expensive", SkipFailedRequests: true})
+		r.expect("/ first", send(request{tenant: tenant}), 200, map[string]string{"X-RateLimit-Remaining": "4"})
+		for i := range 3 {
+			r.expect("/expensive "+strconv.Itoa(i+1)+", fail closed", send(request{tenant: tenant, path: "/expensive"}), 503, nil)
+		}
+		r.expect("/ after them", send(request{tenant: tenant}), 200, map[string]string{"X-RateLimit-Remaining": "3"})
+		r.checkCount(global.Counter, "rl:global#"+tenant, 2)
+	}},
+	{"InFlight: never more at once than the limit, every slot given back", func(r *run) {
+		const limit, requests = 3, 20
+		o := r.opts(limit)
+		o.Algorithm = ratelimit.InFlight
+		var running, most atomic.Int64
+		entered := make(chan struct{}, requests)
+		gate := make(chan struct{})
+		var opened sync.Once
+		open := func() { opened.Do(func() { close(gate) }) }
+		send := r.serve(Settings{Options: o, Handle: func(path string) {
+			if path != "/slow" {
+				return
+			}
+			n := running.Add(1)
+			for {
+				m := most.Load()
+				if n <= m || most.CompareAndSwap(m, n) {
+					break
+				}
+			}
+			entered <- struct{}{}
+			<-gate
+			running.Add(-1)
+		}})
+		results := make(chan *http.Response, requests)
+		var wg sync.WaitGroup
+		for range requests {
+			wg.Go(func() { results <- send(request{tenant: "acme", path: "/slow"}) })
+		}
+		// Whatever happens, the requests end before the case does.
+		defer wg.Wait()
+		defer open()
+		// The requests that got their slots wait in the handler until
+		// every other one has been refused.
+		timeout := time.After(10 * time.Second)
+		var refused *http.Response
+		for i := range requests - limit {
+			select {
+			case resp := <-results:
+				if resp.StatusCode != 429 {
+					r.t.Fatalf("response %d: status %d while %d requests hold the slots, want 429", i+1, resp.StatusCode, limit)
+				}
+				refused = resp
+			case <-timeout:
+				r.t.Fatalf("%d of %d requests refused after 10 s, want %d: more than %d got in (%d at most at once)",
+					i, requests, requests-limit, limit, most.Load())
+			}
+		}
+		for range limit {
+			select {
+			case <-entered:
+			case <-timeout:
+				r.t.Fatalf("fewer than %d requests reached the handler", limit)
+			}
+		}
+		open()
+		for range limit {
+			r.expect("a request that held a slot", <-results, 200, nil)
+		}
+		if m := most.Load(); m != limit {
+			r.t.Errorf("%d requests at most ran at once, want %d", m, limit)
+		}
+		r.expect("a refusal", refused, 429, map[string]string{"Retry-After": "1"})
+		if p := refused.Header.Get("RateLimit-Policy"); !strings.Contains(p, `qu="concurrent-requests"`) ||
+			!strings.Contains(p, `"`+o.Name+`";q=3`) {
+			r.t.Errorf(`RateLimit-Policy = %q, want the policy of 3 in the unit qu="concurrent-requests"`, p)
+		}
+		// Every slot is back.
+		r.expect("a fourth request after them", send(request{tenant: "acme"}), 200, map[string]string{"X-RateLimit-Remaining": "2"})
+		if _, exists, ok := r.stored(r.key("acme")); ok && exists {
+			r.t.Errorf("%s still exists once every request has ended, want it gone", r.key("acme"))
+		}
+	}},
+	{"InFlight: a handler that panics gives its slot back", func(r *run) {
+		o := r.opts(1)
+		o.Algorithm = ratelimit.InFlight
+		send := r.serve(Settings{Options: o, Handle: func(path string) {
+			if path == "/panic" {
+				panic("doortest: the handler panics")
+			}
+		}})
+		for i := range 2 {
+			r.expect("panicking "+strconv.Itoa(i+1), send(request{tenant: "acme", path: "/panic"}), 500, nil)
+		}
+		r.expect("after them", send(request{tenant: "acme"}), 200, map[string]string{"X-RateLimit-Remaining": "0"})
+		if _, exists, ok := r.stored(r.key("acme")); ok && exists {
+			r.t.Errorf("%s still exists once every request has ended, want it gone", r.key("acme"))
+		}
+	}},
 }
 
 var discard = slog.New(slog.DiscardHandler)
+
+// countsUp is a Counter of one's own, which only counts up: it cannot give
+// back.
+type countsUp struct{ n atomic.Int64 }
+
+func (c *countsUp) Incr(context.Context, string, time.Duration) (int64, error) {
+	return c.n.Add(1), nil
+}
+
+// checkCount checks that key holds want in c: on Redis read from the
+// server as it is, on memory by one more increment (see count).
+func (r *run) checkCount(c ratelimit.Counter, key string, want int64) {
+	r.t.Helper()
+	v, exists, ok := r.stored(key)
+	if !ok {
+		if n := r.count(c, key); n != want {
+			r.t.Errorf("%s counted %d, want %d", key, n, want)
+		}
+		return
+	}
+	if !exists || v != strconv.FormatInt(want, 10) {
+		r.t.Errorf("%s holds %q (exists: %v) on the server, want %d", key, v, exists, want)
+	}
+}
 
 // uniqueName returns a limiter name no other run uses.
 func uniqueName(t testing.TB) string {
