@@ -340,3 +340,65 @@ func TestNewPanics(t *testing.T) {
 		})
 	}
 }
+
+// A request that gives nothing back, or gives back to a MemoryCounter,
+// allocates nothing more than without the handler: with skip rules, on an
+// InFlight limiter, and behind another limiter.
+func TestGivesBackWithoutAllocating(t *testing.T) {
+	if testing.CoverMode() != "" {
+		t.Skip("allocations are counted without -cover")
+	}
+	options := func(name string, algo ratelimit.Algorithm) ratelimit.Options {
+		return ratelimit.Options{Name: name, Limit: 1 << 40, Window: time.Hour, Algorithm: algo,
+			DisableLegacyHeaders: true, DisableDraftHeaders: true}
+	}
+	// allocs is the mean allocations of a request through doors. Under
+	// -race, sync.Pool drops a quarter of what it is given, at random, so
+	// that Fiber's pools allocate now and then: a mean over many requests
+	// sees through that, and one allocation a request stands out.
+	allocs := func(doors ...fiber.Handler) float64 {
+		app := fiber.New()
+		app.Use(func(c fiber.Ctx) error {
+			c.Locals("tenant", "acme")
+			return c.Next()
+		})
+		for _, d := range doors {
+			app.Use(d)
+		}
+		app.Get("/", func(c fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
+		h := app.Handler()
+		var ctx fasthttp.RequestCtx
+		ctx.Request.SetRequestURI("/")
+		const calls = 2000
+		return testing.AllocsPerRun(1, func() {
+			for range calls {
+				ctx.Response.Reset()
+				h(&ctx)
+				if ctx.Response.StatusCode() != fiber.StatusOK {
+					t.Fatalf("status %d, want 200", ctx.Response.StatusCode())
+				}
+			}
+		}) / calls
+	}
+	bare := allocs()
+	for _, c := range []struct {
+		name  string
+		algo  ratelimit.Algorithm
+		cfg   fiberv3.Config
+		route bool
+	}{
+		{name: "plain"},
+		{name: "SkipFailedRequests, succeeding", cfg: fiberv3.Config{SkipFailedRequests: true}},
+		{name: "SkipSuccessfulRequests, given back", cfg: fiberv3.Config{SkipSuccessfulRequests: true}},
+		{name: "InFlight", algo: ratelimit.InFlight},
+		{name: "two limiters", route: true},
+	} {
+		doors := []fiber.Handler{fiberv3.New(ratelimit.NewLimiter(options("", c.algo)), c.cfg)}
+		if c.route {
+			doors = append(doors, fiberv3.New(ratelimit.NewLimiter(options("route", c.algo))))
+		}
+		if n := allocs(doors...); n-bare >= 0.75*float64(len(doors)) {
+			t.Errorf("%s: %.2f allocations a request, want %.2f as without the limiter", c.name, n, bare)
+		}
+	}
+}
