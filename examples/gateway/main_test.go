@@ -151,3 +151,21 @@ func TestMonthlyQuotaRefuses(t *testing.T) {
 		t.Errorf("acme: %s, RateLimit-Policy %s; want 200 on the pro plan", resp.Status, resp.Header.Get("RateLimit-Policy"))
 	}
 }
+
+// A request that /expensive's limiter refuses spends nothing of the
+// global budget either: the global limiter gives back what it took.
+func TestRefusedExpensiveSpendsNoGlobalBudget(t *testing.T) {
+	app := newTestApp(t, 5)
+	var codes []int
+	for range 5 {
+		resp, _ := get(t, app, "/expensive", "key-globex")
+		codes = append(codes, resp.StatusCode)
+	}
+	if fmt.Sprint(codes) != "[200 200 429 429 429]" {
+		t.Fatalf("/expensive answered %v, want [200 200 429 429 429]", codes)
+	}
+	resp, _ := get(t, app, "/", "key-globex")
+	if rl := resp.Header.Get("RateLimit"); resp.StatusCode != http.StatusOK || !strings.Contains(rl, `"global";r=2;`) {
+		t.Fatalf("/ after them: %d, RateLimit %q; want 200 with 2 left of 5: the 2 allowed and this one spent, the refused not", resp.StatusCode, rl)
+	}
+}
