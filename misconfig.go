@@ -40,7 +40,7 @@ const (
 	aclSliding   = "~{rl:* +evalsha +eval +time +get +incrby +decrby +del +pexpire +ping"
 	aclNoScripts = "~rl:* +set +incrby +pttl +multi +exec +ping"
 	aclQuotas    = "~rl:* ~{rl:* +evalsha +eval +time +hmget +hset +pexpire +del +ping"
-	aclInFlight  = "~rl:* +evalsha +eval +time +zremrangebyscore +zcard +zadd +zrem +zcount +pttl +pexpire +del +ping"
+	aclInFlight  = "~rl:* +evalsha +eval +time +zremrangebyscore +zcard +zadd +zrem +zcount +pexpire +del +ping"
 )
 
 // redisFixes are the answers that mean misconfiguration, by words they

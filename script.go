@@ -217,19 +217,25 @@ for _, key in ipairs(KEYS) do
       if e then return e end
       out[o+1], out[o+2] = -3, 0
     else
-      local used, ends = call('ZCARD', key), now + tonumber(msarg)
+      local ms = tonumber(msarg)
+      local used, ends = call('ZCARD', key), now + ms
       local res = -used - 1
       if used + c <= limit then
-        local m, args = tok, {}
-        for i = 1, c do
-          if i > 1 then m = tok .. '.' .. i end
-          args[#args+1], args[#args+2] = ends, m
-          if #args >= 1000 or i == c then
-            call('ZADD', key, unpack(args))
-            args = {}
+        if c == 1 then
+          call('ZADD', key, ends, tok)
+        else
+          local m, args = tok, {}
+          for i = 1, c do
+            if i > 1 then m = tok .. '.' .. i end
+            args[#args+1], args[#args+2] = ends, m
+            if #args >= 1000 or i == c then
+              call('ZADD', key, unpack(args))
+              args = {}
+            end
           end
         end
-        if call('PTTL', key) < 2 * tonumber(msarg) then call('PEXPIRE', key, 2 * tonumber(msarg)) end
+        -- The newest lease ends last: the set lives a lease past it.
+        call('PEXPIRE', key, 2 * ms)
         res = used + c
       end
       out[o+1], out[o+2] = x, res
@@ -240,10 +246,9 @@ for _, key in ipairs(KEYS) do
     -- and cost. It returns how many were still there.
     local tok, c = ARGV[at+1], tonumber(ARGV[at+2], 16)
     at = at + 3
-    local gone, ms = 0, {}
-    for i = 1, c do
-      if i == 1 then ms[1] = tok else ms[#ms+1] = tok .. '.' .. i end
-      if #ms >= 1000 or i == c then
+    local gone, ms = 0, {tok}
+    for i = 2, c + 1 do
+      if #ms >= 1000 or i > c then
         local r = pcall('ZREM', key, unpack(ms))
         if type(r) == 'table' then
           local e = fatal(r)
@@ -253,6 +258,7 @@ for _, key in ipairs(KEYS) do
         end
         gone, ms = gone + r, {}
       end
+      if i <= c then ms[#ms+1] = tok .. '.' .. i end
     end
     out[o+1], o = gone, o + 1
   elseif kind == 'x' then
@@ -597,6 +603,8 @@ func (s *scripter) send(ctx context.Context, cancel context.CancelFunc, ops []*t
 	var refused []*takeOp
 	for i, g := range groups {
 		switch err := cmds[i].Err(); {
+		case err == nil: // the usual case: go-redis's error checks allocate
+			answer(g, cmds[i], cut.cause())
 		case redis.HasErrorPrefix(err, "NOSCRIPT"):
 			again = append(again, g)
 		case refusesScripts(err):
