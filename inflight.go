@@ -43,7 +43,8 @@ var processToken = func() string {
 // slotToken is the member of a Redis sorted set that names slot: the
 // process's token and the slot's number.
 func slotToken(slot uint64) string {
-	return processToken + ":" + strconv.FormatUint(slot, 16)
+	var b [len("0123456789abcdef:0123456789abcdef")]byte
+	return string(strconv.AppendUint(append(append(b[:0], processToken...), ':'), slot, 16))
 }
 
 // decidedFlight fills in t's answer from the slots in use after the
