@@ -42,6 +42,8 @@ import (
 //     "rl:acme", so the script call that the main key routes finds it on
 //     its node, and no tenant can choose its slot. The hash's fields are
 //     named by the limits' names (see docs/redis.md).
+//   - An InFlight limiter's key is the fixed window's, "rl:<tenant>",
+//     holding on Redis a sorted set of the tenant's slots.
 //
 // An ID of safe bytes, as most are, costs one scan and a copy.
 

@@ -71,7 +71,7 @@ type Decision struct {
 	// fallback decided.
 	Limit int
 
-	// Window is the window of that budget.
+	// Window is the window of that budget; for InFlight, the lease.
 	Window time.Duration
 
 	// Remaining is how many more units the budget allows now, 0 once
@@ -81,7 +81,8 @@ type Decision struct {
 
 	// Reset is how long until more than Remaining is available: the time a
 	// fixed window has left, or for a sliding window until one more unit
-	// is; 0 when nothing counted the request.
+	// is; 0 when nothing counted the request. For InFlight it is always 1
+	// second, a hint: a slot frees whenever a request ends.
 	Reset time.Duration
 
 	// RetryAfter is, for a request that a counter refused, how long until

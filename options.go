@@ -42,7 +42,8 @@ type Options struct {
 
 	// Window is the length of a window. In a fixed window, a tenant's
 	// window starts at its first request and lasts Window; the count then
-	// starts again. See Algorithm for the sliding window.
+	// starts again. See Algorithm for the sliding window. For InFlight it
+	// is the lease: the longest a request holds its slots.
 	//
 	// Required: between 1ms and 24h.
 	Window time.Duration
