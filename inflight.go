@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"hash/maphash"
 	"math"
 	"strconv"
 	"sync"
@@ -173,23 +172,17 @@ func (f *memFlight) releaseSlot(slot uint64) int64 {
 // flightEntry returns key's memFlight at now, made when there is none or
 // it has ended, for leases of lease.
 func (m *MemoryCounter) flightEntry(key []byte, now, lease int64) (*memFlight, error) {
-	if m.closed.Load() {
-		return nil, ErrClosed
+	h, i, w, err := m.lookup(key, now)
+	if err != nil {
+		return nil, err
 	}
-	if now >= m.sweepAt.Load() {
-		m.sweep(now)
-	}
-	h := maphash.Bytes(memSeed, key)
-	i := memShardOf(h) &^ m.shardsOff
-	if t := m.shards[i].table.Load(); t != nil {
-		if _, w := t.find(h, key); w != nil {
-			if f := w.flight(); f != nil && now < f.keep.Load() {
-				return f, nil
-			}
+	if w != nil {
+		if f := w.flight(); f != nil && now < f.keep.Load() {
+			return f, nil
 		}
 	}
 	var f *memFlight
-	_, err := m.locked(i, h, key, now, 2*lease, func(old *memWindow, k string) *memWindow {
+	_, err = m.locked(i, h, key, now, 2*lease, func(old *memWindow, k string) *memWindow {
 		if old != nil {
 			if of := old.flight(); of != nil && now < of.keep.Load() {
 				f = of // another call made it meanwhile

@@ -677,19 +677,13 @@ func (m *MemoryCounter) takeGroup(key []byte, t *take) error {
 // groupEntry returns key's memGroup at now, made when there is none or it
 // has ended, for a tenant whose main limit is main.
 func (m *MemoryCounter) groupEntry(key []byte, main *groupLimit, now int64) (*memGroup, error) {
-	if m.closed.Load() {
-		return nil, ErrClosed
+	h, i, w, err := m.lookup(key, now)
+	if err != nil {
+		return nil, err
 	}
-	if now >= m.sweepAt.Load() {
-		m.sweep(now)
-	}
-	h := maphash.Bytes(memSeed, key)
-	i := memShardOf(h) &^ m.shardsOff
-	if t := m.shards[i].table.Load(); t != nil {
-		if _, w := t.find(h, key); w != nil {
-			if g := w.group(); g != nil && now < g.keep.Load() {
-				return g, nil
-			}
+	if w != nil {
+		if g := w.group(); g != nil && now < g.keep.Load() {
+			return g, nil
 		}
 	}
 	// The main window's life bounds how long the shard waits to drop
@@ -700,7 +694,7 @@ func (m *MemoryCounter) groupEntry(key []byte, main *groupLimit, now int64) (*me
 		life *= 2
 	}
 	var g *memGroup
-	_, err := m.locked(i, h, key, now, life, func(old *memWindow, k string) *memWindow {
+	_, err = m.locked(i, h, key, now, life, func(old *memWindow, k string) *memWindow {
 		if old != nil {
 			if og := old.group(); og != nil && now < og.keep.Load() {
 				g = og // another call made it meanwhile
@@ -719,6 +713,23 @@ func (m *MemoryCounter) groupEntry(key []byte, main *groupLimit, now int64) (*me
 		return &gw.memWindow
 	})
 	return g, err
+}
+
+// lookup returns key's hash, its shard and the entry it has there, if
+// any, for a request at now; the sweep takes its turns first.
+func (m *MemoryCounter) lookup(key []byte, now int64) (h, shard uint64, w *memWindow, err error) {
+	if m.closed.Load() {
+		return 0, 0, nil, ErrClosed
+	}
+	if now >= m.sweepAt.Load() {
+		m.sweep(now)
+	}
+	h = maphash.Bytes(memSeed, key)
+	shard = memShardOf(h) &^ m.shardsOff
+	if t := m.shards[shard].table.Load(); t != nil {
+		_, w = t.find(h, key)
+	}
+	return h, shard, w, nil
 }
 
 // asSub is the plain window w as a group's main window at now: a tenant
