@@ -325,3 +325,26 @@ func TestInFlightInTheFallback(t *testing.T) {
 		t.Fatalf("after Release: %+v; want the slot again", d)
 	}
 }
+
+// PlanFor gives a tenant its own number of slots.
+func TestInFlightPlans(t *testing.T) {
+	plans := map[string]Plan{"big": {Limit: 3}}
+	eachFlightSubject(t, Options{Limit: 1, Window: time.Minute, PlanFor: func(t string) Plan { return plans[t] }},
+		func(t *testing.T, lim *Limiter, tenant string, _ func(time.Duration)) {
+			ctx := context.Background()
+			plans["big"+tenant] = Plan{Limit: 3}
+			for _, c := range []struct {
+				tenant string
+				slots  int
+			}{{tenant, 1}, {"big" + tenant, 3}} {
+				for i := range c.slots {
+					if d := lim.Take(ctx, c.tenant); !d.Allowed || d.Limit != c.slots {
+						t.Fatalf("%s, slot %d: %+v; want allowed of %d", c.tenant, i+1, d, c.slots)
+					}
+				}
+				if d := lim.Take(ctx, c.tenant); d.Allowed {
+					t.Fatalf("%s past its %d slots: allowed", c.tenant, c.slots)
+				}
+			}
+		})
+}
