@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gofiber/fiber/v2"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -347,4 +348,50 @@ func TestInFlightPlans(t *testing.T) {
 				}
 			}
 		})
+}
+
+// A rate limit and a limit in flight stack on one request as two
+// limiters, each with its Name: a request that finds no slot spends
+// nothing of the rate either.
+func TestRateAndInFlightStack(t *testing.T) {
+	for _, s := range takeSubjects {
+		t.Run(s.name, func(t *testing.T) {
+			c, _ := s.counter(t)
+			logger := newLogRecorder().logger()
+			rate := NewLimiter(Options{Name: "rate", Counter: c, Limit: 5, Window: time.Minute, Logger: logger})
+			atOnce := NewLimiter(Options{Name: "inflight", Counter: c, Limit: 1, Window: time.Minute, Algorithm: InFlight, Logger: logger})
+			entered, leave := make(chan struct{}), make(chan struct{})
+			app := fiber.New()
+			tenant := uniqueTenant(t)
+			app.Use(func(c *fiber.Ctx) error { c.Locals("tenant", tenant); return c.Next() })
+			app.Use(FiberMiddleware(rate, Config{}), FiberMiddleware(atOnce, Config{}))
+			app.Get("/slow", func(c *fiber.Ctx) error {
+				entered <- struct{}{}
+				<-leave
+				return c.SendString("done")
+			})
+			app.Get("/", func(c *fiber.Ctx) error { return c.SendString("ok") })
+			done := make(chan int)
+			go func() { done <- send(app.Handler(), "/slow", "").StatusCode }()
+			<-entered
+			resp := send(app.Handler(), "/", "")
+			if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "1" ||
+				!strings.Contains(resp.Header.Get("Ratelimit-Policy"), `"inflight";q=1;qu="concurrent-requests"`) {
+				t.Errorf("with the slot held: %d %v; want 429 from the limit in flight", resp.StatusCode, resp.Header)
+			}
+			close(leave)
+			if code := <-done; code != 200 {
+				t.Fatalf("the slow request: %d", code)
+			}
+			if resp := send(app.Handler(), "/", ""); resp.StatusCode != 200 {
+				t.Fatalf("after the slow request: %d, want 200", resp.StatusCode)
+			}
+			if got := used(t, rate, tenant)[0]; got != 2 {
+				t.Errorf("the rate limiter counted %d, want 2: the request refused in flight spent nothing", got)
+			}
+			if got := used(t, atOnce, tenant)[0]; got != 0 {
+				t.Errorf("slots held at the end: %d, want 0", got)
+			}
+		})
+	}
 }
