@@ -217,11 +217,7 @@ func checkSkipRules(lim *Limiter, skipFailed, skipSuccessful bool) error {
 	case !skipFailed:
 		field = "SkipSuccessfulRequests"
 	}
-	if lim.Algorithm() == InFlight {
-		return errors.New(field + ": an InFlight limiter gives back every request's slots when its handler returns; " +
-			"a skip rule has nothing left to give back")
-	}
-	if err := lim.CheckRelease(); err != nil {
+	if err := lim.CheckSkip(); err != nil {
 		return errors.New(field + ": " + err.Error())
 	}
 	return nil

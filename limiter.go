@@ -465,12 +465,7 @@ func (l *Limiter) take(ctx context.Context, d *Decision, tenant string, kb []byt
 			l.decided(d, tenant, kb)
 			return
 		}
-		if t.quotas != nil {
-			// The counter's key is the tenant's hash, made once here.
-			t.key = quotaHash(kb)
-		} else {
-			t.key = string(kb)
-		}
+		t.key = counterKey(kb, t.quotas)
 		t, err = l.ask(ctx, t, now)
 		if err == nil && !t.allowed && l.refusals != nil {
 			l.refusals.add(kb, &t, since)
@@ -485,6 +480,16 @@ func (l *Limiter) take(ctx context.Context, d *Decision, tenant string, kb []byt
 	}
 	l.counted(d, &l.policy, ByCounter, &t, nil)
 	l.decided(d, tenant, kb)
+}
+
+// counterKey is the key a counter other than a MemoryCounter is asked
+// about, for the key kb with quotas: the tenant's hash of limits, made
+// once here, or kb itself.
+func counterKey(kb []byte, quotas *quotaSet) string {
+	if quotas != nil {
+		return quotaHash(kb)
+	}
+	return string(kb)
 }
 
 // plan sets t's limit, window and quotas to tenant's plan.

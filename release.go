@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"sync/atomic"
 	"time"
 )
 
@@ -76,11 +77,7 @@ func (l *Limiter) Release(ctx context.Context, d Decision) error {
 	case *MemoryCounter:
 		err = c.release(kb, &t)
 	default:
-		if t.quotas != nil {
-			t.key = quotaHash(kb)
-		} else {
-			t.key = string(kb)
-		}
+		t.key = counterKey(kb, t.quotas)
 		if d.By == ByFallback {
 			deadline, _ := ctx.Deadline()
 			_, err = c.(boundedTaker).takeWithin(ctx, t, deadline, 0)
@@ -128,6 +125,20 @@ func (l *Limiter) CheckRelease() error {
 	return nil
 }
 
+// CheckSkip returns nil when a middleware can give back requests by a
+// skip rule (SkipFailedRequests, SkipSuccessfulRequests), and otherwise
+// why not: the counter cannot give back (CheckRelease), or the limiter is
+// InFlight, whose slots every request gives back when its handler
+// returns. A middleware with a skip rule calls it at setup and panics
+// with the error, naming the rule.
+func (l *Limiter) CheckSkip() error {
+	if l.opts.Algorithm == InFlight {
+		return errors.New("an InFlight limiter gives back every request's slots when its handler returns; " +
+			"a skip rule has nothing left to give back")
+	}
+	return l.CheckRelease()
+}
+
 // release gives back t (see Release) in m, under key, held in a byte
 // slice: without allocating.
 func (m *MemoryCounter) release(key []byte, t *take) error {
@@ -162,10 +173,7 @@ func (m *MemoryCounter) release(key []byte, t *take) error {
 
 // giveBack takes up to cost off count, never below 0, and returns how
 // much it took.
-func giveBack(count interface {
-	Load() int64
-	CompareAndSwap(old, new int64) bool
-}, cost int64) int64 {
+func giveBack(count *atomic.Int64, cost int64) int64 {
 	for {
 		c := count.Load()
 		n := min(c, cost)

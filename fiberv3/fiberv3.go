@@ -204,11 +204,7 @@ func New(lim *ratelimit.Limiter, config ...Config) fiber.Handler {
 		if !cfg.SkipFailedRequests {
 			field = "SkipSuccessfulRequests"
 		}
-		if lim.Algorithm() == ratelimit.InFlight {
-			panic("fiberv3: " + field + ": an InFlight limiter gives back every request's slots when its handler returns; " +
-				"a skip rule has nothing left to give back")
-		}
-		if err := lim.CheckRelease(); err != nil {
+		if err := lim.CheckSkip(); err != nil {
 			panic("fiberv3: " + field + ": " + err.Error())
 		}
 	}
