@@ -437,15 +437,21 @@ var silentStores = []struct {
 		return &blockingStore{release: make(chan struct{})}
 	}},
 	{"RedisCounter on a black hole", func(t *testing.T) Counter {
-		return silentRedis(t, false)
+		return silentRedis(t, redis.Options{})
 	}},
 	{"RedisCounter on a black hole, ContextTimeoutEnabled", func(t *testing.T) Counter {
-		return silentRedis(t, true)
+		return silentRedis(t, redis.Options{ContextTimeoutEnabled: true})
+	}},
+	// Timeouts of -2 make go-redis put no deadline on the socket at all,
+	// the context's neither.
+	{"RedisCounter on a black hole, ContextTimeoutEnabled, timeouts -2", func(t *testing.T) Counter {
+		return silentRedis(t, redis.Options{ContextTimeoutEnabled: true, ReadTimeout: -2, WriteTimeout: -2})
 	}},
 }
 
-func silentRedis(t *testing.T, contextTimeouts bool) *RedisCounter {
-	rdb := redis.NewClient(&redis.Options{Addr: startBlackHole(t).addr(), ContextTimeoutEnabled: contextTimeouts})
+func silentRedis(t *testing.T, opts redis.Options) *RedisCounter {
+	opts.Addr = startBlackHole(t).addr()
+	rdb := redis.NewClient(&opts)
 	t.Cleanup(func() { rdb.Close() })
 	return NewRedisCounter(rdb)
 }

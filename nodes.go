@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -35,6 +36,52 @@ import (
 // however often asked, rather than waiting for its periodic reload (60 s
 // by default) or a redirect that a dead node never sends.
 
+// The client the round trips go through. A call that finds no round trip
+// in flight makes its round trip on its own goroutine, and still waits no
+// longer than its deadline, when that client puts the deadline of each
+// round trip's context on the socket (see batcher). Without that, go-redis
+// bounds a read by ReadTimeout (3 s by default), and the call must wait on
+// another goroutine's round trip, which costs a lone call a third to a half
+// again its latency.
+//
+// On a single server (a *redis.Client, Sentinel's failover client
+// included), a client with ContextTimeoutEnabled carries the round trips
+// itself. Any other is cloned with WithTimeout, which shares its connection
+// pool and so its dials (and the counter's dial watch), with
+// ContextTimeoutEnabled set on the clone's own options; the user's client
+// is left as it was. The clone does not run the hooks added to the user's
+// client (go-redis does not copy them), so tracing hooks see the counter's
+// round trips only on a client with ContextTimeoutEnabled.
+// docs/benchmarks.md ("A lone caller") says what the clone costs: a round
+// trip whose deadline passes closes its connection, as on any client with
+// ContextTimeoutEnabled, where another goroutine would have read on.
+//
+// A cluster or a ring client carries its round trips itself: its nodes'
+// clients are its own to make. A call makes its round trip on its own
+// goroutine only when the client's options put deadlines on the socket.
+
+// sender returns the client that the round trips to c's server go through.
+func sender(c *redis.Client) *redis.Client {
+	o := c.Options() // as go-redis set them: a timeout of -1 makes no deadline calls
+	if o.ContextTimeoutEnabled && o.ReadTimeout >= 0 && o.WriteTimeout >= 0 {
+		return c
+	}
+	s := c.WithTimeout(max(o.ReadTimeout, 0))
+	// The clone's options are its own copy, which no goroutine has read
+	// yet. A timeout of 0 leaves the context's deadline alone on the socket.
+	so := s.Options()
+	so.WriteTimeout = max(o.WriteTimeout, 0)
+	so.ContextTimeoutEnabled = true
+	return s
+}
+
+// socketDeadlines reports whether a cluster's or a ring's options put a
+// context's deadline on the socket: ContextTimeoutEnabled, and no timeout
+// of -2 (no deadline calls at all).
+func socketDeadlines(contextTimeout bool, read, write time.Duration) bool {
+	return contextTimeout && read >= -1 && write >= -1
+}
+
 // node is one server of a RedisCounter.
 type node struct {
 	id    int    // the node's number in its counter: 0, 1, ...
@@ -48,10 +95,11 @@ type node struct {
 // nodes routes a RedisCounter's keys to its nodes.
 type nodes struct {
 	rdb       redis.UniversalClient
-	cluster   *redis.ClusterClient // when rdb is one
-	ring      *redis.Ring          // when rdb is one
-	route     route                // how a node's round trip maps onto script calls
-	deadlines bool                 // rdb puts contexts' deadlines on its sockets
+	send      redis.UniversalClient // the client round trips go through: rdb, or sender's clone of it
+	cluster   *redis.ClusterClient  // when rdb is one
+	ring      *redis.Ring           // when rdb is one
+	route     route                 // how a node's round trip maps onto script calls
+	deadlines bool                  // send puts contexts' deadlines on its sockets
 
 	// first is the node of a single server, and the one that carries the
 	// calls of a cluster or ring whose node its client cannot name yet: a
@@ -74,14 +122,18 @@ type nodes struct {
 }
 
 func newNodes(rdb redis.UniversalClient) *nodes {
-	ns := &nodes{rdb: rdb, route: byKey, byAddr: map[string]*node{}}
+	ns := &nodes{rdb: rdb, send: rdb, route: byKey, byAddr: map[string]*node{}}
 	switch c := rdb.(type) {
 	case *redis.Client:
-		ns.route, ns.deadlines = allKeys, c.Options().ContextTimeoutEnabled
+		ns.send, ns.route, ns.deadlines = sender(c), allKeys, true
 	case *redis.Ring:
-		ns.ring, ns.route, ns.deadlines = c, byShard, c.Options().ContextTimeoutEnabled
+		o := c.Options()
+		ns.ring, ns.route = c, byShard
+		ns.deadlines = socketDeadlines(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout)
 	case *redis.ClusterClient:
-		ns.cluster, ns.deadlines = c, c.Options().ContextTimeoutEnabled
+		o := c.Options()
+		ns.cluster = c
+		ns.deadlines = socketDeadlines(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout)
 	}
 	ns.byClient.Store(&map[*redis.Client]*node{})
 	switch c := rdb.(type) {
@@ -171,7 +223,7 @@ func (ns *nodes) newNode(addr string) *node {
 	if ns.first != nil {
 		n.id = len(ns.byAddr) + 1
 	}
-	s := &scripter{rdb: ns.rdb, route: ns.route, ring: ns.ring, dials: n.dials, refused: &ns.refused}
+	s := &scripter{rdb: ns.send, route: ns.route, ring: ns.ring, dials: n.dials, refused: &ns.refused}
 	n.batch = newBatcher(func(ctx context.Context, cancel context.CancelFunc, ops []*takeOp) {
 		s.send(ctx, cancel, ops)
 		ns.learn(ops)

@@ -295,7 +295,12 @@ func TestShadowModeWritesNoHeadersWhenTheFallbackDecides(t *testing.T) {
 // the keys of one shard, which the test cannot choose for its tenants.
 func TestPlansOfDifferentWindowsInOneScriptCall(t *testing.T) {
 	const pause = 500 * time.Millisecond
-	rdb := newRedisClient(t)
+	// With ContextTimeoutEnabled the counter sends through this client
+	// itself (see sender), so that its hooks see the script calls.
+	opts := redisOptions(t)
+	opts.ContextTimeoutEnabled = true
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { rdb.Close() })
 	calls := &scriptCalls{}
 	rdb.AddHook(calls)
 	admin := newRedisClient(t)

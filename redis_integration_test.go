@@ -462,3 +462,50 @@ func requireEveryKeyExpires(t *testing.T, rdb redis.UniversalClient) {
 		t.Fatal(err)
 	}
 }
+
+// A lone call makes its round trip on its own goroutine, bounded by its
+// deadline, whatever the client's options: through the user's client when
+// it puts contexts' deadlines on the socket, else through a clone of it
+// that does and shares its connection pool. The user's client keeps its
+// options.
+func TestRedisCounterSendsThroughAClientThatKeepsDeadlines(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		set   func(*redis.Options)
+		clone bool
+	}{
+		{"default options", func(*redis.Options) {}, true},
+		{"ContextTimeoutEnabled", func(o *redis.Options) { o.ContextTimeoutEnabled = true }, false},
+		{"ContextTimeoutEnabled, ReadTimeout -2", func(o *redis.Options) {
+			o.ContextTimeoutEnabled, o.ReadTimeout = true, -2
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := redisOptions(t)
+			tc.set(opts)
+			rdb := redis.NewClient(opts)
+			t.Cleanup(func() { rdb.Close() })
+			before := *rdb.Options()
+			counter := NewRedisCounter(rdb)
+			if cloned := counter.nodes.send != rdb; cloned != tc.clone {
+				t.Fatalf("round trips go through a clone of the client: %v, want %v", cloned, tc.clone)
+			}
+			if !counter.nodes.first.batch.inline {
+				t.Error("a lone call hands its round trip to another goroutine")
+			}
+			if n, err := counter.Incr(context.Background(), "rl:"+uniqueTenant(t), time.Minute); n != 1 || err != nil {
+				t.Fatalf("Incr = %d, %v; want 1", n, err)
+			}
+			if got := *rdb.Options(); got.ContextTimeoutEnabled != before.ContextTimeoutEnabled ||
+				got.ReadTimeout != before.ReadTimeout || got.WriteTimeout != before.WriteTimeout {
+				t.Errorf("the user's client's options changed: ContextTimeoutEnabled %v, ReadTimeout %v, WriteTimeout %v; were %v, %v, %v",
+					got.ContextTimeoutEnabled, got.ReadTimeout, got.WriteTimeout,
+					before.ContextTimeoutEnabled, before.ReadTimeout, before.WriteTimeout)
+			}
+			// The clone's connection came from the user's pool.
+			if s := rdb.PoolStats(); s.TotalConns == 0 || s.Hits+s.Misses == 0 {
+				t.Errorf("the user's pool after a call: %+v; want the call's connection in it", *s)
+			}
+		})
+	}
+}
