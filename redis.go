@@ -60,6 +60,14 @@ import (
 // counter adds a dial hook to the client of each server it sends to: a
 // failed dial ends the round trips in flight to that server with the
 // dial's error.
+//
+// On a single server the round trips go through rdb itself when it has
+// ContextTimeoutEnabled; otherwise through a clone of it (WithTimeout) that
+// shares its connection pool and puts each round trip's deadline on the
+// socket, so that a call with no other in flight makes its round trip on
+// its own goroutine and still returns at its deadline. rdb's options stay
+// as they were. go-redis does not give such a clone rdb's hooks: to have a
+// tracing hook see the counter's round trips, set ContextTimeoutEnabled.
 type RedisCounter struct {
 	nodes  *nodes
 	owners keyOwners
