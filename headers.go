@@ -62,47 +62,70 @@ var (
 		[]byte(hPolicy), []byte(hRateLimit), []byte(hRetryAfter)}
 )
 
-// fieldValues is what plan decided a Decision writes: the value of each
-// field it sets, nil for a field it leaves alone. A value is a constant of
-// the policy's (its bit set in fixed), or was appended to buf at at[i].
+// fieldValues is what plan decided a Decision writes: the fields it sets
+// (their bits in set), each a constant of the policy's (its bit also in
+// fixed) or the bytes [at[i], end[i]) of the buffer that plan appended
+// to. It holds no pointer, so that the buffer can stay on its writer's
+// stack.
 type fieldValues struct {
-	vals  [numFields][]byte
-	buf   []byte
-	at    [numFields]int
-	fixed uint8
+	at, end    [numFields]int32
+	set, fixed uint8
+}
+
+// has reports whether field i is set.
+func (v *fieldValues) has(i uint) bool { return v.set&(1<<i) != 0 }
+
+// constant returns field i's value when it is a constant of p's.
+func (v *fieldValues) constant(i uint, p *policyHeaders) (b []byte, s string, ok bool) {
+	switch {
+	case v.fixed&(1<<i) == 0:
+		return nil, "", false
+	case i == fLimit:
+		return p.limitBytes, p.limitValue, true
+	}
+	return p.policyItemBytes, p.policyItem, true
 }
 
 // plan decides the fields that d writes into a response, appending the
-// values it formats to buf. earlier returns the value of field i that an
-// earlier limiter wrote into the same response, empty if none; plan reads
-// only those it needs. This is the whole rule for several limiters on one
-// request: each appends its item to RateLimit-Policy and RateLimit, while
-// X-RateLimit-* and Retry-After report the most restrictive of them, the
-// fewest requests left and of those the latest reset, compared through the
-// X-RateLimit-* fields already in the response (so with
-// DisableLegacyHeaders each Retry-After is its own). When nothing counted
-// the request, only the limit and the policy are known. A limiter in
-// shadow mode writes nothing.
-func plan[T string | []byte](d *Decision, buf []byte, earlier func(i int) T) fieldValues {
-	v := fieldValues{buf: buf}
+// values it formats to buf, and returns buf. earlier returns the value of
+// field i that an earlier limiter wrote into the same response, empty if
+// none; plan reads only those it needs. This is the whole rule for several
+// limiters on one request: each appends its item to RateLimit-Policy and
+// RateLimit, while X-RateLimit-* and Retry-After report the most
+// restrictive of them, the fewest requests left and of those the latest
+// reset, compared through the X-RateLimit-* fields already in the
+// response (so with DisableLegacyHeaders each Retry-After is its own).
+// When nothing counted the request, only the limit and the policy are
+// known. A limiter in shadow mode writes nothing.
+func plan[T string | []byte](d *Decision, buf []byte, earlier func(i int) T) (fieldValues, []byte) {
+	var v fieldValues
 	p := d.policy
 	if p == nil || p.shadow {
-		return v // the zero Decision, or nothing to write
+		return v, buf // the zero Decision, or nothing to write
 	}
 	remaining, reset := d.figures()
-	var earlierRetry int64         // an earlier limiter's Retry-After, when it wins
-	add := func(i int, b []byte) { // field i's value is what b appended to v.buf
-		v.vals[i], v.at[i], v.buf = b[len(v.buf):], len(v.buf), b
+	var earlierRetry int64          // an earlier limiter's Retry-After, when it wins
+	add := func(i uint, b []byte) { // field i's value is what b appended to buf
+		v.at[i], v.end[i], v.set, buf = int32(len(buf)), int32(len(b)), v.set|1<<i, b
 	}
+	fixed := func(i uint) { v.set, v.fixed = v.set|1<<i, v.fixed|1<<i }
 	// The policy's own budget was formatted once; a tenant's own plan, or
 	// the fallback's budget for it, is formatted for the request.
 	own := int64(d.Limit) == p.limit && d.Window == p.window
 	limit := func() {
 		if own {
-			v.vals[fLimit], v.fixed = p.limitBytes, v.fixed|1<<fLimit
+			fixed(fLimit)
 			return
 		}
-		add(fLimit, strconv.AppendInt(v.buf, int64(d.Limit), 10))
+		add(fLimit, appendCount(buf, int64(d.Limit)))
+	}
+	// figure appends n, which field i holds when set: copied, not
+	// formatted again.
+	figure := func(b []byte, i uint, n int64) []byte {
+		if v.has(i) {
+			return append(b, buf[v.at[i]:v.end[i]]...)
+		}
+		return appendCount(b, n)
 	}
 	if p.legacy {
 		switch prev, ok := parseCount(earlier(fRemaining)); {
@@ -114,32 +137,36 @@ func plan[T string | []byte](d *Decision, buf []byte, earlier func(i int) T) fie
 			earlierRetry, _ = parseCount(earlier(fReset))
 		default:
 			limit()
-			add(fRemaining, strconv.AppendInt(v.buf, remaining, 10))
-			add(fReset, strconv.AppendInt(v.buf, reset, 10))
+			add(fRemaining, appendCount(buf, remaining))
+			add(fReset, appendCount(buf, reset))
 		}
 	}
 	if p.draft && d.quotas != nil {
-		add(fPolicy, d.appendPolicyItems(appendList(v.buf, earlier(fPolicy))))
+		add(fPolicy, d.appendPolicyItems(appendList(buf, earlier(fPolicy))))
 		if remaining >= 0 {
-			add(fRateLimit, d.appendRateLimitItems(appendList(v.buf, earlier(fRateLimit))))
+			add(fRateLimit, d.appendRateLimitItems(appendList(buf, earlier(fRateLimit))))
 		}
 	} else if p.draft {
 		switch prev := earlier(fPolicy); {
 		case len(prev) == 0 && own:
-			v.vals[fPolicy], v.fixed = p.policyItemBytes, v.fixed|1<<fPolicy
+			fixed(fPolicy)
 		case own:
-			add(fPolicy, append(appendList(v.buf, prev), p.policyItem...))
+			add(fPolicy, append(appendList(buf, prev), p.policyItem...))
 		default:
-			add(fPolicy, appendPolicyItem(appendList(v.buf, prev), p.name, int64(d.Limit), p.itemWindow(d.Window)))
+			add(fPolicy, appendPolicyItem(appendList(buf, prev), p.name, int64(d.Limit), p.itemWindow(d.Window)))
 		}
 		if remaining >= 0 {
-			add(fRateLimit, appendRateLimitItem(appendList(v.buf, earlier(fRateLimit)), p.name, remaining, reset))
+			// The item of appendRateLimitItem, with the figures of
+			// X-RateLimit-Remaining and -Reset when those are set.
+			b := append(append(appendList(buf, earlier(fRateLimit)), p.name...), ";r="...)
+			b = append(figure(b, fRemaining, remaining), ";t="...)
+			add(fRateLimit, figure(b, fReset, reset))
 		}
 	}
 	if d.retryAfter() {
-		add(fRetryAfter, strconv.AppendInt(v.buf, max(ceilDiv(d.RetryAfter, time.Second), earlierRetry), 10))
+		add(fRetryAfter, appendCount(buf, max(ceilDiv(d.RetryAfter, time.Second), earlierRetry)))
 	}
-	return v
+	return v, buf
 }
 
 // appendList appends the items of an earlier limiter, prev, and the
@@ -167,11 +194,16 @@ func (d *Decision) SetFastHTTPHeaders(h *fasthttp.ResponseHeader) {
 }
 
 func (d *Decision) setFastHTTPHeaders(h *fasthttp.ResponseHeader, buf []byte) {
-	v := plan(d, buf, func(i int) []byte { return h.PeekCanonical(fieldNameBytes[i]) })
-	for i := range v.vals {
-		if b := v.vals[i]; b != nil {
-			h.SetCanonical(fieldNameBytes[i], b)
+	v, buf := plan(d, buf, func(i int) []byte { return h.PeekCanonical(fieldNameBytes[i]) })
+	for i := range uint(numFields) {
+		if !v.has(i) {
+			continue
 		}
+		b, _, ok := v.constant(i, d.policy)
+		if !ok {
+			b = buf[v.at[i]:v.end[i]]
+		}
+		h.SetCanonical(fieldNameBytes[i], b)
 	}
 }
 
@@ -186,25 +218,23 @@ func (d *Decision) setFastHTTPHeaders(h *fasthttp.ResponseHeader, buf []byte) {
 // Retry-After keep reporting the more restrictive of the two.
 func (d *Decision) SetHeaders(h http.Header) {
 	var buf [256]byte
-	v := plan(d, buf[:0], func(i int) string { return first(h[fieldNames[i]]) })
-	if v.fixed == 0 && len(v.buf) == 0 {
+	v, b := plan(d, buf[:0], func(i int) string { return first(h[fieldNames[i]]) })
+	if v.set == 0 {
 		return
 	}
 	// The values formatted for the request share one string, and all of
 	// them one array: a response costs two allocations, not two per field.
-	formatted := string(v.buf)
+	formatted := string(b)
 	values := new([numFields]string)
-	for i := range v.vals {
-		switch {
-		case v.vals[i] == nil:
+	for i := range uint(numFields) {
+		if !v.has(i) {
 			continue
-		case v.fixed&(1<<i) == 0:
-			values[i] = formatted[v.at[i] : v.at[i]+len(v.vals[i])]
-		case i == fLimit:
-			values[i] = d.policy.limitValue
-		default:
-			values[i] = d.policy.policyItem
 		}
+		_, s, ok := v.constant(i, d.policy)
+		if !ok {
+			s = formatted[v.at[i]:v.end[i]]
+		}
+		values[i] = s
 		h[fieldNames[i]] = values[i : i+1 : i+1]
 	}
 }
@@ -261,6 +291,33 @@ func first(v []string) string {
 		return ""
 	}
 	return v[0]
+}
+
+// appendCount appends n, a count or a number of seconds (never negative),
+// in decimal, as parseCount reads it: strconv.AppendInt's result, at about
+// half its cost, which formatting three figures a response makes felt.
+func appendCount(b []byte, n int64) []byte {
+	const pairs = "00010203040506070809101112131415161718192021222324252627282930313233343536373839" +
+		"40414243444546474849505152535455565758596061626364656667686970717273747576777879" +
+		"8081828384858687888990919293949596979899"
+	var d [20]byte
+	i := len(d)
+	u := uint64(n)
+	for u >= 100 {
+		q := u / 100
+		r := (u - q*100) * 2
+		i -= 2
+		d[i], d[i+1] = pairs[r], pairs[r+1]
+		u = q
+	}
+	if u >= 10 {
+		i -= 2
+		d[i], d[i+1] = pairs[u*2], pairs[u*2+1]
+	} else {
+		i--
+		d[i] = byte('0' + u)
+	}
+	return append(b, d[i:]...)
 }
 
 // parseCount parses a header value of decimal digits, as the setters write

@@ -1,0 +1,127 @@
+package ratelimit
+
+import (
+	"context"
+	"math"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/valyala/fasthttp"
+)
+
+func TestAppendCount(t *testing.T) {
+	for _, n := range []int64{0, 1, 9, 10, 42, 99, 100, 101, 999, 1000, 1 << 30, 1<<30 - 1, 1 << 53, math.MaxInt64} {
+		if got, want := string(appendCount([]byte("x"), n)), "x"+strconv.FormatInt(n, 10); got != want {
+			t.Errorf("appendCount(%d) = %q, want %q", n, got, want)
+		}
+	}
+	for n := range int64(20000) {
+		if got, want := string(appendCount(nil, n)), strconv.FormatInt(n, 10); got != want {
+			t.Fatalf("appendCount(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+// The fields a Decision writes over those that an earlier writer left in
+// the response, through each writer: RateLimit carries the limiter's own
+// figures whether or not X-RateLimit-* report them, and a third party's
+// X-RateLimit-* fields count as an earlier limiter's.
+func TestHeadersOverEarlierFields(t *testing.T) {
+	lim := NewLimiter(Options{Limit: 100, Window: time.Minute, Name: "route"})
+	d := lim.Take(context.Background(), "acme") // 99 left, reset 60
+	tests := []struct {
+		name    string
+		earlier map[string]string
+		want    map[string]string
+	}{
+		{
+			name: "none",
+			want: map[string]string{
+				hLimit: "100", hRemaining: "99", hReset: "60",
+				hPolicy: `"route";q=100;w=60`, hRateLimit: `"route";r=99;t=60`,
+			},
+		},
+		{
+			name:    "a stricter one's",
+			earlier: map[string]string{hLimit: "5", hRemaining: "3", hReset: "7", hPolicy: `"global";q=5;w=10`, hRateLimit: `"global";r=3;t=7`},
+			want: map[string]string{
+				hLimit: "5", hRemaining: "3", hReset: "7",
+				hPolicy: `"global";q=5;w=10, "route";q=100;w=60`, hRateLimit: `"global";r=3;t=7, "route";r=99;t=60`,
+			},
+		},
+		{
+			name:    "a looser one's",
+			earlier: map[string]string{hLimit: "5000", hRemaining: "4000", hReset: "1", hPolicy: `"global";q=5000;w=10`},
+			want: map[string]string{
+				hLimit: "100", hRemaining: "99", hReset: "60",
+				hPolicy: `"global";q=5000;w=10, "route";q=100;w=60`, hRateLimit: `"route";r=99;t=60`,
+			},
+		},
+		{
+			name:    "a handler's, not a count",
+			earlier: map[string]string{hRemaining: "many", hRateLimit: "x"},
+			want: map[string]string{
+				hLimit: "100", hRemaining: "99", hReset: "60",
+				hPolicy: `"route";q=100;w=60`, hRateLimit: `x, "route";r=99;t=60`,
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var fh fasthttp.ResponseHeader
+			hh := http.Header{}
+			for k, v := range tt.earlier {
+				fh.Set(k, v)
+				hh.Set(k, v)
+			}
+			d.SetFastHTTPHeaders(&fh)
+			d.SetHeaders(hh)
+			for _, name := range fieldNames {
+				if got := string(fh.Peek(name)); got != tt.want[name] {
+					t.Errorf("fasthttp: %s = %q, want %q", name, got, tt.want[name])
+				}
+				if got := hh.Get(name); got != tt.want[name] {
+					t.Errorf("http.Header: %s = %q, want %q", name, got, tt.want[name])
+				}
+			}
+		})
+	}
+}
+
+// Every header field on: an allowed request through the Fiber v2 door
+// allocates nothing more than the bare app.
+func TestFiberHeadersWithoutAllocating(t *testing.T) {
+	if testing.CoverMode() != "" {
+		t.Skip("allocations are counted without -cover")
+	}
+	allocs := func(doors ...fiber.Handler) float64 {
+		app := fiber.New()
+		app.Use(func(c *fiber.Ctx) error {
+			c.Locals("tenant", "acme")
+			return c.Next()
+		})
+		for _, d := range doors {
+			app.Use(d)
+		}
+		app.Get("/", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
+		h := app.Handler()
+		var ctx fasthttp.RequestCtx
+		ctx.Request.SetRequestURI("/")
+		return allocsPerRequest(func() {
+			ctx.Response.Reset()
+			h(&ctx)
+			if ctx.Response.StatusCode() != fiber.StatusOK {
+				t.Fatalf("status %d, want 200: %s", ctx.Response.StatusCode(), ctx.Response.Body())
+			}
+		})
+	}
+	opts := Options{Limit: 1 << 40, Window: time.Hour}
+	route := opts
+	route.Name = "route"
+	allocatesMore(t, "one limiter", 1, allocs(FiberMiddleware(NewLimiter(opts), Config{})), allocs())
+	allocatesMore(t, "two limiters", 2, allocs(FiberMiddleware(NewLimiter(opts), Config{}),
+		FiberMiddleware(NewLimiter(route), Config{})), allocs())
+}
