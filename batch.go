@@ -14,8 +14,9 @@ import (
 
 // batcher makes concurrent increments share round trips to the store.
 //
-// A call joins the batch that is filling. When fewer than rounds round trips
-// are in flight (see rounds), the batch leaves at once, so a lone call is never held
+// A call joins the batch that is filling. When no round trip is in flight,
+// or those in flight are late and fewer than rounds (see rounds), the
+// batch leaves at once, so a lone call is never held
 // back: on the caller's own goroutine (inline) when the store bounds a
 // round trip by its context's deadline and nothing else can end the
 // caller's wait, else on another goroutine, which the caller stops waiting
@@ -30,11 +31,13 @@ import (
 // every caller of a window still gets a decision and a count of its own.
 type batcher struct {
 	send   sendFunc
-	rounds int  // round trips in flight at most
-	inline bool // send bounds a round trip by its context's deadline
+	rounds int           // round trips in flight at most
+	late   time.Duration // a round trip out this long lets another go out beside it
+	inline bool          // send bounds a round trip by its context's deadline
 
 	mu       sync.Mutex
 	inFlight int
+	newest   int64  // when the newest round trip in flight went out (monoNow)
 	filling  *batch // nil when nothing waits for a round trip
 
 	// idle hands a batch to a goroutine that has made a round trip and
@@ -46,18 +49,23 @@ type batcher struct {
 
 const runnerIdle = 250 * time.Millisecond
 
-// rounds is how many round trips a batcher has in flight at most: one, as
-// in a group commit. A call that finds none in flight goes out at once;
-// the calls that come while one is in flight go out together as soon as it
-// is back, so a round trip carries everything that arrived during the one
-// before, and the batches grow with the load by themselves. More round
+// How many round trips a batcher has in flight. Normally one, as in a
+// group commit: a call that finds none in flight goes out at once, and the
+// calls that come while one is in flight go out together as soon as it is
+// back, so that a round trip carries everything that arrived during the
+// one before, and the batches grow with the load by themselves. More round
 // trips in flight make each smaller, which costs Redis more per request (a
-// script call costs it about as much as the keys it carries): at 64
-// callers on two cores, four in flight carried 3.3 keys per script call,
-// one 4.1, and gave 2.3 × and 3.7 × the raw MULTI/EXEC loop's throughput
-// (docs/benchmarks.md). The price is that a call which arrives while a
-// round trip is in flight waits for it to come back first.
-const rounds = 1
+// script call costs it about as much again as the keys it carries): at 64
+// callers on two cores, four round trips in flight carried 3.3 keys per
+// script call against one's 4.1, and gave 2.3 × the raw MULTI/EXEC loop's
+// throughput against 3.7 × (docs/benchmarks.md). A round trip that has
+// been out for lateRound is late (a connection that lost a packet waits
+// 200 ms for its resend): the next batch then goes out beside it, on
+// another connection, up to rounds round trips in flight.
+const (
+	rounds    = 4
+	lateRound = 5 * time.Millisecond
+)
 
 // sendFunc carries one batch to the store and fills in each op's answer;
 // it must never send an op twice. ctx ends at the latest of the callers'
@@ -69,7 +77,7 @@ type sendFunc func(ctx context.Context, cancel context.CancelFunc, ops []*takeOp
 // client with ContextTimeoutEnabled), so that a lone call may make its
 // round trip on its own goroutine.
 func newBatcher(send sendFunc, deadlines bool) *batcher {
-	return &batcher{send: send, rounds: rounds, inline: deadlines, idle: make(chan *batch)}
+	return &batcher{send: send, rounds: rounds, late: lateRound, inline: deadlines, idle: make(chan *batch)}
 }
 
 // batch is the ops of one round trip.
@@ -319,8 +327,9 @@ func (b *batcher) join(ctx context.Context, k opKey, cost int64, deadline time.T
 	} else if deadline.After(bt.deadline) {
 		bt.deadline = deadline
 	}
-	if b.inFlight < b.rounds {
+	if b.inFlight == 0 || b.inFlight < b.rounds && time.Duration(monoNow()-b.newest) >= b.late {
 		b.inFlight++
+		b.newest = monoNow()
 		b.filling = nil
 		start = true
 	}
@@ -418,6 +427,8 @@ func (b *batcher) next() *batch {
 	}
 	if bt == nil {
 		b.inFlight--
+	} else {
+		b.newest = monoNow()
 	}
 	return bt
 }

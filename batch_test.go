@@ -269,7 +269,7 @@ func TestBatcherLateJoinerWaitsItsOwnTime(t *testing.T) {
 
 func TestBatcherKeepsToItsRounds(t *testing.T) {
 	store := &fakeStore{hold: make(chan struct{})}
-	b := &batcher{send: store.send, rounds: 3}
+	b := &batcher{send: store.send, rounds: 3} // late 0: every round trip is late
 	var wg sync.WaitGroup
 	for i := range 50 {
 		wg.Go(func() { incrIn(b, context.Background(), "rl:"+string(rune('a'+i%26)), 1000, time.Time{}, 0) })
@@ -292,6 +292,44 @@ func TestBatcherKeepsToItsRounds(t *testing.T) {
 	}
 	if calls != 50 {
 		t.Errorf("the round trips counted %d calls, want 50: each exactly once", calls)
+	}
+}
+
+// A round trip in flight holds the next batch back until it is late: then
+// the next batch goes out beside it, up to rounds.
+func TestBatcherSendsBesideALateRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		late   time.Duration
+		inside int // round trips in flight once the second call has come
+	}{
+		{"the round trip in flight is not late", time.Hour, 1},
+		{"the round trip in flight is late", 0, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := &fakeStore{hold: make(chan struct{}), sent: make(chan struct{}, 10)}
+			b := &batcher{send: store.send, rounds: 4, late: tc.late}
+			var wg sync.WaitGroup
+			wg.Go(func() { incrIn(b, context.Background(), "rl:first", 1000, time.Time{}, 0) })
+			<-store.sent
+			wg.Go(func() { incrIn(b, context.Background(), "rl:second", 1000, time.Time{}, 0) })
+			if tc.inside == 2 {
+				<-store.sent
+			} else {
+				waitFor(t, "the second call waiting in the next batch", func() bool { return b.pendingCallers() == 1 })
+			}
+			store.mu.Lock()
+			inside := store.inside
+			store.mu.Unlock()
+			close(store.hold)
+			wg.Wait()
+			if inside != tc.inside {
+				t.Errorf("%d round trips in flight after the second call, want %d", inside, tc.inside)
+			}
+			if trips := len(store.tripsNow()); trips != 2 {
+				t.Errorf("%d round trips in all, want 2", trips)
+			}
+		})
 	}
 }
 
