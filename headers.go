@@ -1,9 +1,11 @@
 package ratelimit
 
 import (
+	"math/bits"
 	"net/http"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/valyala/fasthttp"
 )
@@ -104,9 +106,13 @@ func plan[T string | []byte](d *Decision, buf []byte, earlier func(i int) T) (fi
 		return v, buf // the zero Decision, or nothing to write
 	}
 	remaining, reset := d.figures()
-	var earlierRetry int64          // an earlier limiter's Retry-After, when it wins
+	var earlierRetry int64              // an earlier limiter's Retry-After, when it wins
+	span := func(i uint, at, end int) { // field i's value is buf[at:end]
+		v.at[i], v.end[i], v.set = int32(at), int32(end), v.set|1<<i
+	}
 	add := func(i uint, b []byte) { // field i's value is what b appended to buf
-		v.at[i], v.end[i], v.set, buf = int32(len(buf)), int32(len(b)), v.set|1<<i, b
+		span(i, len(buf), len(b))
+		buf = b
 	}
 	fixed := func(i uint) { v.set, v.fixed = v.set|1<<i, v.fixed|1<<i }
 	// The policy's own budget was formatted once; a tenant's own plan, or
@@ -119,14 +125,7 @@ func plan[T string | []byte](d *Decision, buf []byte, earlier func(i int) T) (fi
 		}
 		add(fLimit, appendCount(buf, int64(d.Limit)))
 	}
-	// figure appends n, which field i holds when set: copied, not
-	// formatted again.
-	figure := func(b []byte, i uint, n int64) []byte {
-		if v.has(i) {
-			return append(b, buf[v.at[i]:v.end[i]]...)
-		}
-		return appendCount(b, n)
-	}
+	figures := false // X-RateLimit-Remaining and -Reset report d's figures
 	if p.legacy {
 		switch prev, ok := parseCount(earlier(fRemaining)); {
 		case remaining < 0:
@@ -137,8 +136,7 @@ func plan[T string | []byte](d *Decision, buf []byte, earlier func(i int) T) (fi
 			earlierRetry, _ = parseCount(earlier(fReset))
 		default:
 			limit()
-			add(fRemaining, appendCount(buf, remaining))
-			add(fReset, appendCount(buf, reset))
+			figures = true
 		}
 	}
 	if p.draft && d.quotas != nil {
@@ -156,12 +154,26 @@ func plan[T string | []byte](d *Decision, buf []byte, earlier func(i int) T) (fi
 			add(fPolicy, appendPolicyItem(appendList(buf, prev), p.name, int64(d.Limit), p.itemWindow(d.Window)))
 		}
 		if remaining >= 0 {
-			// The item of appendRateLimitItem, with the figures of
-			// X-RateLimit-Remaining and -Reset when those are set.
+			// appendRateLimitItem's item, whose figures X-RateLimit-Remaining
+			// and -Reset then share: formatted once, and stored once.
 			b := append(append(appendList(buf, earlier(fRateLimit)), p.name...), ";r="...)
-			b = append(figure(b, fRemaining, remaining), ";t="...)
-			add(fRateLimit, figure(b, fReset, reset))
+			r := len(b)
+			b = appendCount(b, remaining)
+			r1 := len(b)
+			b = append(b, ";t="...)
+			t := len(b)
+			b = appendCount(b, reset)
+			if figures {
+				span(fRemaining, r, r1)
+				span(fReset, t, len(b))
+				figures = false
+			}
+			add(fRateLimit, b)
 		}
+	}
+	if figures {
+		add(fRemaining, appendCount(buf, remaining))
+		add(fReset, appendCount(buf, reset))
 	}
 	if d.retryAfter() {
 		add(fRetryAfter, appendCount(buf, max(ceilDiv(d.RetryAfter, time.Second), earlierRetry)))
@@ -222,10 +234,7 @@ func (d *Decision) SetHeaders(h http.Header) {
 	if v.set == 0 {
 		return
 	}
-	// The values formatted for the request share one string, and all of
-	// them one array: a response costs two allocations, not two per field.
-	formatted := string(b)
-	values := new([numFields]string)
+	formatted, values := httpBacking(b, bits.OnesCount8(v.set))
 	for i := range uint(numFields) {
 		if !v.has(i) {
 			continue
@@ -234,9 +243,31 @@ func (d *Decision) SetHeaders(h http.Header) {
 		if !ok {
 			s = formatted[v.at[i]:v.end[i]]
 		}
-		values[i] = s
-		h[fieldNames[i]] = values[i : i+1 : i+1]
+		values[0] = s
+		h[fieldNames[i]] = values[:1:1]
+		values = values[1:]
 	}
+}
+
+// httpValues backs the fields of one response in one allocation: their
+// values, and the bytes formatted for them. An allowed request's fields
+// fit for a policy name of up to 20 bytes and figures of up to 13 digits
+// (the RateLimit item, whose figures X-RateLimit-* share). Each response has its own,
+// never written again once the header holds it.
+type httpValues struct {
+	values    [numFields - 1]string // all but Retry-After, which only a refusal has
+	formatted [48]byte
+}
+
+// httpBacking returns b as a string and room for n field values: in one
+// httpValues when they fit, else in two allocations.
+func httpBacking(b []byte, n int) (string, []string) {
+	if n > len(httpValues{}.values) || len(b) > len(httpValues{}.formatted) {
+		return string(b), make([]string, n)
+	}
+	x := new(httpValues)
+	copy(x.formatted[:], b)
+	return unsafe.String(&x.formatted[0], len(b)), x.values[:]
 }
 
 // earlierWins reports whether the figures an earlier limiter reported,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"testing"
 	"time"
@@ -124,4 +125,54 @@ func TestFiberHeadersWithoutAllocating(t *testing.T) {
 	allocatesMore(t, "one limiter", 1, allocs(FiberMiddleware(NewLimiter(opts), Config{})), allocs())
 	allocatesMore(t, "two limiters", 2, allocs(FiberMiddleware(NewLimiter(opts), Config{}),
 		FiberMiddleware(NewLimiter(route), Config{})), allocs())
+}
+
+// Each field of an http.Header gets a slice of its own, so that a
+// handler's Add to one leaves the others alone, whether the values share
+// one allocation (an allowed request, a short name) or not (a refusal's
+// six fields, a long name).
+func TestHTTPHeaderValuesAreEach(t *testing.T) {
+	for _, name := range []string{"", "a-policy-name-longer-than-any-backing-holds"} {
+		lim := NewLimiter(Options{Limit: 1, Window: time.Minute, Name: name})
+		for _, want := range []int{5, 6} { // allowed, then refused
+			d := lim.Take(context.Background(), "acme")
+			h := http.Header{}
+			d.SetHeaders(h)
+			if len(h) != want {
+				t.Fatalf("name %q: %d fields %v, want %d", name, len(h), h, want)
+			}
+			before := h.Clone()
+			h.Add(hLimit, "added")
+			for k, v := range before {
+				if k != hLimit && h.Get(k) != v[0] {
+					t.Errorf("name %q: after Add(%s), %s = %q, want %q", name, hLimit, k, h.Get(k), v[0])
+				}
+			}
+			if got := h.Values(hLimit); len(got) != 2 || got[0] != "1" || got[1] != "added" {
+				t.Errorf("name %q: %s = %q, want [1 added]", name, hLimit, got)
+			}
+		}
+	}
+}
+
+// Every header field on: an allowed request through the net/http door
+// allocates at most one value more than the bare handler, the backing of
+// its header values.
+func TestHTTPHeadersAllocateOnce(t *testing.T) {
+	if testing.CoverMode() != "" {
+		t.Skip("allocations are counted without -cover")
+	}
+	allocs := func(h http.Handler) float64 {
+		r := httptest.NewRequest(http.MethodGet, "/", nil).WithContext(WithTenant(context.Background(), "acme"))
+		w := &nopWriter{h: http.Header{}}
+		return allocsPerRequest(func() {
+			clear(w.h)
+			h.ServeHTTP(w, r)
+		})
+	}
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write(okBody) })
+	lim := NewLimiter(Options{Limit: 1 << 40, Window: time.Hour})
+	if got, bare := allocs(HTTPMiddleware(lim, HTTPConfig{})(ok)), allocs(ok); got-bare >= 1.75 {
+		t.Errorf("%.2f allocations a request, want at most 1 more than the bare handler's %.2f", got, bare)
+	}
 }

@@ -144,11 +144,11 @@ func HTTPMiddleware(lim *Limiter, cfg HTTPConfig) func(http.Handler) http.Handle
 			}
 			var d Decision
 			if id, ok := cfg.Tenant(r); ok && id != "" {
-				d = lim.TakeN(r.Context(), id, cost)
+				lim.takeTenant(r.Context(), &d, id, cost)
 			} else if cfg.AnonymousByIP {
-				d = lim.TakeAddrN(r.Context(), cfg.ClientIP(r), cost)
+				lim.takeAddr(r.Context(), &d, cfg.ClientIP(r), cost)
 			} else {
-				d = lim.TakeN(r.Context(), "", cost)
+				lim.takeTenant(r.Context(), &d, "", cost)
 			}
 			d.SetHeaders(w.Header())
 			switch {

@@ -286,12 +286,17 @@ func (l *Limiter) TakeAddr(ctx context.Context, addr netip.Addr) (d Decision) {
 
 // TakeAddrN is TakeAddr for a request that costs n units, as TakeN is.
 func (l *Limiter) TakeAddrN(ctx context.Context, addr netip.Addr, n int) (d Decision) {
+	l.takeAddr(ctx, &d, addr, n)
+	return d
+}
+
+// takeAddr is TakeAddrN into d, as takeTenant is TakeN.
+func (l *Limiter) takeAddr(ctx context.Context, d *Decision, addr netip.Addr, n int) {
 	var buf [maxKeyLen]byte
-	l.take(ctx, &d, "", appendAddrKey(buf[:0], l.keyPrefix, addr, l.opts.IPv6Prefix, l.opts.Algorithm), n)
+	l.take(ctx, d, "", appendAddrKey(buf[:0], l.keyPrefix, addr, l.opts.IPv6Prefix, l.opts.Algorithm), n)
 	if d.took {
 		d.byAddr, d.addr = true, addr
 	}
-	return d
 }
 
 // TenantID returns the tenant ID that v stands for, v being what a request

@@ -236,7 +236,7 @@ func (d *fiberDoor) handle(c *fiber.Ctx) error {
 		d.lim.takeTenant(ctx, &dec, id, cost)
 	} else if d.anonymousByIP {
 		addr, _ := netip.ParseAddr(c.IP())
-		dec = d.lim.TakeAddrN(ctx, addr, cost)
+		d.lim.takeAddr(ctx, &dec, addr, cost)
 	} else {
 		d.lim.takeTenant(ctx, &dec, "", cost)
 	}
