@@ -207,10 +207,8 @@ func (d *Decision) SetFastHTTPHeaders(h *fasthttp.ResponseHeader) {
 
 func (d *Decision) setFastHTTPHeaders(h *fasthttp.ResponseHeader, buf []byte) {
 	v, buf := plan(d, buf, func(i int) []byte { return h.PeekCanonical(fieldNameBytes[i]) })
-	for i := range uint(numFields) {
-		if !v.has(i) {
-			continue
-		}
+	for set := v.set; set != 0; set &= set - 1 {
+		i := uint(bits.TrailingZeros8(set))
 		b, _, ok := v.constant(i, d.policy)
 		if !ok {
 			b = buf[v.at[i]:v.end[i]]
