@@ -87,9 +87,10 @@ end
 -- with Q, how many, and each set: the main limit's kind and name, how many
 -- quotas, and each quota's kind, limit, window in ms and name. Each is
 -- read once for all the keys of the call that use it.
-local sets = {}
+local sets
 if ARGV[1] == 'Q' then
   at = 3
+  sets = {}
   for i = 1, tonumber(ARGV[2], 16) do
     local n = tonumber(ARGV[at+2], 16) + 1
     local set = {n = n, k = {ARGV[at]}, lim = {0}, ms = {0}, fields = {}}
@@ -123,10 +124,14 @@ end
 -- window that a count would start, or a sliding window's or a period's
 -- start, and into ch whether that is new. The key is the hash's, in
 -- braces. It returns the set, the hash, its expiry and, for a hash that
--- cannot be read, the error.
-local cur, ga, gb, w, nw, ch, vals, hargs = {}, {}, {}, {}, {}, {}, {}, {}
-local badHash = {err = 'WRONGTYPE the hash holds something other than counts'}
+-- cannot be read, the error. Its tables are made on the first call that
+-- has such a key: a call without costs nothing of them.
+local cur, ga, gb, w, nw, ch, vals, hargs, badHash
 local function limits(key)
+  if not cur then
+    cur, ga, gb, w, nw, ch, hargs = {}, {}, {}, {}, {}, {}, {}
+    badHash = {err = 'WRONGTYPE the hash holds something other than counts'}
+  end
   local set = sets[tonumber(ARGV[at+1], 16)]
   local sk, sms = set.k, set.ms
   set.lim[1], sms[1] = tonumber(ARGV[at+2], 16), tonumber(ARGV[at+3])
