@@ -198,3 +198,25 @@ BenchmarkCounter/memory/keys=1/ratelimit-2 	 1000000 	 70.0 ns/op 	 0 failopen 	
 		t.Errorf("want the median of both runs, 60 ns/op, and 1.5 failopen:\n%s", out)
 	}
 }
+
+func TestFloorTargets(t *testing.T) {
+	in := `BenchmarkHandler/memory/tenants=10000/floor-headers-2 	 1000000 	 400 ns/op 	 0 B/op 	 0 allocs/op
+BenchmarkHandler/memory/tenants=10000/ratelimit-2 	 1000000 	 480 ns/op 	 0 failopen 	 0 B/op 	 0 allocs/op
+BenchmarkDoors/nethttp/tenants=10000/floor-headers-2 	 1000000 	 200 ns/op 	 0 B/op 	 0 allocs/op
+BenchmarkDoors/nethttp/tenants=10000/ratelimit-2 	 1000000 	 600 ns/op 	 128 B/op 	 1 allocs/op
+BenchmarkHandlerLone/redis/opts=default/ratelimit-2 	 10000 	 50000 ns/op 	 0 failopen 	 1400 B/op 	 26 allocs/op
+BenchmarkHandlerLone/redis/opts=default/ulule-redis-2 	 10000 	 40000 ns/op 	 500 B/op 	 20 allocs/op
+BenchmarkHandlerLone/redis/opts=default/raw-multi-exec-2 	 10000 	 44000 ns/op 	 900 B/op 	 27 allocs/op
+`
+	out, _ := runRatios(t, in)
+	for _, row := range []string{
+		"| a middleware's time ÷ floor-headers', in-memory counter, and its allocations | BenchmarkHandler/memory/tenants=10000 | 1.20 × | ≤ 1.25, 0 allocs | yes | 480 vs 400 ns/op, 0 allocs/op |",
+		"| a middleware's time ÷ floor-headers', in-memory counter, and its allocations | BenchmarkDoors/nethttp/tenants=10000 | 3.00 × | ≤ 1.25, 0 allocs | no | 600 vs 200 ns/op, 1 allocs/op |",
+		"| latency ÷ ulule-redis's, lone caller | BenchmarkHandlerLone/redis/opts=default | 1.25 × | < 1 | no | 50000 vs 40000 ns/op |",
+		"| latency ÷ raw-multi-exec's, lone caller | BenchmarkHandlerLone/redis/opts=default | 1.14 × | ≤ 1.15 | yes | 50000 vs 44000 ns/op |",
+	} {
+		if !strings.Contains(out, row) {
+			t.Errorf("no row %q in:\n%s", row, out)
+		}
+	}
+}
