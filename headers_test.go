@@ -98,27 +98,7 @@ func TestFiberHeadersWithoutAllocating(t *testing.T) {
 	if testing.CoverMode() != "" {
 		t.Skip("allocations are counted without -cover")
 	}
-	allocs := func(doors ...fiber.Handler) float64 {
-		app := fiber.New()
-		app.Use(func(c *fiber.Ctx) error {
-			c.Locals("tenant", "acme")
-			return c.Next()
-		})
-		for _, d := range doors {
-			app.Use(d)
-		}
-		app.Get("/", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
-		h := app.Handler()
-		var ctx fasthttp.RequestCtx
-		ctx.Request.SetRequestURI("/")
-		return allocsPerRequest(func() {
-			ctx.Response.Reset()
-			h(&ctx)
-			if ctx.Response.StatusCode() != fiber.StatusOK {
-				t.Fatalf("status %d, want 200: %s", ctx.Response.StatusCode(), ctx.Response.Body())
-			}
-		})
-	}
+	allocs := func(doors ...fiber.Handler) float64 { return fiberAllocsPerRequest(t, doors...) }
 	opts := Options{Limit: 1 << 40, Window: time.Hour}
 	route := opts
 	route.Name = "route"
