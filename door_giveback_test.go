@@ -66,6 +66,17 @@ func allocsPerRequest(serve func()) float64 {
 	}) / calls
 }
 
+// httpAllocsPerRequest is allocsPerRequest of a request of tenant acme
+// served by h, into a reused ResponseWriter.
+func httpAllocsPerRequest(h http.Handler) float64 {
+	r := httptest.NewRequest(http.MethodGet, "/", nil).WithContext(WithTenant(context.Background(), "acme"))
+	w := &nopWriter{h: http.Header{}}
+	return allocsPerRequest(func() {
+		clear(w.h)
+		h.ServeHTTP(w, r)
+	})
+}
+
 // fiberAllocsPerRequest is allocsPerRequest of a request of tenant acme
 // through doors, on a Fiber v2 app whose handler answers 200.
 func fiberAllocsPerRequest(t *testing.T, doors ...fiber.Handler) float64 {
@@ -127,14 +138,7 @@ func TestHTTPDoorGivesBackWithoutAllocating(t *testing.T) {
 	if testing.CoverMode() != "" {
 		t.Skip("allocations are counted without -cover")
 	}
-	allocs := func(h http.Handler) float64 {
-		r := httptest.NewRequest(http.MethodGet, "/", nil).WithContext(WithTenant(context.Background(), "acme"))
-		w := &nopWriter{h: http.Header{}}
-		return allocsPerRequest(func() {
-			clear(w.h)
-			h.ServeHTTP(w, r)
-		})
-	}
+	allocs := httpAllocsPerRequest
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write(okBody) })
 	bare := allocs(ok)
 	for _, c := range doorCosts {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"math"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"testing"
 	"time"
@@ -142,14 +141,7 @@ func TestHTTPHeadersAllocateOnce(t *testing.T) {
 	if testing.CoverMode() != "" {
 		t.Skip("allocations are counted without -cover")
 	}
-	allocs := func(h http.Handler) float64 {
-		r := httptest.NewRequest(http.MethodGet, "/", nil).WithContext(WithTenant(context.Background(), "acme"))
-		w := &nopWriter{h: http.Header{}}
-		return allocsPerRequest(func() {
-			clear(w.h)
-			h.ServeHTTP(w, r)
-		})
-	}
+	allocs := httpAllocsPerRequest
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write(okBody) })
 	lim := NewLimiter(Options{Limit: 1 << 40, Window: time.Hour})
 	if got, bare := allocs(HTTPMiddleware(lim, HTTPConfig{})(ok)), allocs(ok); got-bare >= 1.75 {
