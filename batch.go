@@ -57,8 +57,9 @@ const runnerIdle = 250 * time.Millisecond
 // trips in flight make each smaller, which costs Redis more per request (a
 // script call costs it about as much again as the keys it carries): at 64
 // callers on two cores, four round trips in flight carried 3.3 keys per
-// script call against one's 4.1, and gave 2.3 × the raw MULTI/EXEC loop's
-// throughput against 3.7 × (docs/benchmarks.md). A round trip that has
+// script call against one's 4.1, and gave 2.2-2.3 × the raw MULTI/EXEC
+// loop's throughput against 3.5-3.7 × while another benchmark shared the
+// cores, 2.9 × against 3.15 × on quiet ones (docs/benchmarks.md). A round trip that has
 // been out for lateRound is late (a connection that lost a packet waits
 // 200 ms for its resend): the next batch then goes out beside it, on
 // another connection, up to rounds round trips in flight.
