@@ -176,7 +176,6 @@ type fiberDoor struct {
 	limitReached  fiber.Handler
 
 	skipFailed, skipSuccessful bool
-	skips                      bool // either: a request without them reads no status
 	// canGiveBack: lim can give back (Limiter.CheckRelease), so a request
 	// that a later handler refuses gets its count back.
 	canGiveBack bool
@@ -195,7 +194,6 @@ func newFiberDoor(lim *Limiter, cfg Config) *fiberDoor {
 	d := &fiberDoor{lim: lim, next: cfg.Next, tenant: cfg.Tenant, cost: cfg.Cost,
 		anonymousByIP: cfg.AnonymousByIP, limitReached: cfg.LimitReached,
 		skipFailed: cfg.SkipFailedRequests, skipSuccessful: cfg.SkipSuccessfulRequests,
-		skips:       cfg.SkipFailedRequests || cfg.SkipSuccessfulRequests,
 		canGiveBack: lim.CheckRelease() == nil, inFlight: lim.Algorithm() == InFlight}
 	if d.tenant == nil {
 		d.tenant = func(c *fiber.Ctx) (string, bool) { return lim.TenantID(c.Locals("tenant")) }
@@ -255,7 +253,7 @@ func (d *fiberDoor) handle(c *fiber.Ctx) error {
 		return d.holding(ctx, c, &dec)
 	}
 	err := c.Next()
-	if d.canGiveBack && (d.skips && d.skipped(c, err) || c.Locals(refusedKey{}) != nil) {
+	if d.canGiveBack && (d.skipped(c, err) || c.Locals(refusedKey{}) != nil) {
 		d.release(ctx, &dec)
 	}
 	return err
@@ -275,10 +273,13 @@ func (d *fiberDoor) release(ctx context.Context, dec *Decision) {
 	_ = d.lim.Release(releaseContext(ctx), *dec)
 }
 
-// skipped reports whether a skip rule, of which one at least is set,
-// gives back a request whose next handlers returned err, by the status
-// Fiber's default ErrorHandler answers err with.
+// skipped reports whether a skip rule gives back a request whose next
+// handlers returned err, by the status Fiber's default ErrorHandler
+// answers err with. Without a skip rule it reads no status.
 func (d *fiberDoor) skipped(c *fiber.Ctx, err error) bool {
+	if !d.skipFailed && !d.skipSuccessful {
+		return false
+	}
 	status := c.Response().StatusCode()
 	if err != nil {
 		status = fiber.StatusInternalServerError
