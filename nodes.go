@@ -52,7 +52,7 @@ import (
 // is left as it was. The clone does not run the hooks added to the user's
 // client (go-redis does not copy them), so tracing hooks see the counter's
 // round trips only on a client with ContextTimeoutEnabled.
-// docs/benchmarks.md ("A lone caller") says what the clone costs: a round
+// docs/benchmarks.md ("Close to the floor") says what the clone costs: a round
 // trip whose deadline passes closes its connection, as on any client with
 // ContextTimeoutEnabled, where another goroutine would have read on.
 //
@@ -63,7 +63,7 @@ import (
 // sender returns the client that the round trips to c's server go through.
 func sender(c *redis.Client) *redis.Client {
 	o := c.Options() // as go-redis set them: a timeout of -1 makes no deadline calls
-	if o.ContextTimeoutEnabled && o.ReadTimeout >= 0 && o.WriteTimeout >= 0 {
+	if socketDeadlines(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout, -1) {
 		return c
 	}
 	s := c.WithTimeout(max(o.ReadTimeout, 0))
@@ -75,11 +75,13 @@ func sender(c *redis.Client) *redis.Client {
 	return s
 }
 
-// socketDeadlines reports whether a cluster's or a ring's options put a
-// context's deadline on the socket: ContextTimeoutEnabled, and no timeout
-// of -2 (no deadline calls at all).
-func socketDeadlines(contextTimeout bool, read, write time.Duration) bool {
-	return contextTimeout && read >= -1 && write >= -1
+// socketDeadlines reports whether a client's options put a context's
+// deadline on the socket: ContextTimeoutEnabled, and both timeouts above
+// none, below which go-redis makes no deadline calls at all. none is -1 in
+// a *redis.Client's options as go-redis set them, and -2 in a cluster's or
+// a ring's, which they map to -1 for their nodes' clients.
+func socketDeadlines(contextTimeout bool, read, write, none time.Duration) bool {
+	return contextTimeout && read > none && write > none
 }
 
 // node is one server of a RedisCounter.
@@ -129,11 +131,11 @@ func newNodes(rdb redis.UniversalClient) *nodes {
 	case *redis.Ring:
 		o := c.Options()
 		ns.ring, ns.route = c, byShard
-		ns.deadlines = socketDeadlines(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout)
+		ns.deadlines = socketDeadlines(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout, -2)
 	case *redis.ClusterClient:
 		o := c.Options()
 		ns.cluster = c
-		ns.deadlines = socketDeadlines(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout)
+		ns.deadlines = socketDeadlines(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout, -2)
 	}
 	ns.byClient.Store(&map[*redis.Client]*node{})
 	switch c := rdb.(type) {
