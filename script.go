@@ -25,6 +25,13 @@ import (
 // everything fits, so costs an existing fixed window an INCRBY and a PTTL,
 // as a plain counter does.
 //
+// The script runs on every round trip, so its common path is kept cheap
+// for the server, as measured in instructions per call (docs/benchmarks.md,
+// "Close to the floor"): functions that use many locals are made only in
+// a call that needs them, and a count of 1 goes to INCRBY as the string
+// "1", since redis.call formats a number argument with printf, which costs
+// more than the command.
+//
 // KEYS are the keys (for a sliding window, the tag of a tenant's keys: see
 // slidingKey). ARGV holds, for each key, its kind, its limit, its window
 // in milliseconds and, for kinds F and S, the number of callers n and
@@ -67,9 +74,12 @@ import (
 // (a, prev and the count of each limit) and delete such a hash, for
 // Limiter.Usage and Limiter.Reset; kinds u and r do the same for a tenant
 // without quotas, given its window's kind and length.
-const takeScript = calendarLua + `
+const takeScript = `
 local tonumber, call, pcall, type = tonumber, redis.call, redis.pcall, type
-local out, o, at, now = {}, 0, 1, nil
+-- out starts with room for the usual reply (up to four fixed windows),
+-- so that it does not grow slot by slot: each growth rehashes it. The
+-- nils are not returned: a reply ends at its first nil.
+local out, o, at, now = {nil, nil, nil, nil, nil, nil, nil, nil}, 0, 1, nil
 local function fatal(r)
   local find = string.find
   if find(r.err, 'WRONGTYPE', 1, true) or find(r.err, 'not an integer', 1, true) or find(r.err, 'overflow', 1, true) then
@@ -77,17 +87,18 @@ local function fatal(r)
   end
   return redis.error_reply((string.gsub(r.err, '^@user_script: %d+: %-?', '')))
 end
+-- The server's clock in ms; a key that needs it reads it with
+-- now = now or clock(), once per call.
 local function clock()
-  if not now then
-    local t = call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 -- The quota sets of the call (see quotaSet.scriptArgs): when ARGV starts
 -- with Q, how many, and each set: the main limit's kind and name, how many
 -- quotas, and each quota's kind, limit, window in ms and name. Each is
 -- read once for all the keys of the call that use it.
-local sets
+local sets, limits
+local cur, ga, gb, w, nw, ch, vals, hargs, badHash
 if ARGV[1] == 'Q' then
   at = 3
   sets = {}
@@ -113,76 +124,77 @@ if ARGV[1] == 'Q' then
     f[#f+1], set.fe = 'e', #f + 1
     sets[i] = set
   end
-end
--- A tenant with quotas keeps all its limits in one hash, "{<main key>}":
--- for each limit, by its name, its count, its window's end (a fixed
--- window), start (a sliding one, whose previous count is under :p) or
--- period's start, and under e when the hash expires. limits reads a key's
--- set and main limit from ARGV, and reads each limit's state from the
--- hash, at now: into cur its count, into ga and gb what the script returns
--- of it (see takeScript), into w a sliding window's weight and into nw a
--- window that a count would start, or a sliding window's or a period's
--- start, and into ch whether that is new. The key is the hash's, in
--- braces. It returns the set, the hash, its expiry and, for a hash that
--- cannot be read, the error. Its tables are made on the first call that
--- has such a key: a call without costs nothing of them.
-local cur, ga, gb, w, nw, ch, vals, hargs, badHash
-local function limits(key)
-  if not cur then
-    cur, ga, gb, w, nw, ch, hargs = {}, {}, {}, {}, {}, {}, {}
-    badHash = {err = 'WRONGTYPE the hash holds something other than counts'}
-  end
-  local set = sets[tonumber(ARGV[at+1], 16)]
-  local sk, sms = set.k, set.ms
-  set.lim[1], sms[1] = tonumber(ARGV[at+2], 16), tonumber(ARGV[at+3])
-  at = at + 4
-  clock()
-  local t = now
-  if not set.ps then
-    -- The set's calendar periods, once per call.
-    set.ps, set.pe = {}, {}
-    for j = 2, set.n do
-      if sk[j] == 'd' or sk[j] == 'm' then set.ps[j], set.pe[j] = period(sk[j], t) end
+  cur, ga, gb, w, nw, ch, hargs = {}, {}, {}, {}, {}, {}, {}
+  badHash = {err = 'WRONGTYPE the hash holds something other than counts'}
+  -- period (calendarLua) and limits are made here, in a call with quotas
+  -- only: making a function costs the server an object for each local it
+  -- uses, on every call that makes it, which a call without quotas would
+  -- pay for nothing.` + calendarLua + `
+  -- A tenant with quotas keeps all its limits in one hash, "{<main key>}":
+  -- for each limit, by its name, its count, its window's end (a fixed
+  -- window), start (a sliding one, whose previous count is under :p) or
+  -- period's start, and under e when the hash expires. limits reads a key's
+  -- set and main limit from ARGV, and reads each limit's state from the
+  -- hash, at now: into cur its count, into ga and gb what the script returns
+  -- of it (see takeScript), into w a sliding window's weight and into nw a
+  -- window that a count would start, or a sliding window's or a period's
+  -- start, and into ch whether that is new. The key is the hash's, in
+  -- braces. It returns the set, the hash, its expiry and, for a hash that
+  -- cannot be read, the error.
+  limits = function(key)
+    local set = sets[tonumber(ARGV[at+1], 16)]
+    local sk, sms = set.k, set.ms
+    set.lim[1], sms[1] = tonumber(ARGV[at+2], 16), tonumber(ARGV[at+3])
+    at = at + 4
+    now = now or clock()
+    local t = now
+    if not set.ps then
+      -- The set's calendar periods, once per call.
+      set.ps, set.pe = {}, {}
+      for j = 2, set.n do
+        if sk[j] == 'd' or sk[j] == 'm' then set.ps[j], set.pe[j] = period(sk[j], t) end
+      end
     end
-  end
-  local ps, pe, fc, fs, fp = set.ps, set.pe, set.fc, set.fs, set.fp
-  vals = pcall('HMGET', key, unpack(set.fields))
-  if vals.err then return set, key, 0, vals end
-  for j = 1, set.n do
-    local k, ms = sk[j], sms[j]
-    local c, s = tonumber(vals[fc[j]] or 0), tonumber(vals[fs[j]] or 0)
-    if not c or not s then return set, key, 0, badHash end
-    if k == 'f' then
-      if t < s then
-        cur[j], ga[j], gb[j], w[j], ch[j] = c, s - t, 0, 0, false
+    local ps, pe, fc, fs, fp = set.ps, set.pe, set.fc, set.fs, set.fp
+    vals = pcall('HMGET', key, unpack(set.fields))
+    if vals.err then return set, key, 0, vals end
+    for j = 1, set.n do
+      local k, ms = sk[j], sms[j]
+      local c, s = tonumber(vals[fc[j]] or 0), tonumber(vals[fs[j]] or 0)
+      if not c or not s then return set, key, 0, badHash end
+      if k == 'f' then
+        if t < s then
+          cur[j], ga[j], gb[j], w[j], ch[j] = c, s - t, 0, 0, false
+        else
+          cur[j], ga[j], gb[j], w[j], nw[j], ch[j] = 0, ms, 0, 0, t + ms, true
+        end
+      elseif k == 's' then
+        local p = tonumber(vals[fp[j]] or 0)
+        if not p then return set, key, 0, badHash end
+        local ws = t - t % ms
+        local new = s ~= ws
+        if new then
+          if s == ws - ms then p = c else p = 0 end
+          c = 0
+        end
+        local a = t - ws
+        cur[j], ga[j], gb[j], w[j], nw[j], ch[j] = c, a, p, p * (ms - a) / ms, ws, new
       else
-        cur[j], ga[j], gb[j], w[j], nw[j], ch[j] = 0, ms, 0, 0, t + ms, true
+        local p0 = ps[j]
+        local new = s ~= p0
+        if new then c = 0 end
+        cur[j], ga[j], gb[j], w[j], nw[j], ch[j] = c, pe[j] - t, pe[j] - p0, 0, p0, new
       end
-    elseif k == 's' then
-      local p = tonumber(vals[fp[j]] or 0)
-      if not p then return set, key, 0, badHash end
-      local ws = t - t % ms
-      local new = s ~= ws
-      if new then
-        if s == ws - ms then p = c else p = 0 end
-        c = 0
-      end
-      local a = t - ws
-      cur[j], ga[j], gb[j], w[j], nw[j], ch[j] = c, a, p, p * (ms - a) / ms, ws, new
-    else
-      local p0 = ps[j]
-      local new = s ~= p0
-      if new then c = 0 end
-      cur[j], ga[j], gb[j], w[j], nw[j], ch[j] = c, pe[j] - t, pe[j] - p0, 0, p0, new
     end
+    return set, key, tonumber(vals[set.fe] or 0), nil
   end
-  return set, key, tonumber(vals[set.fe] or 0), nil
 end
-for _, key in ipairs(KEYS) do
+for ki = 1, #KEYS do
+  local key = KEYS[ki]
   local kind, limit, msarg = ARGV[at], tonumber(ARGV[at+1], 16), ARGV[at+2]
   if kind == 'f' then
     at = at + 3
-    local after = pcall('INCRBY', key, 1)
+    local after = pcall('INCRBY', key, '1')
     if type(after) == 'table' then
       local e = fatal(after)
       if e then return e end
@@ -215,7 +227,7 @@ for _, key in ipairs(KEYS) do
     -- the set lives a lease past its last lease.
     local tok, c = ARGV[at+3], tonumber(ARGV[at+4], 16)
     at = at + 5
-    clock()
+    now = now or clock()
     local x = pcall('ZREMRANGEBYSCORE', key, '-inf', now)
     if type(x) == 'table' then
       local e = fatal(x)
@@ -278,7 +290,7 @@ for _, key in ipairs(KEYS) do
     at = at + 5
     local curkey, off = key, nil
     if k == 's' then
-      clock()
+      now = now or clock()
       local index = math.floor(now / ms)
       off = now - index * ms
       curkey = key .. ':' .. ARGV[at-3] .. ':' .. string.format('%d', index)
@@ -312,7 +324,7 @@ for _, key in ipairs(KEYS) do
     local curkey, prevkey, a = key, nil, 0
     if k == 'i' then
       -- Requests in flight: the slots whose lease runs on.
-      clock()
+      now = now or clock()
       if kind == 'u' then
         local n = pcall('ZCOUNT', key, '(' .. now, '+inf')
         if type(n) == 'table' then return redis.error_reply('WRONGTYPE the key holds something other than slots in flight') end
@@ -322,7 +334,7 @@ for _, key in ipairs(KEYS) do
         call('DEL', key)
       end
     elseif k == 's' then
-      clock()
+      now = now or clock()
       local index = math.floor(now / ms)
       a = now - index * ms
       curkey = key .. ':' .. ARGV[at-1] .. ':' .. string.format('%d', index)
@@ -446,22 +458,22 @@ for _, key in ipairs(KEYS) do
       end
     end
   else
-    local sliding, n, costs = kind == 's' or kind == 'S', 1, nil
+    -- costs holds the callers' costs, unless there is one caller of
+    -- cost 1 (kinds f and s).
+    local sliding, n, total, costs = kind == 's' or kind == 'S', 1, 1, nil
     if kind == 's' then
       at = at + 3
     else
-      n, costs = tonumber(ARGV[at+3], 16), at + 4
-      at = costs + n
+      n, costs, total = tonumber(ARGV[at+3], 16), {}, 0
+      for j = 1, n do
+        costs[j] = tonumber(ARGV[at+3+j], 16)
+        total = total + costs[j]
+      end
+      at = at + 4 + n
     end
-    local function cost(j)
-      if costs then return tonumber(ARGV[costs+j-1], 16) end
-      return 1
-    end
-    local total = 0
-    for j = 1, n do total = total + cost(j) end
     local ms, a, prev, curkey = tonumber(msarg), 0, 0, key
     if sliding then
-      clock()
+      now = now or clock()
       local index = math.floor(now / ms)
       a = now - index * ms
       local tag = key .. ':' .. msarg .. ':'
@@ -475,7 +487,9 @@ for _, key in ipairs(KEYS) do
     end
     local after = nil
     if prev ~= nil then
-      after = pcall('INCRBY', curkey, total)
+      local by = total
+      if by == 1 then by = '1' end
+      after = pcall('INCRBY', curkey, by)
       if type(after) == 'table' then
         local e = fatal(after)
         if e then return e end
@@ -492,7 +506,8 @@ for _, key in ipairs(KEYS) do
       local start = cur
       if sliding then weight = prev * (ms - a) / ms end
       for j = 1, n do
-        local c = cost(j)
+        local c = 1
+        if costs then c = costs[j] end
         if weight + cur + c <= limit then
           cur = cur + c
           out[o+head+j] = cur
