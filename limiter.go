@@ -427,66 +427,118 @@ func (l *Limiter) countsByTransaction() {
 // take decides into d the request of tenant (for its plan and the log), of
 // cost, counted under key kb. It fills d in place: copying a Decision out
 // of each call cost the in-memory path about 40 instructions a request.
+//
+// The usual request, of cost 1 on a MemoryCounter without plans, quotas
+// or slots, runs a few lines of code of its own; everything else is in
+// takeAny. Each call in a function reloads its arguments, so a function
+// that calls for every rare case is long, and the code of one request
+// had outgrown the instruction cache: takeAny keeps those calls away.
 func (l *Limiter) take(ctx context.Context, d *Decision, tenant string, kb []byte, cost int) {
 	// Field by field: a composite literal of a take is built aside and
 	// copied, which cost the in-memory path about 150 instructions.
 	var t take
 	t.cost, t.limit, t.window, t.algo, t.quotas = 1, int64(l.opts.Limit), l.opts.Window, l.opts.Algorithm, l.quotas
-	if t.algo == InFlight {
-		t.slot = slotSeq.Add(1)
-	}
-	if cost != 1 {
-		if cost < 1 {
-			l.mistakes.record(slog.LevelError, "ratelimit: a request's cost is below 1; it counts as 1",
-				slog.String("tenant", logTenant(tenant)), slog.Int("cost", cost))
-		} else {
-			t.cost = int64(cost)
-		}
-	}
-	if l.opts.PlanFor != nil {
-		if err := l.plan(tenant, &t); err != nil {
-			l.mistakes.record(slog.LevelError, "ratelimit: PlanFor returned an invalid plan; the request is decided as a counter failure",
-				slog.String("tenant", logTenant(tenant)), slog.Any("err", err))
-			l.failed(ctx, d, tenant, kb, &t, err)
-			return
-		}
-	}
-	if t.cost > t.limit || t.quotas != nil && t.quotas.neverFits(t.cost) {
-		// It never fits: no need to ask.
-		l.neverFits(d, &t)
-		l.decided(d, tenant, kb)
+	if l.mem == nil || cost != 1 || l.opts.PlanFor != nil || t.quotas != nil || t.algo == InFlight {
+		l.takeAny(ctx, d, tenant, kb, cost, &t)
 		return
 	}
-	var err error
-	switch {
-	case l.mem != nil && t.quotas != nil:
-		err = l.mem.takeGroup(kb, &t)
-	case l.mem != nil:
-		// Nothing to time or break: it never waits, and fails only once
-		// closed.
-		err = l.mem.take(kb, &t)
-	default:
-		now := l.clock.Now()
-		since := l.clock.since(now)
-		if l.refusals != nil && l.refusals.refuse(kb, &t, since) {
-			l.counted(d, &l.policy, ByCache, &t, nil)
-			l.decided(d, tenant, kb)
-			return
-		}
-		t.key = counterKey(kb, t.quotas)
-		t, err = l.ask(ctx, t, now)
-		if err == nil && !t.allowed && l.refusals != nil {
-			l.refusals.add(kb, &t, since)
-		}
-		if t.byTransaction {
-			l.countsByTransaction()
-		}
-	}
-	if err != nil {
+	// A cost of 1 always fits a limit. Nothing to time or break: a
+	// MemoryCounter never waits, and fails only once closed.
+	if err := l.mem.take(kb, &t); err != nil {
 		l.failed(ctx, d, tenant, kb, &t, err)
 		return
 	}
 	l.counted(d, &l.policy, ByCounter, &t, nil)
+	l.decided(d, tenant, kb)
+}
+
+// takeAny is take for any request, t holding the limiter's own budget.
+func (l *Limiter) takeAny(ctx context.Context, d *Decision, tenant string, kb []byte, cost int, t *take) {
+	if t.algo == InFlight {
+		t.slot = slotSeq.Add(1)
+	}
+	if cost != 1 {
+		l.setCost(t, tenant, cost)
+	}
+	if l.opts.PlanFor != nil && !l.planned(ctx, d, tenant, kb, t) {
+		return
+	}
+	if t.cost > t.limit || t.quotas != nil && t.quotas.neverFits(t.cost) {
+		// It never fits: no need to ask.
+		l.neverFits(d, t)
+		l.decided(d, tenant, kb)
+		return
+	}
+	if l.mem == nil {
+		l.takeFromStore(ctx, d, tenant, kb, t)
+		return
+	}
+	// Nothing to time or break: a MemoryCounter never waits, and fails
+	// only once closed.
+	var err error
+	if t.quotas != nil {
+		err = l.mem.takeGroup(kb, t)
+	} else {
+		err = l.mem.take(kb, t)
+	}
+	if err != nil {
+		l.failed(ctx, d, tenant, kb, t, err)
+		return
+	}
+	l.counted(d, &l.policy, ByCounter, t, nil)
+	l.decided(d, tenant, kb)
+}
+
+// setCost sets t's cost to cost, a request's cost other than 1: one below
+// 1 is the gateway's mistake, logged, and counts as 1.
+func (l *Limiter) setCost(t *take, tenant string, cost int) {
+	if cost < 1 {
+		l.mistakes.record(slog.LevelError, "ratelimit: a request's cost is below 1; it counts as 1",
+			slog.String("tenant", logTenant(tenant)), slog.Int("cost", cost))
+		return
+	}
+	t.cost = int64(cost)
+}
+
+// planned sets t to tenant's plan and reports whether it has one that can
+// be; for one that cannot, it logs the gateway's mistake and decides into
+// d as for a counter failure.
+func (l *Limiter) planned(ctx context.Context, d *Decision, tenant string, kb []byte, t *take) bool {
+	err := l.plan(tenant, t)
+	if err == nil {
+		return true
+	}
+	l.mistakes.record(slog.LevelError, "ratelimit: PlanFor returned an invalid plan; the request is decided as a counter failure",
+		slog.String("tenant", logTenant(tenant)), slog.Any("err", err))
+	l.failed(ctx, d, tenant, kb, t, err)
+	return false
+}
+
+// takeFromStore decides t in Options.Counter, which is not a
+// MemoryCounter: the over-limit cache first, then a call through the
+// breaker, timed.
+func (l *Limiter) takeFromStore(ctx context.Context, d *Decision, tenant string, kb []byte, t *take) {
+	now := l.clock.Now()
+	since := l.clock.since(now)
+	if l.refusals != nil && l.refusals.refuse(kb, t, since) {
+		l.counted(d, &l.policy, ByCache, t, nil)
+		l.decided(d, tenant, kb)
+		return
+	}
+	t.key = counterKey(kb, t.quotas)
+	var err error
+	*t, err = l.ask(ctx, *t, now)
+	if err == nil && !t.allowed && l.refusals != nil {
+		l.refusals.add(kb, t, since)
+	}
+	if t.byTransaction {
+		l.countsByTransaction()
+	}
+	if err != nil {
+		l.failed(ctx, d, tenant, kb, t, err)
+		return
+	}
+	l.counted(d, &l.policy, ByCounter, t, nil)
 	l.decided(d, tenant, kb)
 }
 
@@ -678,9 +730,15 @@ func (l *Limiter) counted(d *Decision, p *policyHeaders, by Decider, t *take, er
 	if t.algo == InFlight && t.expired > 0 {
 		l.opts.Metrics.slotsExpired(t.expired)
 	}
-	if t.quotas == nil {
-		return
+	if t.quotas != nil {
+		d.quotaFigures(t)
 	}
+}
+
+// quotaFigures gives d, decided as t with quotas says, every limit's
+// figures, and the figures of the limit that names the decision (see
+// Decision.Policy).
+func (d *Decision) quotaFigures(t *take) {
 	d.lims[0] = figure{limit: t.limit, window: t.window, remaining: t.remaining, reset: t.reset}
 	retry := t.retry
 	if !t.allowed && t.refusedBy&1 == 0 {
@@ -716,11 +774,7 @@ func (l *Limiter) decided(d *Decision, tenant string, kb []byte) {
 		l.opts.Metrics.slotsDecided(d.cost, d.took)
 	}
 	if l.opts.Shadow && !d.Allowed {
-		d.Allowed, d.Shadowed = true, true
-		l.opts.Metrics.decided(OutcomeShadowLimited, d.By)
-		l.shadowed.record(slog.LevelInfo, "ratelimit: shadow mode let through a request it would have refused",
-			slog.String("tenant", logTenant(tenant)), slog.String("key", string(kb)),
-			slog.Int("limit", d.Limit), slog.Int("remaining", d.Remaining), slog.String("decided by", d.By.String()))
+		l.shadow(d, tenant, kb)
 		return
 	}
 	o := OutcomeAllowed
@@ -733,6 +787,16 @@ func (l *Limiter) decided(d *Decision, tenant string, kb []byte) {
 		o = OutcomeLimited
 	}
 	l.opts.Metrics.decided(o, d.By)
+}
+
+// shadow lets through a request that d refuses, in shadow mode, and logs
+// it.
+func (l *Limiter) shadow(d *Decision, tenant string, kb []byte) {
+	d.Allowed, d.Shadowed = true, true
+	l.opts.Metrics.decided(OutcomeShadowLimited, d.By)
+	l.shadowed.record(slog.LevelInfo, "ratelimit: shadow mode let through a request it would have refused",
+		slog.String("tenant", logTenant(tenant)), slog.String("key", string(kb)),
+		slog.Int("limit", d.Limit), slog.Int("remaining", d.Remaining), slog.String("decided by", d.By.String()))
 }
 
 // ask decides t in opts.Counter, through the breaker of its key's node.
