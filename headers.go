@@ -100,11 +100,54 @@ func (v *fieldValues) constant(i uint, p *policyHeaders) (b []byte, s string, ok
 // When nothing counted the request, only the limit and the policy are
 // known. A limiter in shadow mode writes nothing.
 func plan[T string | []byte](d *Decision, buf []byte, earlier func(i int) T) (fieldValues, []byte) {
-	var v fieldValues
 	p := d.policy
 	if p == nil || p.shadow {
-		return v, buf // the zero Decision, or nothing to write
+		return fieldValues{}, buf // the zero Decision, or nothing to write
 	}
+	if d.usual() && len(earlier(fRemaining)) == 0 && len(earlier(fPolicy)) == 0 && len(earlier(fRateLimit)) == 0 {
+		// What planAll decides for it, in a few lines (see usual).
+		var v fieldValues
+		at := len(buf)
+		buf, r, t := d.appendUsualItem(buf)
+		v.at[fRemaining], v.end[fRemaining] = int32(r), int32(t-len(";t="))
+		v.at[fReset], v.end[fReset] = int32(t), int32(len(buf))
+		v.at[fRateLimit], v.end[fRateLimit] = int32(at), int32(len(buf))
+		v.set = 1<<fLimit | 1<<fRemaining | 1<<fReset | 1<<fPolicy | 1<<fRateLimit
+		v.fixed = 1<<fLimit | 1<<fPolicy
+		return v, buf
+	}
+	return planAll(d, buf, earlier)
+}
+
+// usual reports whether d is the usual decision: a request counted and
+// allowed against the limiter's own budget, without quotas, by a limiter
+// that writes both families of fields. Over no earlier limiter's fields,
+// its response carries the policy's constant X-RateLimit-Limit and
+// RateLimit-Policy, and the RateLimit item of appendUsualItem, whose
+// figures X-RateLimit-Remaining and -Reset report. The writers take that
+// path first: planAll is large, and its code, run for every request, had
+// crowded the rest of a request's code out of the instruction cache.
+func (d *Decision) usual() bool {
+	p := d.policy
+	return p != nil && !p.shadow && p.legacy && p.draft && d.quotas == nil && d.Allowed && d.Remaining >= 0 &&
+		int64(d.Limit) == p.limit && d.Window == p.window
+}
+
+// appendUsualItem appends the RateLimit item of a usual decision (see
+// usual), "name";r=remaining;t=reset, and returns where its figures
+// start: remaining at r, reset at t, which ends the item.
+func (d *Decision) appendUsualItem(b []byte) (_ []byte, r, t int) {
+	b = append(append(b, d.policy.name...), ";r="...)
+	r = len(b)
+	b = append(appendCount(b, int64(d.Remaining)), ";t="...)
+	t = len(b)
+	return appendCount(b, ceilDiv(d.Reset, time.Second)), r, t
+}
+
+// planAll is plan for any decision.
+func planAll[T string | []byte](d *Decision, buf []byte, earlier func(i int) T) (fieldValues, []byte) {
+	var v fieldValues
+	p := d.policy
 	remaining, reset := d.figures()
 	var earlierRetry int64              // an earlier limiter's Retry-After, when it wins
 	span := func(i uint, at, end int) { // field i's value is buf[at:end]
@@ -195,6 +238,23 @@ func appendList[T string | []byte](b []byte, prev T) []byte {
 // middleware on fasthttp (Fiber v2's and v3's c.Response().Header), as
 // SetHeaders does into an http.Header.
 func (d *Decision) SetFastHTTPHeaders(h *fasthttp.ResponseHeader) {
+	if !d.usual() || len(h.PeekCanonical(fieldNameBytes[fRemaining])) != 0 ||
+		len(h.PeekCanonical(fieldNameBytes[fPolicy])) != 0 || len(h.PeekCanonical(fieldNameBytes[fRateLimit])) != 0 {
+		d.setAnyFastHTTPHeaders(h)
+		return
+	}
+	// plan's usual path, written out: the fields in plan's order.
+	var buf [128]byte
+	item, r, t := d.appendUsualItem(buf[:0])
+	h.SetCanonical(fieldNameBytes[fLimit], d.policy.limitBytes)
+	h.SetCanonical(fieldNameBytes[fRemaining], item[r:t-len(";t=")])
+	h.SetCanonical(fieldNameBytes[fReset], item[t:])
+	h.SetCanonical(fieldNameBytes[fPolicy], d.policy.policyItemBytes)
+	h.SetCanonical(fieldNameBytes[fRateLimit], item)
+}
+
+// setAnyFastHTTPHeaders is SetFastHTTPHeaders for any decision.
+func (d *Decision) setAnyFastHTTPHeaders(h *fasthttp.ResponseHeader) {
 	if d.quotas != nil {
 		// Every limit's items: room for them on the stack.
 		var buf [512]byte
@@ -324,14 +384,26 @@ func first(v []string) string {
 
 // appendCount appends n, a count or a number of seconds (never negative),
 // in decimal, as parseCount reads it: strconv.AppendInt's result, at about
-// half its cost, which formatting three figures a response makes felt.
+// half its cost, which formatting three figures a response makes felt. The
+// digits go straight into b's room, which the writers' buffers have.
 func appendCount(b []byte, n int64) []byte {
 	const pairs = "00010203040506070809101112131415161718192021222324252627282930313233343536373839" +
 		"40414243444546474849505152535455565758596061626364656667686970717273747576777879" +
 		"8081828384858687888990919293949596979899"
-	var d [20]byte
-	i := len(d)
 	u := uint64(n)
+	// The number of digits: log10 from the bit length, then one compare.
+	w := bits.Len64(u|1)*1233>>12 + 1
+	if w > 1 && u < pow10[w-1] {
+		w--
+	}
+	at := len(b)
+	if cap(b)-at < w {
+		b = append(b, make([]byte, w)...)
+	} else {
+		b = b[:at+w]
+	}
+	d := b[at:]
+	i := len(d)
 	for u >= 100 {
 		q := u / 100
 		r := (u - q*100) * 2
@@ -340,14 +412,16 @@ func appendCount(b []byte, n int64) []byte {
 		u = q
 	}
 	if u >= 10 {
-		i -= 2
-		d[i], d[i+1] = pairs[u*2], pairs[u*2+1]
+		d[0], d[1] = pairs[u*2], pairs[u*2+1]
 	} else {
-		i--
-		d[i] = byte('0' + u)
+		d[0] = byte('0' + u)
 	}
-	return append(b, d[i:]...)
+	return b
 }
+
+// pow10[i] is 10^i.
+var pow10 = [...]uint64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+	1e16, 1e17, 1e18, 1e19}
 
 // parseCount parses a header value of decimal digits, as the setters write
 // them.

@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,9 +19,82 @@ func TestAppendCount(t *testing.T) {
 			t.Errorf("appendCount(%d) = %q, want %q", n, got, want)
 		}
 	}
+	for w := range 19 { // each width's bounds
+		p := int64(pow10[w])
+		for _, n := range []int64{p - 1, p, p + 1} {
+			if got, want := string(appendCount(nil, n)), strconv.FormatInt(n, 10); got != want {
+				t.Errorf("appendCount(%d) = %q, want %q", n, got, want)
+			}
+		}
+	}
 	for n := range int64(20000) {
 		if got, want := string(appendCount(nil, n)), strconv.FormatInt(n, 10); got != want {
 			t.Fatalf("appendCount(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+// plan's path for the usual decision decides what planAll does, whatever
+// the figures and the policy's name; a decision that is not usual, or one
+// over an earlier limiter's fields, takes planAll.
+func TestPlanUsualIsPlanAll(t *testing.T) {
+	none := func(int) string { return "" }
+	for _, name := range []string{"", "route", strings.Repeat("n", maxName)} {
+		for _, limit := range []int{1, 100, maxLimit} {
+			lim := NewLimiter(Options{Limit: limit, Window: time.Minute, Name: name})
+			for _, f := range []struct {
+				remaining int
+				reset     time.Duration
+			}{{0, 0}, {0, time.Nanosecond}, {limit - 1, time.Minute}, {limit, 59*time.Second + 1}, {9, 10 * time.Second}} {
+				d := Decision{Allowed: true, Limit: limit, Window: time.Minute, Remaining: f.remaining, Reset: f.reset, policy: &lim.policy}
+				if !d.usual() {
+					t.Fatalf("%+v is not usual", f)
+				}
+				v, b := plan(&d, nil, none)
+				wv, wb := planAll(&d, nil, none)
+				if v != wv || string(b) != string(wb) {
+					t.Errorf("name %q, limit %d, %+v: plan %+v %q, planAll %+v %q", name, limit, f, v, b, wv, wb)
+				}
+				var fh fasthttp.ResponseHeader
+				d.SetFastHTTPHeaders(&fh)
+				for i := range uint(numFields) {
+					want := ""
+					if wv.has(i) {
+						want = string(wb[wv.at[i]:wv.end[i]])
+						if _, s, ok := wv.constant(i, d.policy); ok {
+							want = s
+						}
+					}
+					if got := string(fh.Peek(fieldNames[i])); got != want {
+						t.Errorf("name %q, limit %d, %+v: SetFastHTTPHeaders wrote %s: %q, want %q", name, limit, f, fieldNames[i], got, want)
+					}
+				}
+			}
+		}
+	}
+	lim := NewLimiter(Options{Limit: 100, Window: time.Minute})
+	usual := Decision{Allowed: true, Limit: 100, Window: time.Minute, Remaining: 9, Reset: time.Second, policy: &lim.policy}
+	for _, d := range []Decision{
+		{Limit: 100, Window: time.Minute, Remaining: 0, Reset: time.Second, RetryAfter: time.Second, policy: &lim.policy},
+		{Allowed: true, By: ByNone, Limit: 100, Window: time.Minute, Remaining: -1, policy: &lim.policy},
+		{Allowed: true, Limit: 7, Window: time.Minute, Remaining: 6, Reset: time.Second, policy: &lim.policy},
+		{Allowed: true, Limit: 100, Window: time.Second, Remaining: 6, Reset: time.Second, policy: &lim.policy},
+	} {
+		if d.usual() {
+			t.Errorf("%+v is usual", d)
+		}
+	}
+	for _, i := range []int{fRemaining, fPolicy, fRateLimit} {
+		earlier := func(j int) string {
+			if j == i {
+				return "1"
+			}
+			return ""
+		}
+		v, b := plan(&usual, nil, earlier)
+		wv, wb := planAll(&usual, nil, earlier)
+		if v != wv || string(b) != string(wb) {
+			t.Errorf("over an earlier %s: plan %+v %q, planAll %+v %q", fieldNames[i], v, b, wv, wb)
 		}
 	}
 }
