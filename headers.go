@@ -266,7 +266,12 @@ func (d *Decision) setAnyFastHTTPHeaders(h *fasthttp.ResponseHeader) {
 }
 
 func (d *Decision) setFastHTTPHeaders(h *fasthttp.ResponseHeader, buf []byte) {
-	v, buf := plan(d, buf, func(i int) []byte { return h.PeekCanonical(fieldNameBytes[i]) })
+	if d.policy == nil || d.policy.shadow {
+		return // as plan: nothing to write
+	}
+	// planAll, not plan: SetFastHTTPHeaders has found that plan's short
+	// path does not apply, and plan would read the earlier fields again.
+	v, buf := planAll(d, buf, func(i int) []byte { return h.PeekCanonical(fieldNameBytes[i]) })
 	for set := v.set; set != 0; set &= set - 1 {
 		i := uint(bits.TrailingZeros8(set))
 		b, _, ok := v.constant(i, d.policy)
