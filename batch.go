@@ -90,7 +90,7 @@ type batch struct {
 	deadline time.Time     // the latest of its callers' deadlines
 	endless  bool          // some caller has no deadline
 	sent     bool
-	done     chan struct{} // closed when the answers are in
+	done     chan struct{} // closed when the answers are in; nil when its one caller sends it inline
 
 	// The first caller's wait, when it has one, is the batch's timer: late
 	// is closed at lateAt, when it ends. The callers that joined later wait
@@ -307,7 +307,7 @@ func (b *batcher) join(ctx context.Context, k opKey, cost int64, deadline time.T
 	bt = b.filling
 	fresh := bt == nil
 	if fresh {
-		bt = &batch{ctx: ctx, done: make(chan struct{})}
+		bt = &batch{ctx: ctx}
 		b.filling = bt
 	}
 	pos = bt.find(k)
@@ -334,10 +334,16 @@ func (b *batcher) join(ctx context.Context, k opKey, cost int64, deadline time.T
 		b.filling = nil
 		start = true
 	}
-	if fresh && wait > 0 && !(start && inline) {
-		late := make(chan struct{})
-		bt.late, bt.lateAt = late, deadline
-		bt.timer = time.AfterFunc(wait, func() { close(late) })
+	if fresh && !(start && inline) {
+		// Callers wait for its answer. A batch that its first caller sends
+		// inline is out of filling already, so no other caller can join it,
+		// and that caller needs neither done nor a timer.
+		bt.done = make(chan struct{})
+		if wait > 0 {
+			late := make(chan struct{})
+			bt.late, bt.lateAt = late, deadline
+			bt.timer = time.AfterFunc(wait, func() { close(late) })
+		}
 	}
 	return bt, pos, ord, start
 }
@@ -450,10 +456,14 @@ func (b *batcher) flush(bt *batch) {
 	if len(ops) == 0 {
 		return
 	}
-	var (
-		ctx    = context.WithoutCancel(bt.ctx)
-		cancel context.CancelFunc
-	)
+	// The round trip is every caller's: the first one's cancellation or
+	// deadline must not end it (a context that has neither is taken as it
+	// is).
+	ctx := bt.ctx
+	if ctx.Done() != nil {
+		ctx = context.WithoutCancel(ctx)
+	}
+	var cancel context.CancelFunc
 	if bt.endless {
 		ctx, cancel = context.WithCancel(ctx)
 	} else {
@@ -488,7 +498,9 @@ func (e *tripError) roundTrip() uint64 { return e.trip }
 
 // finish closes done and stops the batch's timer.
 func (bt *batch) finish() {
-	close(bt.done)
+	if bt.done != nil {
+		close(bt.done)
+	}
 	if bt.timer != nil {
 		bt.timer.Stop()
 	}
