@@ -420,6 +420,41 @@ func TestMetricsCountEachDecision(t *testing.T) {
 	}
 }
 
+// Each goroutine adds its decisions to a copy of the counters of its own
+// (decisionStripes); Snapshot must add up every copy.
+func TestMetricsAddUpTheDecisionsOfManyGoroutines(t *testing.T) {
+	m := &Metrics{}
+	lim := NewLimiter(Options{Limit: 1 << 30, Window: time.Minute, Metrics: m})
+	const goroutines, each = 64, 50
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		stripes = map[int]bool{}
+		start   = make(chan struct{})
+	)
+	for g := range goroutines {
+		wg.Go(func() {
+			<-start
+			mu.Lock()
+			stripes[stripe()] = true
+			mu.Unlock()
+			for range each {
+				if d := lim.Take(context.Background(), fmt.Sprint("tenant", g)); !d.Allowed {
+					t.Errorf("refused: %+v", d)
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if s := m.Snapshot(); s.Allowed != goroutines*each {
+		t.Errorf("Allowed = %d, want %d", s.Allowed, goroutines*each)
+	}
+	if len(stripes) < 2 {
+		t.Errorf("%d goroutines at once all added to one copy of the counters", goroutines)
+	}
+}
+
 // The timing tests below run against stores that never answer. Their
 // bounds: the median of several requests within 20% of what the time rule
 // allows, which a store that costs twice the budget cannot meet, and
