@@ -14,9 +14,10 @@ import (
 // Prometheus collector of github.com/gatewaykit/ratelimit/prometheus. A
 // decision costs one atomic add, on one of 16 copies of its counter, so
 // that cores deciding requests at once seldom write to one cache line; a
-// round trip to Redis costs two more adds and a reading of the clock. A Metrics belongs to one limiter: giving it to a
-// second one panics. No figure is per tenant: tenants are unbounded, and a
-// metric per tenant would be too.
+// round trip to Redis costs two more adds and a reading of the clock. A
+// Metrics belongs to one limiter: giving it to a second one panics. No
+// figure is per tenant: tenants are unbounded, and a metric per tenant
+// would be too.
 type Metrics struct {
 	attached  atomic.Bool
 	decisions [decisionStripes]decisionCounts
