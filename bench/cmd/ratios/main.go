@@ -287,22 +287,16 @@ var targets = []target{
 		group:  regexp.MustCompile(`^BenchmarkHandler/redis/opts=[^/]+/tenants=10000$`),
 		goal:   "≥ 3",
 		format: "%.2f ×",
-		figure: func(g *group) (float64, string, bool) {
-			o, r := g.ns(ours), g.ns(raw)
-			return r / o, fmt.Sprintf("%.0f vs %.0f ns/op", o, r), o > 0 && r > 0
-		},
-		met: func(v float64) bool { return v >= 3 },
+		figure: throughput(ours, raw),
+		met:    func(v float64) bool { return v >= 3 },
 	},
 	{
 		what:   "latency ÷ raw-multi-exec's, lone caller",
 		group:  regexp.MustCompile(`^BenchmarkHandlerLone/redis/opts=[^/]+$`),
 		goal:   "≤ 1.15",
 		format: "%.2f ×",
-		figure: func(g *group) (float64, string, bool) {
-			o, r := g.ns(ours), g.ns(raw)
-			return o / r, fmt.Sprintf("%.0f vs %.0f ns/op", o, r), o > 0 && r > 0
-		},
-		met: func(v float64) bool { return v <= 1.15 },
+		figure: timeOver(ours, raw),
+		met:    func(v float64) bool { return v <= 1.15 },
 	},
 	{
 		what:   "latency ÷ raw-multi-exec's, lone caller, paired",
@@ -322,11 +316,8 @@ var targets = []target{
 		group:  regexp.MustCompile(`^BenchmarkHandlerLone/redis/opts=[^/]+$`),
 		goal:   "< 1",
 		format: "%.2f ×",
-		figure: func(g *group) (float64, string, bool) {
-			o, u := g.ns(ours), g.ns("ulule-redis")
-			return o / u, fmt.Sprintf("%.0f vs %.0f ns/op", o, u), o > 0 && u > 0
-		},
-		met: func(v float64) bool { return v < 1 },
+		figure: timeOver(ours, "ulule-redis"),
+		met:    func(v float64) bool { return v < 1 },
 	},
 	{
 		what:   "a middleware's time ÷ floor-headers', in-memory counter (Fiber's also without allocating)",
@@ -362,11 +353,8 @@ var targets = []target{
 		group:  regexp.MustCompile(`^BenchmarkDoors/`),
 		goal:   "≤ 1.6",
 		format: "%.2f ×",
-		figure: func(g *group) (float64, string, bool) {
-			o, r := g.ns(ours), g.ns(reference)
-			return o / r, fmt.Sprintf("%.0f vs %.0f ns/op", o, r), o > 0 && r > 0
-		},
-		met: func(v float64) bool { return v <= 1.6 },
+		figure: timeOver(ours, reference),
+		met:    func(v float64) bool { return v <= 1.6 },
 	},
 	quotaTarget("Redis, 64 callers", `^BenchmarkQuotas/[^/]+/redis/`, 1.3),
 	quotaTarget("in memory", `^BenchmarkQuotas/[^/]+/memory/`, 1.5),
@@ -387,23 +375,35 @@ var targets = []target{
 		group:  regexp.MustCompile(`^BenchmarkGiveBack/fiber/redis/`),
 		goal:   "≤ 1.05",
 		format: "%.2f ×",
-		figure: func(g *group) (float64, string, bool) {
-			s, o := g.ns(skipFailed), g.ns(ours)
-			return s / o, fmt.Sprintf("%.0f vs %.0f ns/op", s, o), s > 0 && o > 0
-		},
-		met: func(v float64) bool { return v <= 1.05 },
+		figure: timeOver(skipFailed, ours),
+		met:    func(v float64) bool { return v <= 1.05 },
 	},
 	{
 		what:   "throughput of InFlight (Take and Release) ÷ a fixed window's (Take), Redis, 64 callers",
 		group:  regexp.MustCompile(`^BenchmarkGiveBack/take/redis/`),
 		goal:   "≥ 0.5",
 		format: "%.2f ×",
-		figure: func(g *group) (float64, string, bool) {
-			f, o := g.ns(inFlight), g.ns(ours)
-			return o / f, fmt.Sprintf("%.0f vs %.0f ns/op", f, o), f > 0 && o > 0
-		},
-		met: func(v float64) bool { return v >= 0.5 },
+		figure: throughput(inFlight, ours),
+		met:    func(v float64) bool { return v >= 0.5 },
 	},
+}
+
+// timeOver is a target's figure: contender a's ns/op ÷ b's, with both in
+// its note.
+func timeOver(a, b string) func(*group) (float64, string, bool) {
+	return func(g *group) (float64, string, bool) {
+		x, y := g.ns(a), g.ns(b)
+		return x / y, fmt.Sprintf("%.0f vs %.0f ns/op", x, y), x > 0 && y > 0
+	}
+}
+
+// throughput is a target's figure: contender a's throughput ÷ b's (b's
+// ns/op ÷ a's), with both ns/op in its note.
+func throughput(a, b string) func(*group) (float64, string, bool) {
+	return func(g *group) (float64, string, bool) {
+		x, y := g.ns(a), g.ns(b)
+		return y / x, fmt.Sprintf("%.0f vs %.0f ns/op", x, y), x > 0 && y > 0
+	}
 }
 
 // quotaTarget is the time of a request decided against the main limit and
@@ -415,11 +415,8 @@ func quotaTarget(where, pattern string, goal float64) target {
 		group:  regexp.MustCompile(pattern),
 		goal:   fmt.Sprintf("≤ %.1f", goal),
 		format: "%.2f ×",
-		figure: func(g *group) (float64, string, bool) {
-			q, o := g.ns(quotas), g.ns(ours)
-			return q / o, fmt.Sprintf("%.0f vs %.0f ns/op", q, o), q > 0 && o > 0
-		},
-		met: func(v float64) bool { return v <= goal },
+		figure: timeOver(quotas, ours),
+		met:    func(v float64) bool { return v <= goal },
 	}
 }
 
