@@ -108,8 +108,8 @@ func plan[T string | []byte](d *Decision, buf []byte, earlier func(i int) T) (fi
 		// What planAll decides for it, in a few lines (see usual).
 		var v fieldValues
 		at := len(buf)
-		buf, r, t := d.appendUsualItem(buf)
-		v.at[fRemaining], v.end[fRemaining] = int32(r), int32(t-len(";t="))
+		buf, r, rEnd, t := d.appendUsualItem(buf)
+		v.at[fRemaining], v.end[fRemaining] = int32(r), int32(rEnd)
 		v.at[fReset], v.end[fReset] = int32(t), int32(len(buf))
 		v.at[fRateLimit], v.end[fRateLimit] = int32(at), int32(len(buf))
 		v.set = 1<<fLimit | 1<<fRemaining | 1<<fReset | 1<<fPolicy | 1<<fRateLimit
@@ -135,13 +135,15 @@ func (d *Decision) usual() bool {
 
 // appendUsualItem appends the RateLimit item of a usual decision (see
 // usual), "name";r=remaining;t=reset, and returns where its figures
-// start: remaining at r, reset at t, which ends the item.
-func (d *Decision) appendUsualItem(b []byte) (_ []byte, r, t int) {
+// are: remaining in [r, rEnd), reset from t to the item's end.
+func (d *Decision) appendUsualItem(b []byte) (_ []byte, r, rEnd, t int) {
 	b = append(append(b, d.policy.name...), ";r="...)
 	r = len(b)
-	b = append(appendCount(b, int64(d.Remaining)), ";t="...)
+	b = appendCount(b, int64(d.Remaining))
+	rEnd = len(b)
+	b = append(b, ";t="...)
 	t = len(b)
-	return appendCount(b, ceilDiv(d.Reset, time.Second)), r, t
+	return appendCount(b, ceilDiv(d.Reset, time.Second)), r, rEnd, t
 }
 
 // planAll is plan for any decision.
@@ -245,9 +247,9 @@ func (d *Decision) SetFastHTTPHeaders(h *fasthttp.ResponseHeader) {
 	}
 	// plan's usual path, written out: the fields in plan's order.
 	var buf [128]byte
-	item, r, t := d.appendUsualItem(buf[:0])
+	item, r, rEnd, t := d.appendUsualItem(buf[:0])
 	h.SetCanonical(fieldNameBytes[fLimit], d.policy.limitBytes)
-	h.SetCanonical(fieldNameBytes[fRemaining], item[r:t-len(";t=")])
+	h.SetCanonical(fieldNameBytes[fRemaining], item[r:rEnd])
 	h.SetCanonical(fieldNameBytes[fReset], item[t:])
 	h.SetCanonical(fieldNameBytes[fPolicy], d.policy.policyItemBytes)
 	h.SetCanonical(fieldNameBytes[fRateLimit], item)
