@@ -527,7 +527,7 @@ func (l *Limiter) takeFromStore(ctx context.Context, d *Decision, tenant string,
 	}
 	t.key = counterKey(kb, t.quotas)
 	var err error
-	*t, err = l.ask(ctx, *t, now)
+	err = l.ask(ctx, t, now)
 	if err == nil && !t.allowed && l.refusals != nil {
 		l.refusals.add(kb, t, since)
 	}
@@ -803,7 +803,7 @@ func (l *Limiter) shadow(d *Decision, tenant string, kb []byte) {
 // The breaker and the metrics' latency learn only what the counter did:
 // a request whose own context ended (ErrContextDone) tells them nothing,
 // and an answer about one key (keyAnswer) says that the server is up.
-func (l *Limiter) ask(ctx context.Context, t take, now time.Time) (take, error) {
+func (l *Limiter) ask(ctx context.Context, t *take, now time.Time) error {
 	b := l.breakers.first
 	if l.nodes != nil {
 		var addr string
@@ -812,20 +812,20 @@ func (l *Limiter) ask(ctx context.Context, t take, now time.Time) (take, error) 
 	}
 	if t.cost > 1 && !decides(l.opts.Counter) {
 		// The gateway's mistake, not the counter's: the breaker is not told.
-		return t, fmt.Errorf("ratelimit: Counter %T counts one request at a time, not a cost of %d", l.opts.Counter, t.cost)
+		return fmt.Errorf("ratelimit: Counter %T counts one request at a time, not a cost of %d", l.opts.Counter, t.cost)
 	}
 	ok, probe := b.allow()
 	if !ok {
-		return t, errBreakerOpen
+		return errBreakerOpen
 	}
-	t, err := l.rule.call(ctx, l.opts.Counter, t, now)
+	err := l.rule.call(ctx, l.opts.Counter, t, now)
 	switch {
 	case err == nil:
 		b.success(probe)
 	case errors.Is(err, ErrContextDone):
 		b.abandoned(probe)
 		l.opts.Metrics.canceled()
-		return t, err
+		return err
 	case isKeyAnswer(err):
 		b.success(probe) // the server answered, for this key
 	default:
@@ -834,7 +834,7 @@ func (l *Limiter) ask(ctx context.Context, t take, now time.Time) (take, error) 
 	if m := l.opts.Metrics; m != nil {
 		m.roundTrip(l.clock.Now().Sub(now), err == nil, causeOf(err))
 	}
-	return t, err
+	return err
 }
 
 // causeOf is why err failed a round trip.

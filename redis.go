@@ -130,11 +130,17 @@ func (r *RedisCounter) IncrTTL(ctx context.Context, key string, window time.Dura
 	return math.MaxInt64 - t.remaining, t.reset, nil
 }
 
-// takeWithin decides t in t.node, giving up with errTimedOut after wait,
-// when it is positive, which ends at deadline.
+// takeWithin is decide for a take held by value, as boundedTaker has it.
 func (r *RedisCounter) takeWithin(ctx context.Context, t take, deadline time.Time, wait time.Duration) (take, error) {
+	err := r.decide(ctx, &t, deadline, wait)
+	return t, err
+}
+
+// decide decides t in t.node, giving up with errTimedOut after wait, when
+// it is positive, which ends at deadline.
+func (r *RedisCounter) decide(ctx context.Context, t *take, deadline time.Time, wait time.Duration) error {
 	if t.window <= 0 {
-		return t, fmt.Errorf("increment rate limit key %s: window %v is not positive", t.key, t.window)
+		return fmt.Errorf("increment rate limit key %s: window %v is not positive", t.key, t.window)
 	}
 	key := t.key
 	if t.quotas != nil {
@@ -155,12 +161,12 @@ func (r *RedisCounter) takeWithin(ctx context.Context, t take, deadline time.Tim
 		if t.give {
 			verb = "give back to"
 		}
-		return t, fmt.Errorf("%s rate limit key %s: %w", verb, key, asMisconfigured(err, r.nodes.cluster != nil))
+		return fmt.Errorf("%s rate limit key %s: %w", verb, key, asMisconfigured(err, r.nodes.cluster != nil))
 	}
 	switch {
 	case t.give:
 		t.given = op.a
-		return t, nil
+		return nil
 	case t.algo == InFlight:
 		t.expired = op.a
 		res := op.res[rank]
@@ -169,13 +175,13 @@ func (r *RedisCounter) takeWithin(ctx context.Context, t take, deadline time.Tim
 		} else {
 			t.decidedFlight(true, res)
 		}
-		return t, nil
+		return nil
 	case t.quotas != nil:
-		decideFromScript(&t, op, rank)
+		decideFromScript(t, op, rank)
 		if t.allowed {
 			t.markRedis(monoNow())
 		}
-		return t, nil
+		return nil
 	}
 	t.byTransaction = t.algo == FixedWindow && r.nodes.refused.Load() != nil
 	res, a, prev := op.res[rank], op.a, op.prev
@@ -191,5 +197,5 @@ func (r *RedisCounter) takeWithin(ctx context.Context, t take, deadline time.Tim
 	if allowed {
 		t.markRedis(monoNow())
 	}
-	return t, nil
+	return nil
 }

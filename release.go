@@ -83,7 +83,7 @@ func (l *Limiter) Release(ctx context.Context, d Decision) error {
 			_, err = c.(boundedTaker).takeWithin(ctx, t, deadline, 0)
 		} else {
 			now := l.clock.Now()
-			_, err = l.ask(ctx, t, now)
+			err = l.ask(ctx, &t, now)
 		}
 	}
 	if err == nil {

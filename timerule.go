@@ -103,22 +103,27 @@ type boundedTaker interface {
 
 // call decides t in c under the time rule; now is when the request
 // arrived. A request whose context is already done gets no call.
-func (r *timeRule) call(ctx context.Context, c Counter, t take, now time.Time) (take, error) {
+func (r *timeRule) call(ctx context.Context, c Counter, t *take, now time.Time) error {
 	if err := ctx.Err(); err != nil {
-		return t, fmt.Errorf("%w (%w)", ErrContextDone, err)
+		return fmt.Errorf("%w (%w)", ErrContextDone, err)
 	}
 	wait, deadline := r.budget(ctx, now)
 	if wait <= 0 {
 		// The request's own deadline has passed.
-		return t, fmt.Errorf("%w (%w)", ErrContextDone, context.DeadlineExceeded)
+		return fmt.Errorf("%w (%w)", ErrContextDone, context.DeadlineExceeded)
 	}
 	var err error
-	if b, ok := c.(boundedTaker); ok {
-		t, err = b.takeWithin(ctx, t, deadline, wait)
-	} else {
+	switch c := c.(type) {
+	case *RedisCounter:
+		// Called as itself, it is given t in place: through the
+		// interface, t would go by value, and be copied in and out.
+		err = c.decide(ctx, t, deadline, wait)
+	case boundedTaker:
+		*t, err = c.takeWithin(ctx, *t, deadline, wait)
+	default:
 		// A Counter of your own returns when its context is done.
 		cctx, cancel := context.WithTimeoutCause(ctx, wait, errTimedOut)
-		err = takeByIncr(cctx, c, &t)
+		err = takeByIncr(cctx, c, t)
 		if err != nil && context.Cause(cctx) == errTimedOut {
 			err = fmt.Errorf("increment rate limit key %s: %w (%w)", t.key, errTimedOut, err)
 		}
@@ -126,9 +131,9 @@ func (r *timeRule) call(ctx context.Context, c Counter, t take, now time.Time) (
 	}
 	if err != nil && r.ownFault(ctx, wait, err) {
 		// Not an answer, nor a failure, of the counter's.
-		return t, fmt.Errorf("%w: %w", ErrContextDone, err)
+		return fmt.Errorf("%w: %w", ErrContextDone, err)
 	}
-	return t, r.ended(wait, err)
+	return r.ended(wait, err)
 }
 
 // errTimedOut: the caller's wait ended before the answer came.

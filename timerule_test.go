@@ -99,7 +99,7 @@ func TestTimeRule(t *testing.T) {
 					ctx, cancel = context.WithDeadline(ctx, now.Add(c.reqDeadline))
 					defer cancel()
 				}
-				_, err := rule.call(ctx, probe, take{key: "rl:a", cost: 1, limit: 10, window: time.Minute}, now)
+				err := rule.call(ctx, probe, &take{key: "rl:a", cost: 1, limit: 10, window: time.Minute}, now)
 				if probe.waits[i] != c.wait || !probe.ends[i].Equal(now.Add(c.wait)) {
 					t.Errorf("call %d: wait %v until %v; want %v until %v",
 						i, probe.waits[i], probe.ends[i].Sub(now), c.wait, c.wait)
@@ -122,7 +122,7 @@ func TestTimeRuleExpiredRequest(t *testing.T) {
 	rule := &timeRule{timeout: defaultStoreTimeout}
 	ctx, cancel := context.WithDeadline(context.Background(), clock.Now().Add(-time.Millisecond))
 	defer cancel()
-	if _, err := rule.call(ctx, probe, take{key: "rl:a", cost: 1, limit: 10, window: time.Minute}, clock.Now()); !errors.Is(err, ErrContextDone) || !errors.Is(err, context.DeadlineExceeded) || len(probe.waits) != 0 {
+	if err := rule.call(ctx, probe, &take{key: "rl:a", cost: 1, limit: 10, window: time.Minute}, clock.Now()); !errors.Is(err, ErrContextDone) || !errors.Is(err, context.DeadlineExceeded) || len(probe.waits) != 0 {
 		t.Fatalf("call = %v after %d counter calls; want ErrContextDone, context.DeadlineExceeded and none", err, len(probe.waits))
 	}
 }
@@ -138,18 +138,18 @@ func TestTimeRuleCanceledRequest(t *testing.T) {
 	before, cancel := context.WithCancel(context.Background())
 	cancel()
 	probe := &ruleProbe{}
-	if _, err := rule.call(before, probe, tk, clock.Now()); !errors.Is(err, ErrContextDone) || !errors.Is(err, context.Canceled) || len(probe.waits) != 0 {
+	if err := rule.call(before, probe, &tk, clock.Now()); !errors.Is(err, ErrContextDone) || !errors.Is(err, context.Canceled) || len(probe.waits) != 0 {
 		t.Fatalf("canceled before: %v after %d counter calls; want ErrContextDone, context.Canceled and none", err, len(probe.waits))
 	}
 
 	during, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	probe = &ruleProbe{outcomes: []error{fmt.Errorf("increment rate limit key rl:a: %w", context.Canceled), nil}, during: cancel}
-	if _, err := rule.call(during, probe, tk, clock.Now()); !errors.Is(err, ErrContextDone) || !errors.Is(err, context.Canceled) {
+	if err := rule.call(during, probe, &tk, clock.Now()); !errors.Is(err, ErrContextDone) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("canceled during the call: %v; want ErrContextDone and context.Canceled", err)
 	}
 	probe.during = nil
-	if _, err := rule.call(context.Background(), probe, tk, clock.Now()); err != nil || probe.waits[1] != connectFactor*defaultStoreTimeout {
+	if err := rule.call(context.Background(), probe, &tk, clock.Now()); err != nil || probe.waits[1] != connectFactor*defaultStoreTimeout {
 		t.Fatalf("the next call: %v, wait %v; want an answer within the connecting allowance, %v", err, probe.waits[1], connectFactor*defaultStoreTimeout)
 	}
 }
