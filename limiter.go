@@ -526,8 +526,7 @@ func (l *Limiter) takeFromStore(ctx context.Context, d *Decision, tenant string,
 		return
 	}
 	t.key = counterKey(kb, t.quotas)
-	var err error
-	err = l.ask(ctx, t, now)
+	err := l.ask(ctx, t, now)
 	if err == nil && !t.allowed && l.refusals != nil {
 		l.refusals.add(kb, t, since)
 	}
