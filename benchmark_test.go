@@ -162,3 +162,41 @@ func BenchmarkQuotasInMemory(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTakeSpread is Limiter.Take on a MemoryCounter over 10,000
+// tenants, with every goroutine walking all the tenants (each tenant's
+// window then passes between the cores) or each goroutine its own share
+// of them (each window stays on one core). docs/benchmarks.md compares
+// the two on two cores.
+func BenchmarkTakeSpread(b *testing.B) {
+	keys := benchKeys(10000)
+	for _, spread := range []string{"all-tenants", "own-share"} {
+		b.Run(spread, func(b *testing.B) {
+			l := NewLimiter(Options{Limit: 1 << 40, Window: time.Hour})
+			ctx := context.Background()
+			for _, k := range keys {
+				l.Take(ctx, k)
+			}
+			procs := runtime.GOMAXPROCS(0)
+			var next atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				g := int(next.Add(1)) - 1
+				i := g * 7919 // a prime stride keeps goroutines apart
+				for pb.Next() {
+					k := keys[i%len(keys)]
+					if spread == "own-share" {
+						// Goroutine g takes the tenants whose index is g
+						// modulo procs.
+						k = keys[(i%(len(keys)/procs))*procs+g%procs]
+					}
+					if !l.Take(ctx, k).Allowed {
+						b.Fatal("refused")
+					}
+					i++
+				}
+			})
+		})
+	}
+}
