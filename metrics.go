@@ -42,7 +42,10 @@ type Metrics struct {
 // goroutine adds to the copy that the address of its stack picks (see
 // stripe), so goroutines that serve requests one after another on
 // different cores mostly keep to different copies; Snapshot adds them up.
-const decisionStripes = 16
+const (
+	stripeBits      = 4
+	decisionStripes = 1 << stripeBits
+)
 
 type decisionCounts struct {
 	n [numOutcomes][numDeciders]atomic.Uint64
@@ -54,8 +57,8 @@ type decisionCounts struct {
 // only moves the goroutine to another copy.
 func stripe() int {
 	var here byte
-	a := uint64(uintptr(unsafe.Pointer(&here)) >> 10) // stacks are at least 2 KiB apart
-	return int(a * 0x9e3779b97f4a7c15 >> 60)          // the top 4 bits: one of 16
+	a := uint64(uintptr(unsafe.Pointer(&here)) >> 10)       // stacks are at least 2 KiB apart
+	return int(a * 0x9e3779b97f4a7c15 >> (64 - stripeBits)) // the top bits pick one
 }
 
 // Outcome is how a decision ended.
