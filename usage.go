@@ -201,7 +201,7 @@ func (m *MemoryCounter) reset(key []byte) error {
 		if i, w := t.find(h, key); w != nil {
 			// An ended window: the key's next request starts afresh, and
 			// the shard's next rebuild drops it.
-			t.slots[i].Store(&memWindow{key: w.key, hash: h, start: now, end: now})
+			t.slots[i].w.Store(&memWindow{key: w.key, hash: h, start: now, end: now})
 		}
 	}
 	return nil
