@@ -34,20 +34,21 @@ const memMinShare = 1024
 // again once the window is over.
 //
 // Keys are spread over 256 shards, each an open-addressing hash table whose
-// slots are atomic pointers, each beside its key's hash. Incrementing a key whose window is live takes
-// no lock and writes nothing but the window's count: a few atomic loads to
-// find it, one atomic add to count. A new key or a new window takes the
-// shard's lock. Expired windows are dropped by rebuilding a shard's table
-// with only its live windows, once the shard has gone the longest window it
-// has seen, or when the table fills; the table is sized to what is live, so
-// memory is returned as tenants go quiet. Rebuilding happens inside Incr, so
-// there is no background goroutine: the shards take turns in a ring, each
-// one turn per longest window the counter has seen, and whichever call
-// finds turns due rebuilds those of their shards that are due. A shard no
-// call lands on so gives its memory back too: under any traffic at all, even
-// one call a second on one key, an expired window is gone within about the
-// longest window after it ends (two, if its shard was busy at its turn), or
-// at the next call if calls are further apart than that.
+// slots are atomic pointers, each beside its key's hash. Incrementing a key
+// whose window is live takes no lock and writes nothing but the window's
+// count: a few atomic loads to find it, one atomic add to count. A new key
+// or a new window takes the shard's lock. Expired windows are dropped by
+// rebuilding a shard's table with only its live windows, once the shard has
+// gone the longest window it has seen, or when the table fills; the table is
+// sized to what is live, so memory is returned as tenants go quiet.
+// Rebuilding happens inside Incr, so there is no background goroutine: the
+// shards take turns in a ring, each one turn per longest window the counter
+// has seen, and whichever call finds turns due rebuilds those of their
+// shards that are due. A shard no call lands on so gives its memory back
+// too: under any traffic at all, even one call a second on one key, an
+// expired window is gone within about the longest window after it ends (two,
+// if its shard was busy at its turn), or at the next call if calls are
+// further apart than that.
 //
 // It holds at most MaxKeys windows, one per key: 1,000,000 unless told
 // otherwise, which a gateway does not meet in normal use, and a ceiling
