@@ -1,10 +1,6 @@
 package ratelimit
 
-import (
-	"math"
-	"strconv"
-	"time"
-)
+import "strconv"
 
 // Algorithm is how a limiter counts a tenant's requests in time.
 type Algorithm int
@@ -57,87 +53,4 @@ func (a Algorithm) String() string {
 		return "in flight"
 	}
 	return "Algorithm(" + strconv.Itoa(int(a)) + ")"
-}
-
-// sliding is a sliding-window key at one moment: the counts of the
-// previous window and of the current one, and how far the current one has
-// run. The arithmetic below is the whole algorithm; the Redis script does
-// the same in Lua.
-type sliding struct {
-	prev, cur int64
-	elapsed   time.Duration // into the current window, in [0, window)
-	window    time.Duration
-}
-
-// estimate is the requests counted in the last window: the previous
-// window's count weighted by the share of it still inside, plus the
-// current window's.
-func (s sliding) estimate() float64 {
-	return float64(s.prev)*float64(s.window-s.elapsed)/float64(s.window) + float64(s.cur)
-}
-
-// fits reports whether a request of cost fits under limit now.
-func (s sliding) fits(cost, limit int64) bool {
-	return s.estimate()+float64(cost) <= float64(limit)
-}
-
-// remaining is what is left under limit now, in whole units.
-func (s sliding) remaining(limit int64) int64 {
-	return max(int64(math.Floor(float64(limit)-s.estimate())), 0)
-}
-
-// after returns the key d later, if nothing is counted meanwhile.
-func (s sliding) after(d time.Duration) sliding {
-	s.elapsed += d
-	switch {
-	case s.elapsed < s.window:
-		return s
-	case s.elapsed < 2*s.window:
-		s.prev, s.cur = s.cur, 0
-	default:
-		s.prev, s.cur = 0, 0
-	}
-	s.elapsed %= s.window
-	return s
-}
-
-// until returns how long, if nothing is counted meanwhile, until the
-// estimate has fallen to target or below: 0 if it is there now. The
-// estimate falls as the previous window's weight does, to the current
-// window's count at the end of the current window, and on in the next as
-// the current count's weight falls in turn.
-func (s sliding) until(target float64) time.Duration {
-	if s.estimate() <= target {
-		return 0
-	}
-	if target < 0 {
-		target = 0
-	}
-	w, left := float64(s.window), float64(s.window-s.elapsed)
-	if float64(s.cur) <= target {
-		// prev × (left - d)/w + cur = target, within this window.
-		d := left - (target-float64(s.cur))*w/float64(s.prev)
-		return ceilDuration(max(d, 0))
-	}
-	// Next window: cur × (w - e')/w = target at e' = w - target×w/cur.
-	return ceilDuration(left + w - target*w/float64(s.cur))
-}
-
-// ceilDuration rounds a duration held as a float up to whole nanoseconds.
-func ceilDuration(d float64) time.Duration {
-	if d >= math.MaxInt64 {
-		return math.MaxInt64
-	}
-	return time.Duration(math.Ceil(d))
-}
-
-// resetAndRetry returns what a sliding key reports after a decision: the
-// time until one more unit than remaining is available, and, for a
-// refused cost, until it would fit.
-func (s sliding) resetAndRetry(limit, remaining, cost int64, allowed bool) (reset, retry time.Duration) {
-	reset = s.until(float64(limit - remaining - 1))
-	if !allowed {
-		retry = s.until(float64(limit - cost))
-	}
-	return reset, retry
 }

@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"context"
-	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,59 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 )
-
-// The sliding window's arithmetic, step by step.
-func TestSlidingArithmetic(t *testing.T) {
-	const w = 10 * time.Second
-	for _, tt := range []struct {
-		name      string
-		s         sliding
-		estimate  float64
-		remaining int64 // of a limit of 10
-		fits3     bool  // a cost of 3
-		until5    time.Duration
-	}{
-		{"empty", sliding{window: w}, 0, 10, true, 0},
-		{"current only", sliding{cur: 6, elapsed: 2 * time.Second, window: w}, 6, 4, true,
-			// 6 × (10s - e')/10s = 5 at e' = 10s/6, after the 8 s left.
-			8*time.Second + 1666666667},
-		{"the previous window, half in", sliding{prev: 10, cur: 2, elapsed: 5 * time.Second, window: w}, 7, 3, true,
-			// 10 × (5s - d)/10s + 2 = 5 at d = 2 s.
-			2 * time.Second},
-		{"the previous window, just begun", sliding{prev: 10, elapsed: 0, window: w}, 10, 0, false,
-			5 * time.Second},
-		{"over the limit after a downgrade", sliding{prev: 20, cur: 5, elapsed: 9 * time.Second, window: w}, 7, 3, true,
-			// 20 × (1s - d)/10s + 5 = 5 at d = 1 s.
-			time.Second},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			if e := tt.s.estimate(); math.Abs(e-tt.estimate) > 1e-9 {
-				t.Errorf("estimate = %v, want %v", e, tt.estimate)
-			}
-			if r := tt.s.remaining(10); r != tt.remaining {
-				t.Errorf("remaining(10) = %d, want %d", r, tt.remaining)
-			}
-			if f := tt.s.fits(3, 10); f != tt.fits3 {
-				t.Errorf("fits(3, 10) = %v, want %v", f, tt.fits3)
-			}
-			if d := tt.s.until(5); d != tt.until5 {
-				t.Errorf("until(5) = %v, want %v", d, tt.until5)
-			}
-			// After until(5), the estimate is 5 or below, and not before.
-			if d := tt.s.until(5); tt.s.after(d).estimate() > 5+1e-9 || d > 0 && tt.s.after(d-time.Millisecond).estimate() <= 5 {
-				t.Errorf("after %v the estimate is %v", d, tt.s.after(d).estimate())
-			}
-		})
-	}
-	// after rolls the windows over.
-	s := sliding{prev: 4, cur: 6, elapsed: 8 * time.Second, window: w}
-	if got := s.after(3 * time.Second); got != (sliding{prev: 6, cur: 0, elapsed: time.Second, window: w}) {
-		t.Errorf("a window later: %+v", got)
-	}
-	if got := s.after(13 * time.Second); got != (sliding{prev: 0, cur: 0, elapsed: time.Second, window: w}) {
-		t.Errorf("two windows later: %+v", got)
-	}
-}
 
 // slidingSubject is a store for the sliding window's properties: its
 // limiters, and its clock: now tells the store's time, and sleepUntil
@@ -75,7 +21,7 @@ type slidingSubject struct {
 var slidingSubjects = []slidingSubject{
 	{"memory", func(t *testing.T) (func(Options) *Limiter, func() time.Time, func(time.Time)) {
 		clock := newFakeClock()
-		c := newMemoryCounter(clock.Now)
+		c := NewMemoryCounter() // on the limiter's clock
 		return func(o Options) *Limiter {
 				o.Counter = c
 				return newLimiter(o, clock.Now)

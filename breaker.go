@@ -8,47 +8,36 @@ import (
 	"time"
 )
 
-// BreakerState is the state of a limiter's circuit breaker.
-type BreakerState int32
+// breakerState is the state of a circuit breaker.
+type breakerState int32
 
 const (
-	// BreakerClosed: every request asks the counter.
-	BreakerClosed BreakerState = iota
-	// BreakerOpen: the counter failed Options.BreakerFailures times in a row;
-	// requests are decided without it until Options.BreakerCooldown passes.
-	BreakerOpen
-	// BreakerHalfOpen: the cool-down is over and one request, the probe,
-	// asks the counter. Its success closes the breaker, its failure opens
-	// it again.
-	BreakerHalfOpen
+	// breakerClosed: every request asks the store.
+	breakerClosed breakerState = iota
+	// breakerOpen: the store failed Options.BreakerFailures times in a
+	// row; requests are decided without it until Options.BreakerCooldown
+	// passes.
+	breakerOpen
+	// breakerHalfOpen: the cool-down is over and one request, the probe,
+	// asks the store. Its success closes the breaker, its failure opens it
+	// again.
+	breakerHalfOpen
 )
 
 // String returns "closed", "open" or "half-open".
-func (s BreakerState) String() string {
+func (s breakerState) String() string {
 	switch s {
-	case BreakerClosed:
+	case breakerClosed:
 		return "closed"
-	case BreakerOpen:
+	case breakerOpen:
 		return "open"
-	case BreakerHalfOpen:
-		return "half-open"
 	}
-	return "invalid"
+	return "half-open"
 }
 
-// nodeCounter is a counter whose keys live on several servers that fail
-// apart, as a RedisCounter's on a cluster or a ring do: nodeOf returns the
-// number (0, 1, ...) and the address of key's server. A limiter keeps a
-// breaker for each server, so that the failures of one open only its own,
-// and the requests of the others' keys still ask the counter.
-type nodeCounter interface {
-	manyNodes() bool
-	nodeOf(key string) (id int, addr string)
-}
-
-// breakers is a limiter's circuit breakers: one for each node of a
-// nodeCounter, made as requests meet the nodes, or one for any other
-// counter.
+// breakers is a limiter's circuit breakers: one for each server of a
+// store that has several (StoreInfo.Server), made as requests meet the
+// servers, or one for the store.
 type breakers struct {
 	first  *breaker                   // node 0's, or the counter's
 	more   atomic.Pointer[[]*breaker] // by node number; replaced, never changed
@@ -111,28 +100,6 @@ type breaker struct {
 	failedProbes atomic.Int64
 }
 
-// keyAnswer is an error that a server answered for one key, such as a key
-// that holds something other than a count: the server is up and serves
-// other keys, so the breaker takes it as an answer, not a failure.
-type keyAnswer interface {
-	error
-	keyOnly()
-}
-
-func isKeyAnswer(err error) bool {
-	_, ok := errors.AsType[keyAnswer](err)
-	return ok
-}
-
-// sharedFailure is an error that several requests got from one failed
-// round trip to the counter, which roundTrip names. The breaker counts
-// them as one failure, or a single dropped connection would fail a whole
-// batch of requests "in a row" and open it.
-type sharedFailure interface {
-	error
-	roundTrip() uint64
-}
-
 func newBreaker(threshold int, cooldown time.Duration, clk clock, log func(slog.Level, string, ...slog.Attr), m *Metrics, node string) *breaker {
 	m.breakerMade()
 	return &breaker{threshold: int64(threshold), cooldown: cooldown, clock: clk, log: log, metrics: m, node: node}
@@ -141,15 +108,15 @@ func newBreaker(threshold int, cooldown time.Duration, clk clock, log func(slog.
 // allow reports whether a request may call the counter, and whether it is
 // the half-open probe, whose outcome decides the next state.
 func (b *breaker) allow() (ok, probe bool) {
-	switch BreakerState(b.state.Load()) {
-	case BreakerClosed:
+	switch breakerState(b.state.Load()) {
+	case breakerClosed:
 		return true, false
-	case BreakerOpen:
+	case breakerOpen:
 		if b.since(b.openedAt.Load()) < b.cooldown ||
-			!b.state.CompareAndSwap(int32(BreakerOpen), int32(BreakerHalfOpen)) {
+			!b.state.CompareAndSwap(int32(breakerOpen), int32(breakerHalfOpen)) {
 			return false, false
 		}
-		b.metrics.breakerChanged(BreakerOpen, BreakerHalfOpen)
+		b.metrics.breakerChanged(breakerOpen, breakerHalfOpen)
 		return true, true
 	}
 	return false, false // half-open: the probe is out
@@ -163,8 +130,8 @@ func (b *breaker) since(t int64) time.Duration {
 func (b *breaker) success(probe bool) {
 	if probe {
 		b.failures.Store(0)
-		b.state.Store(int32(BreakerClosed))
-		b.metrics.breakerChanged(BreakerHalfOpen, BreakerClosed)
+		b.state.Store(int32(breakerClosed))
+		b.metrics.breakerChanged(breakerHalfOpen, breakerClosed)
 		b.say(slog.LevelInfo, "ratelimit: circuit breaker closed",
 			slog.Duration("open for", b.since(b.outageAt.Load())), slog.Int64("failed probes", b.failedProbes.Load()))
 		return
@@ -178,16 +145,16 @@ func (b *breaker) success(probe bool) {
 func (b *breaker) failure(probe bool, err error) {
 	if probe {
 		b.failedProbes.Add(1)
-		b.open(BreakerHalfOpen)
+		b.open(breakerHalfOpen)
 		return
 	}
-	if t, ok := errors.AsType[sharedFailure](err); ok && b.lastTrip.Swap(t.roundTrip()) == t.roundTrip() {
+	if t, ok := errors.AsType[sharedFailure](err); ok && b.lastTrip.Swap(t.RoundTrip()) == t.RoundTrip() {
 		// The requests that shared one failed round trip are one failure:
 		// another of them counted it.
 		return
 	}
 	n := b.failures.Add(1)
-	if n >= b.threshold && b.open(BreakerClosed) {
+	if n >= b.threshold && b.open(breakerClosed) {
 		b.outageAt.Store(b.openedAt.Load())
 		b.failedProbes.Store(0)
 		b.say(slog.LevelError, "ratelimit: circuit breaker open",
@@ -200,24 +167,24 @@ func (b *breaker) failure(probe bool, err error) {
 // counter; a probe that ends so leaves the breaker open, for the next
 // request to probe at once.
 func (b *breaker) abandoned(probe bool) {
-	if probe && b.state.CompareAndSwap(int32(BreakerHalfOpen), int32(BreakerOpen)) {
-		b.metrics.breakerChanged(BreakerHalfOpen, BreakerOpen)
+	if probe && b.state.CompareAndSwap(int32(breakerHalfOpen), int32(breakerOpen)) {
+		b.metrics.breakerChanged(breakerHalfOpen, breakerOpen)
 	}
 }
 
 // open opens the breaker from the state from, and reports whether this
 // call did.
-func (b *breaker) open(from BreakerState) bool {
-	if BreakerState(b.state.Load()) != from {
+func (b *breaker) open(from breakerState) bool {
+	if breakerState(b.state.Load()) != from {
 		return false // another request opened it
 	}
 	// The time is stored before the state, so that no request sees the new
 	// state with an old time; two requests opening at once both store it.
 	b.openedAt.Store(int64(b.clock.elapsed()))
-	if !b.state.CompareAndSwap(int32(from), int32(BreakerOpen)) {
+	if !b.state.CompareAndSwap(int32(from), int32(breakerOpen)) {
 		return false
 	}
-	b.metrics.breakerChanged(from, BreakerOpen)
+	b.metrics.breakerChanged(from, breakerOpen)
 	return true
 }
 

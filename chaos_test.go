@@ -306,10 +306,10 @@ kill:
 	checkLatencies(t, "after the first answer", warm, 0, defaultStoreTimeout*6/5, defaultStoreTimeout+tailSlack)
 }
 
-// callCountingCounter counts, per key, the calls made to a RedisCounter,
-// those that got an answer and those that were allowed. It passes on everything by which the limiter
-// chooses how to call its counter (TTLCounter, boundedTaker, nodeCounter),
-// so that the limiter calls Redis as it would without it.
+// callCountingCounter counts, per key, the takes made of a RedisCounter,
+// those that got an answer and those that were allowed. It is the
+// RedisCounter but for Take, so that the limiter calls Redis as it would
+// without it: a store in front of a store.
 type callCountingCounter struct {
 	*RedisCounter
 	mu    sync.Mutex
@@ -318,23 +318,21 @@ type callCountingCounter struct {
 
 type keyCalls struct{ made, answered, allowed uint64 }
 
-var (
-	_ boundedTaker = (*callCountingCounter)(nil)
-	_ nodeCounter  = (*callCountingCounter)(nil)
-)
+var _ Store = (*callCountingCounter)(nil)
 
-func (c *callCountingCounter) takeWithin(ctx context.Context, t take, deadline time.Time, wait time.Duration) (take, error) {
-	c.count(t.key, func(k *keyCalls) { k.made++ })
-	t, err := c.RedisCounter.takeWithin(ctx, t, deadline, wait)
+func (c *callCountingCounter) Take(ctx context.Context, r Request) (Answer, error) {
+	key := r.Key()
+	c.count(key, func(k *keyCalls) { k.made++ })
+	a, err := c.RedisCounter.Take(ctx, r)
 	if err == nil {
-		c.count(t.key, func(k *keyCalls) {
+		c.count(key, func(k *keyCalls) {
 			k.answered++
-			if t.allowed {
+			if a.Allowed {
 				k.allowed++
 			}
 		})
 	}
-	return t, err
+	return a, err
 }
 
 func (c *callCountingCounter) count(key string, f func(*keyCalls)) {
@@ -369,15 +367,15 @@ type counterCall struct {
 	err   error
 }
 
-var _ boundedTaker = (*watchedCounter)(nil)
+var _ Store = (*watchedCounter)(nil)
 
-func (w *watchedCounter) takeWithin(ctx context.Context, t take, deadline time.Time, wait time.Duration) (take, error) {
+func (w *watchedCounter) Take(ctx context.Context, r Request) (Answer, error) {
 	start := time.Now()
-	t, err := w.RedisCounter.takeWithin(ctx, t, deadline, wait)
+	a, err := w.RedisCounter.Take(ctx, r)
 	w.mu.Lock()
 	w.calls = append(w.calls, counterCall{start, time.Since(start), err})
 	w.mu.Unlock()
-	return t, err
+	return a, err
 }
 
 // since returns the calls that started at from or later.
@@ -499,7 +497,7 @@ func testChaosServerDeath(t *testing.T, fallback bool) {
 	checkChaosFailureLog(t, lc, lifetime)
 	// The breaker tells the outage as one story: it opened once, and
 	// closed once Redis was back.
-	if lc.open != 1 || lc.closed != 1 || snap.Breaker != BreakerClosed {
+	if lc.open != 1 || lc.closed != 1 || snap.Breaker != "closed" {
 		t.Errorf("%d open lines and %d closed lines, breaker now %v; want 1, 1 and closed", lc.open, lc.closed, snap.Breaker)
 	}
 	// Nothing listens on the port during the outage: the breaker's probes
@@ -520,7 +518,7 @@ func testChaosServerDeath(t *testing.T, fallback bool) {
 		switch {
 		case errors.Is(l.err(), syscall.ECONNREFUSED):
 			refused++
-		case errors.Is(l.err(), errTimedOut):
+		case isTimeout(l.err()):
 			timedOut++
 		default:
 			t.Errorf("a probe during the outage failed with %v; want the refused connection", l.err())
@@ -606,7 +604,7 @@ func TestChaosRefused(t *testing.T) {
 			t.Logf("requests: %s", d)
 			checkLatencies(t, "requests to a refused port", d, 0, storeTimeout/4, storeTimeout+tailSlack)
 			failed := logs.withMsg("ratelimit: counter failed")
-			if len(failed) == 0 || !errors.Is(failed[0].err(), syscall.ECONNREFUSED) || errors.Is(failed[0].err(), errTimedOut) {
+			if len(failed) == 0 || !errors.Is(failed[0].err(), syscall.ECONNREFUSED) || isTimeout(failed[0].err()) {
 				t.Errorf("failure lines %v; want the first to give the refused connection as the error", failed)
 			}
 		})
@@ -653,7 +651,7 @@ func testChaosServerDies(t *testing.T, storeTimeout time.Duration) {
 		switch {
 		case errors.Is(c.err, syscall.ECONNREFUSED):
 			refused++
-		case errors.Is(c.err, errTimedOut):
+		case isTimeout(c.err):
 			timedOut++
 		default:
 			other = append(other, c.err)
@@ -682,7 +680,7 @@ func testChaosServerDies(t *testing.T, storeTimeout time.Duration) {
 		t.Errorf("%d counter calls that started %v after the death failed neither refused nor timed out, e.g. %v", len(other), settle, other[0])
 	}
 	for _, l := range logs.lines() {
-		if errors.Is(l.err(), errTimedOut) {
+		if isTimeout(l.err()) {
 			t.Errorf("a line reports a timeout, not the refused connection: %v", l)
 		}
 	}

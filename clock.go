@@ -16,10 +16,6 @@ type clock struct {
 // realEpoch is where the real clock counts from.
 var realEpoch = time.Now()
 
-// monoNow is the process's monotonic clock, in nanoseconds since
-// realEpoch: what a RedisCounter marks a window on (see release.go).
-func monoNow() int64 { return int64(time.Since(realEpoch)) }
-
 // newClock returns a clock that reads now, or the real clock for nil.
 func newClock(now func() time.Time) clock {
 	if now == nil {

@@ -4,123 +4,268 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 )
 
-// Counter is the store a Limiter counts in. MemoryCounter and
-// RedisCounter are the two built in; a Counter of your own is another
-// store, counted by Incr, one request at a time, in fixed windows (so
-// without costs or SlidingWindow, which need a built-in counter).
+// Counter is the seed's store: Incr bumps the counter for key and returns
+// the count after the increment. The first Incr of a key starts its
+// window; the implementation expires the key when the window ends, so the
+// Incr after that starts a new window at 1. That is what makes the window
+// fixed.
 //
-// Incr bumps the counter for key and returns the count after the increment.
-// The first Incr of a key starts its window; the implementation expires the
-// key when the window ends, so the Incr after that starts a new window at 1.
-// That is what makes the window fixed.
-//
-// A non-nil error means the store failed and the count is unknown; it never
-// means "over the limit". Implementations must be safe for concurrent use.
+// A Limiter given a Counter that is not a Store counts with Incr, one
+// request at a time, in fixed windows: each request is counted, then
+// compared with the limit, so a refused request stays counted. What needs
+// more (a sliding window, InFlight, costs, quotas, giving back, Usage and
+// Reset) needs a Store, and setup says so. A non-nil error means the
+// store failed and the count is unknown; it never means "over the limit".
+// Implementations must be safe for concurrent use.
 type Counter interface {
 	Incr(ctx context.Context, key string, window time.Duration) (int64, error)
 }
 
-// TTLCounter is a Counter that also reports, in the same call, how long the
-// key's current window has left. A Limiter uses it for the reset
-// figures of its headers, so that they cost no extra round trip. Both
-// built-in counters implement it; for a Counter that does not, the headers
-// report the full window, an upper bound.
-type TTLCounter interface {
+// Store is where a Limiter keeps its counts and decides its requests:
+// MemoryCounter and RedisCounter are two, and a store of your own is
+// another (docs/stores.md shows one, and the package storetest checks any
+// store against this contract). The Limiter knows nothing else of a store:
+// every feature (fixed and sliding windows, InFlight, costs, quotas by
+// window and by calendar, giving back, Usage, Reset, Ping) is decided
+// through these methods, with values in and values out. The store
+// decides; the Limiter derives the figures a response carries
+// (remaining, reset, retry, which limit named the decision) from what the
+// store reports.
+//
+// Take decides r atomically: when r.Cost fits in every limit of r (the
+// main one and each of r.Quotas), it adds r.Cost to each, and otherwise
+// changes nothing at all. It reports each limit's count after the
+// decision (Answer.Counts). A Take of Cost 0 reads: it reports the counts
+// as they stand and changes nothing, not even slots whose lease has
+// ended. For InFlight, r.Limit is how many slots a tenant may hold, r.Cost
+// how many the request takes, r.Window the lease: a slot is free again
+// when it is given back (Give) or when its lease ends.
+//
+// Give gives back r.Cost in each limit whose window is still the one
+// r.Marks names (a window that has ended is left alone, and a count never
+// falls below 0), or, for InFlight, the slots of r.Slot, with r as Take
+// was given it but for Now and Marks.
+//
+// Reset clears every window of r's limits (a sliding window's previous
+// one too, and an InFlight tenant's slots), so that the tenant's next
+// request has its whole budget.
+//
+// Attach is called once by NewLimiter for each Limiter that counts in the
+// store (as Options.Counter or Options.Fallback), with r describing it
+// (its key prefix, r.Key() being the key Ping counts on, its Algorithm
+// and main limit, its Quotas). It returns what the Limiter should know of
+// the store, or an error, with which NewLimiter panics: a store that
+// several limiters share may refuse one whose budget differs from
+// another's under the same keys.
+//
+// Errors: a non-nil error means the store failed, never "over the limit".
+// A method returns when ctx is done or r.Deadline passes (a zero Deadline
+// is none). An error with a method Fix() string is a misconfiguration,
+// logged with what to fix; one with a method KeyOnly() is about one key
+// only, and does not count against the store's circuit breaker; those
+// with a method RoundTrip() uint64 that returns the same number are one
+// failure, shared by several requests. Every method must be safe for
+// concurrent use.
+type Store interface {
 	Counter
-	IncrTTL(ctx context.Context, key string, window time.Duration) (count int64, ttl time.Duration, err error)
+	Attach(r Request) (StoreInfo, error)
+	Take(ctx context.Context, r Request) (Answer, error)
+	Give(ctx context.Context, r Request) error
+	Reset(ctx context.Context, r Request) error
 }
 
-// incrTTL is Incr with the time left when c reports it, else the window.
-func incrTTL(ctx context.Context, c Counter, key string, window time.Duration) (int64, time.Duration, error) {
-	if t, ok := c.(TTLCounter); ok {
-		return t.IncrTTL(ctx, key, window)
+// A Request is what a Limiter asks of its Store for one request of a
+// tenant.
+type Request struct {
+	// Tenant is the tenant's ID, "" for a request without one. The store
+	// counts under Key().
+	Tenant string
+
+	// Algorithm is how every limit counts in time.
+	Algorithm Algorithm
+
+	// Cost is what Take takes (0: it reads only), or what Give gives
+	// back.
+	Cost int64
+
+	// Name, Limit and Window are the main limit: its name (the limiter's
+	// policy name, "default" for an unnamed one), how many units it
+	// allows per Window, and the Window (for InFlight, the lease).
+	Name   string
+	Limit  int64
+	Window time.Duration
+
+	// Quotas are further limits, decided with the main one, all or
+	// nothing: at most 4, their names unique and other than Name. A
+	// limiter's (or a plan's) quotas come in the same slice every time.
+	// A quota with a Window counts by Algorithm, as the main limit does;
+	// one with a Calendar counts in the periods of the UTC calendar.
+	Quotas []Quota
+
+	// Now is the time of the request on the Limiter's clock. A store
+	// that one process keeps counts on it; one that several processes
+	// share counts on a clock of its own (RedisCounter: the server's),
+	// so that their clocks need not agree.
+	Now time.Time
+
+	// Deadline is when the Limiter stops waiting for the store (see
+	// Options.StoreTimeout); zero when ctx alone bounds the wait.
+	Deadline time.Time
+
+	// Slot names an InFlight request's slots, for Give.
+	Slot uint64
+
+	// Marks are, for Give, the marks of the windows that Take counted
+	// the request in, as its Answer gave them (Count.Mark): the main
+	// limit's first, then each quota's.
+	Marks [5]int64
+
+	key keyOf     // the key's other parts: the limiter's prefix, a client's address
+	set *quotaSet // Quotas, prepared; nil when the Limiter did not make r
+
+	probe bool // Ping's request
+	plans bool // Attach: the limiter has Options.PlanFor
+}
+
+// An Answer is what a Store holds of a request's limits after Take.
+type Answer struct {
+	// Allowed reports that the cost fit in every limit and was counted.
+	Allowed bool
+
+	// Counts are the limits' counts after the decision: the main limit's
+	// first, then each quota's, in order.
+	Counts [5]Count
+
+	// Expired is, for InFlight, how many slots the store dropped on the
+	// way because their lease had ended.
+	Expired int64
+
+	refusal error // the server refuses scripts: a refused cost stays counted (see RedisCounter)
+}
+
+// A Count is what a Store holds of one limit after a decision.
+type Count struct {
+	// N is the count after the decision: with the cost when it was
+	// counted, without it when not. For InFlight, the slots held.
+	N int64
+
+	// Fits reports whether the request's cost fit in this limit.
+	Fits bool
+
+	// Left is how long the window (or calendar period) has to run; for a
+	// fixed window in which nothing counts yet, the one a request would
+	// start: Length.
+	Left time.Duration
+
+	// Length is the window's length as the store counts it (RedisCounter:
+	// in whole milliseconds), or the calendar period's.
+	Length time.Duration
+
+	// Prev is a sliding window's previous window's count.
+	Prev int64
+
+	// Mark names the window counted in, for Give: any number by which
+	// the store knows the window again.
+	Mark int64
+}
+
+// StoreInfo is what a Store tells a Limiter of itself, from Attach.
+type StoreInfo struct {
+	// Local says that the store keeps its counts in this process and
+	// never waits: the Limiter calls it directly, with no deadline,
+	// circuit breaker or over-limit cache, and the middlewares give it no
+	// request context.
+	Local bool
+
+	// Server, when not nil, returns the number (0, 1, ...) and the
+	// address of the server that holds r's counts: the Limiter keeps a
+	// circuit breaker for each, so that one server's failures open only
+	// its own. Nil: one breaker for the whole store.
+	Server func(r Request) (id int, addr string)
+}
+
+// ErrClosed is returned by a MemoryCounter's methods after its Close.
+var ErrClosed = errors.New("ratelimit: counter is closed")
+
+// counterStore is the Store a Limiter makes of a Counter that is only a
+// Counter: fixed windows at cost 1, counted by Incr. The Limiter refuses
+// the rest at setup (see Limiter.incrOnly).
+type counterStore struct{ c Counter }
+
+func (s counterStore) Incr(ctx context.Context, key string, window time.Duration) (int64, error) {
+	return s.c.Incr(ctx, key, window)
+}
+
+func (s counterStore) Attach(Request) (StoreInfo, error) { return StoreInfo{}, nil }
+
+// Take counts r by Incr: the count after the increment against the
+// limit. A refused request has been counted all the same. The wait ends
+// at r.Deadline, the Counter being given a context that ends then.
+func (s counterStore) Take(ctx context.Context, r Request) (Answer, error) {
+	key := r.Key()
+	if err := s.can(r); err != nil {
+		return Answer{}, fmt.Errorf("increment rate limit key %s: %w", key, err)
 	}
-	n, err := c.Incr(ctx, key, window)
-	return n, window, err
-}
-
-// A take asks a counter to decide one request: in one atomic step, add
-// cost to key unless that takes it past limit, and say what is left. The
-// built-in counters decide it in the store, so that a refused request
-// spends nothing, and costs and the sliding window are exact across
-// replicas. A Counter of your own is asked for Incr, at cost 1 and in fixed
-// windows only, and takeByIncr compares.
-type take struct {
-	key    string // a MemoryCounter is given its key as bytes instead
-	cost   int64
-	limit  int64
-	window time.Duration
-	algo   Algorithm
-	node   int // key's node, when the counter has several (see nodeCounter)
-	// The tenant's quotas, decided together with the main limit: the
-	// request is allowed only when it fits in every one (see quota.go).
-	quotas *quotaSet
-
-	// The answer.
-	allowed       bool
-	byTransaction bool                   // counted without a script: a refused cost stays counted (see noscript.go)
-	remaining     int64                  // units left after the decision
-	reset         time.Duration          // until one more unit than remaining is available
-	retry         time.Duration          // when refused: until cost would fit
-	slide         sliding                // a sliding window's key after the decision
-	q             [maxQuotas]limitAnswer // each quota's answer, as the main limit's above
-	refusedBy     uint8                  // the limits the cost did not fit: bit 0 the main one, bit i+1 quota i
-
-	// Giving back (see release.go) and requests in flight (inflight.go).
-	// A take with give set gives cost back, in each limit whose window is
-	// still the one marks names, or the slots of slot; given is then how
-	// much the main limit got back. marks are filled in by every counted
-	// take; slot names an in-flight request's slots, and expired is how
-	// many slots whose lease had ended its counter dropped on the way.
-	give    bool
-	slot    uint64
-	marks   [maxQuotas + 1]int64
-	given   int64
-	expired int64
-}
-
-// decided fills in t's answer for a fixed window whose count is count
-// after the decision, with ttl left.
-func (t *take) decided(allowed bool, count int64, ttl time.Duration) {
-	t.allowed, t.remaining, t.reset = allowed, max(t.limit-count, 0), ttl
-	if !allowed {
-		t.retry = ttl
-		t.refusedBy = 1
+	if wait := r.wait(); wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, wait)
+		defer cancel()
 	}
-}
-
-// decidedSliding fills in t's answer from a sliding window's key after
-// the decision.
-func (t *take) decidedSliding(allowed bool, s sliding) {
-	t.allowed, t.slide, t.remaining = allowed, s, s.remaining(t.limit)
-	t.reset, t.retry = s.resetAndRetry(t.limit, t.remaining, t.cost, allowed)
-	if !allowed {
-		t.refusedBy = 1
-	}
-}
-
-// takeByIncr decides t with Incr, for a Counter of your own: the count
-// after the increment against the limit. A refused request has been
-// counted all the same.
-func takeByIncr(ctx context.Context, c Counter, t *take) error {
-	n, ttl, err := incrTTL(ctx, c, t.key, t.window)
-	if err == nil && n <= 0 {
-		err = fmt.Errorf("increment rate limit key %s: counter returned %d", t.key, n)
-	}
+	n, err := s.c.Incr(ctx, key, r.Window)
 	if err != nil {
-		return err
+		return Answer{}, err
 	}
-	// A counter may report a nonsensical ttl; the window is then an upper
-	// bound.
-	if ttl < 0 {
-		ttl = t.window
+	if n <= 0 {
+		return Answer{}, fmt.Errorf("increment rate limit key %s: counter returned %d", key, n)
 	}
-	t.decided(n <= t.limit, n, ttl)
+	// The window is an upper bound of what it has left.
+	a := Answer{Allowed: n <= r.Limit}
+	a.Counts[0] = Count{N: n, Fits: a.Allowed, Left: r.Window, Length: r.Window}
+	return a, nil
+}
+
+// can returns why r is more than Incr can count, or nil.
+func (s counterStore) can(r Request) error {
+	switch {
+	case r.Cost == 0:
+		return fmt.Errorf("%T counts by Incr alone, and cannot say what a tenant has used", s.c)
+	case r.Cost != 1:
+		return fmt.Errorf("%T counts one request at a time, not a cost of %d", s.c, r.Cost)
+	case r.Algorithm != FixedWindow || r.Quotas != nil:
+		return fmt.Errorf("%T counts fixed windows by Incr alone, not %v", s.c, r.Algorithm)
+	}
 	return nil
 }
 
-// ErrClosed is returned by a counter's Incr after its Close.
-var ErrClosed = errors.New("ratelimit: counter is closed")
+func (s counterStore) Give(context.Context, Request) error {
+	return fmt.Errorf("%T counts by Incr alone, and cannot give back", s.c)
+}
+
+func (s counterStore) Reset(context.Context, Request) error {
+	return fmt.Errorf("%T counts by Incr alone, and cannot reset a tenant", s.c)
+}
+
+// wait is how long r may wait for the store: from Now to Deadline, on
+// the Limiter's clock; 0 for no bound but ctx's.
+func (r *Request) wait() time.Duration {
+	switch {
+	case r.Deadline.IsZero():
+		return 0
+	case r.Now.IsZero():
+		return max(time.Until(r.Deadline), time.Nanosecond)
+	}
+	return max(r.Deadline.Sub(r.Now), time.Nanosecond)
+}
+
+// keyOf is the parts of a request's key that are not its tenant: the
+// limiter's prefix, and a client's address for a request keyed by it.
+type keyOf struct {
+	prefix string // from keyPrefix; "" is an unnamed limiter's
+	addr   netip.Addr
+	byAddr bool
+	v6Bits uint8
+}

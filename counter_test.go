@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gatewaykit/ratelimit/internal/testkit/goroutines"
 )
 
 // counterSubject is one Counter under the conformance table.
@@ -89,32 +89,6 @@ func testCounterConformance(t *testing.T, subject func(t *testing.T) counterSubj
 		}
 	})
 
-	t.Run("reports the time left", func(t *testing.T) {
-		s := subject(t)
-		tc, ok := s.counter.(TTLCounter)
-		if !ok {
-			t.Skipf("%T does not implement TTLCounter", s.counter)
-		}
-		key := uniqueKey(t)
-		// Not a whole second: the window must keep its milliseconds.
-		const window = 400 * time.Millisecond
-		_, ttl, err := tc.IncrTTL(ctx, key, window)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ttl <= 0 || ttl > window {
-			t.Fatalf("time left after the first Incr = %v, want in (0, %v]", ttl, window)
-		}
-		s.advance(100 * time.Millisecond)
-		_, ttl, err = tc.IncrTTL(ctx, key, window)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ttl <= 0 || ttl > window-100*time.Millisecond {
-			t.Fatalf("time left 100ms in = %v, want in (0, %v]", ttl, window-100*time.Millisecond)
-		}
-	})
-
 	t.Run("rejects a window that is not positive", func(t *testing.T) {
 		c := subject(t).counter
 		for _, w := range []time.Duration{0, -time.Second} {
@@ -131,18 +105,7 @@ func testCounterConformance(t *testing.T, subject func(t *testing.T) counterSubj
 		s := subject(t)
 		key := uniqueKey(t)
 		const window = time.Duration(math.MaxInt64)
-		// The first call, which starts the window, and the last read the
-		// time left, when the counter reports it: within an hour of the
-		// window, room for a store that keeps coarser time and none for
-		// one that overflows it or cuts it short.
-		tc, hasTTL := s.counter.(TTLCounter)
 		for want := int64(1); want <= 4; want++ {
-			if hasTTL && (want == 1 || want == 4) {
-				if got, ttl, err := tc.IncrTTL(ctx, key, window); err != nil || got != want || ttl < window-time.Hour {
-					t.Fatalf("IncrTTL #%d with a window of %v = %d, %v, %v; want %d, about the window, nil", want, window, got, ttl, err, want)
-				}
-				continue
-			}
 			if got, err := s.counter.Incr(ctx, key, window); err != nil || got != want {
 				t.Fatalf("Incr #%d with a window of %v = %d, %v; want %d, nil", want, window, got, err, want)
 			}
@@ -207,51 +170,6 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-// goroutines returns the stack of every goroutine now running, by its ID.
-func goroutines() map[string]string {
-	buf := make([]byte, 1<<16)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	m := map[string]string{}
-	for _, stack := range strings.Split(string(buf), "\n\n") {
-		id, _, _ := strings.Cut(strings.TrimPrefix(stack, "goroutine "), " ")
-		m[id] = stack
-	}
-	return m
-}
-
-// checkNoGoroutineLeft fails t, and returns false, when a goroutine that was
-// not in before, a reading of goroutines, is still running after a grace
-// period for those on their way out. Goroutine IDs are never reused, so the
-// goroutines that other tests leave winding down were in before and never
-// count, whenever they end.
-func checkNoGoroutineLeft(t *testing.T, before map[string]string) bool {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		var left []string
-		for id, stack := range goroutines() {
-			if _, ok := before[id]; !ok {
-				left = append(left, stack)
-			}
-		}
-		if len(left) == 0 {
-			return true
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("%d goroutines started and still running:\n\n%s", len(left), strings.Join(left, "\n\n"))
-			return false
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // A MemoryCounter starts no goroutine: after each case of the table, with
 // the counter still open and once it is closed, no goroutine is left that
 // the case started. It passes at its default bound, and at the smallest
@@ -263,14 +181,14 @@ func TestMemoryCounterConformance(t *testing.T) {
 	}{{"default", nil}, {"MaxKeys(2)", []MemoryOption{MaxKeys(2)}}} {
 		t.Run(bound.name, func(t *testing.T) {
 			testCounterConformance(t, func(t *testing.T) counterSubject {
-				before := goroutines()
+				before := goroutines.Now()
 				clock := newFakeClock()
 				m := newMemoryCounter(clock.Now, bound.opts...)
 				t.Cleanup(func() {
-					open := checkNoGoroutineLeft(t, before)
+					open := goroutines.NoneLeft(t, before)
 					m.Close()
 					if open {
-						checkNoGoroutineLeft(t, before)
+						goroutines.NoneLeft(t, before)
 					}
 				})
 				return counterSubject{counter: m, advance: clock.Advance}

@@ -34,6 +34,17 @@ func (s *switchable) Incr(context.Context, string, time.Duration) (int64, error)
 	return s.n, nil
 }
 
+// sharedTrip is the failure of one round trip that several requests
+// shared, as a store reports it (see Store).
+type sharedTrip struct {
+	trip uint64
+	err  error
+}
+
+func (e *sharedTrip) Error() string     { return e.err.Error() }
+func (e *sharedTrip) Unwrap() error     { return e.err }
+func (e *sharedTrip) RoundTrip() uint64 { return e.trip }
+
 func (s *switchable) set(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -64,7 +75,7 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 			t.Fatalf("failure %d: status %d, want 200 (fail open)", i+1, got)
 		}
 	}
-	if got := m.Snapshot().Breaker; got != BreakerOpen {
+	if got := m.Snapshot().Breaker; got != "open" {
 		t.Fatalf("after 3 failures the breaker is %v, want open", got)
 	}
 	send()
@@ -76,7 +87,7 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 
 	clock.Advance(time.Millisecond) // cool-down over: one probe, which fails
 	send()
-	if store.count() != 4 || m.Snapshot().Breaker != BreakerOpen {
+	if store.count() != 4 || m.Snapshot().Breaker != "open" {
 		t.Fatalf("calls %d, breaker %v after a failed probe; want 4 and open", store.count(), m.Snapshot().Breaker)
 	}
 	send()
@@ -86,7 +97,7 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 
 	store.set(nil)
 	clock.Advance(time.Second)
-	if got := send(); got != http.StatusOK || m.Snapshot().Breaker != BreakerClosed {
+	if got := send(); got != http.StatusOK || m.Snapshot().Breaker != "closed" {
 		t.Fatalf("probe on a healthy store: status %d, breaker %v; want 200, closed", got, m.Snapshot().Breaker)
 	}
 	send()
@@ -185,7 +196,7 @@ func TestBreakerSendsOneProbe(t *testing.T) {
 	if store.callsNow() != 1 {
 		t.Fatalf("store called %d times while half-open, want 1 (the probe)", store.callsNow())
 	}
-	if got := BreakerState(l.breakers.first.state.Load()); got != BreakerClosed {
+	if got := breakerState(l.breakers.first.state.Load()); got != breakerClosed {
 		t.Fatalf("breaker %v after the probe succeeded, want closed", got)
 	}
 }
@@ -214,7 +225,7 @@ func TestOpenBreakerFailsOpenOrClosed(t *testing.T) {
 			Logger: slog.New(slog.DiscardHandler),
 		}, clock.Now), nil)
 		send := func() int { return get(t, app, "").StatusCode }
-		check := func(stage string, calls int, breaker BreakerState) {
+		check := func(stage string, calls int, breaker string) {
 			t.Helper()
 			if got := send(); got != want {
 				t.Errorf("FailClosed=%v, %s: status %d, want %d", failClosed, stage, got, want)
@@ -225,19 +236,19 @@ func TestOpenBreakerFailsOpenOrClosed(t *testing.T) {
 			}
 		}
 
-		check("first failure", 1, BreakerClosed)
-		check("second failure", 2, BreakerClosed)
-		check("third failure, which opens the breaker", 3, BreakerOpen)
+		check("first failure", 1, "closed")
+		check("second failure", 2, "closed")
+		check("third failure, which opens the breaker", 3, "open")
 		for range 5 {
-			check("breaker open", 3, BreakerOpen)
+			check("breaker open", 3, "open")
 		}
 		clock.Advance(time.Second)
-		check("failed probe", 4, BreakerOpen)
-		check("breaker open again", 4, BreakerOpen)
+		check("failed probe", 4, "open")
+		check("breaker open again", 4, "open")
 
-		wantMetrics := MetricsSnapshot{FailedOpen: 10, Breaker: BreakerOpen, BreakersOpen: 1}
+		wantMetrics := MetricsSnapshot{FailedOpen: 10, Breaker: "open", BreakersOpen: 1}
 		if failClosed {
-			wantMetrics = MetricsSnapshot{FailedClosed: 10, Breaker: BreakerOpen, BreakersOpen: 1}
+			wantMetrics = MetricsSnapshot{FailedClosed: 10, Breaker: "open", BreakersOpen: 1}
 		}
 		if s := m.Snapshot(); s.FailedOpen != wantMetrics.FailedOpen || s.FailedClosed != wantMetrics.FailedClosed ||
 			s.Allowed+s.Limited != 0 || s.Breaker != wantMetrics.Breaker || s.BreakersOpen != wantMetrics.BreakersOpen {
@@ -263,13 +274,13 @@ func TestBreakerCountsARoundTripOnce(t *testing.T) {
 	const threshold = 3
 	app, store, m := breakerApp(threshold)
 	for trip := range threshold {
-		store.set(&tripError{trip: tripIDs.Add(1), err: errors.New("EOF")})
+		store.set(&sharedTrip{trip: uint64(trip + 1), err: errors.New("EOF")})
 		for range 10 { // ten requests of one round trip
 			get(t, app, "")
 		}
-		want := BreakerClosed
+		want := "closed"
 		if trip == threshold-1 {
-			want = BreakerOpen
+			want = "open"
 		}
 		if got := m.Snapshot().Breaker; got != want {
 			t.Fatalf("after %d failed round trips of 10 requests each: breaker %v, want %v", trip+1, got, want)
@@ -296,7 +307,7 @@ func TestBreakerOpensOnlyOnFailuresInARow(t *testing.T) {
 		t.Fatalf("healthy counter: status %d, want 200", got)
 	}
 	fail(threshold - 1)
-	if got := m.Snapshot().Breaker; got != BreakerClosed {
+	if got := m.Snapshot().Breaker; got != "closed" {
 		t.Fatalf("%d failures, a success, %d failures: breaker %v, want closed", threshold-1, threshold-1, got)
 	}
 	if got := store.count(); got != 2*threshold-1 {
@@ -307,7 +318,7 @@ func TestBreakerOpensOnlyOnFailuresInARow(t *testing.T) {
 	if got := store.count(); got != 2*threshold {
 		t.Fatalf("counter called %d times, want %d: the failure that opens the breaker still asks it", got, 2*threshold)
 	}
-	if got := m.Snapshot().Breaker; got != BreakerOpen {
+	if got := m.Snapshot().Breaker; got != "open" {
 		t.Fatalf("%d failures in a row: breaker %v, want open", threshold, got)
 	}
 	fail(1)
@@ -407,7 +418,7 @@ func TestMetricsCountEachDecision(t *testing.T) {
 	for range 5 {
 		get(t, app, "acme")
 	}
-	if s := m.Snapshot(); s.Allowed != 2 || s.Limited != 3 || s.Breaker != BreakerClosed || s.Breakers != 1 {
+	if s := m.Snapshot(); s.Allowed != 2 || s.Limited != 3 || s.Breaker != "closed" || s.Breakers != 1 {
 		t.Errorf("metrics = %+v, want 2 allowed, 3 limited, one breaker, closed", s)
 	}
 	// A MemoryCounter is called without a breaker, and the metrics show
@@ -530,12 +541,12 @@ func TestStoreTimeoutBoundsASilentStore(t *testing.T) {
 			checkLatencies(t, "first request, connecting", first, allowance, allowance+tailSlack, allowance+tailSlack)
 			checkLatencies(t, "later requests", later, budget, budget*6/5, budget+tailSlack)
 			failed := logs.withMsg("ratelimit: counter failed")
-			if len(failed) != 1 || !errors.Is(failed[0].err(), errTimedOut) ||
+			if len(failed) != 1 || !isTimeout(failed[0].err()) ||
 				!strings.HasPrefix(failed[0].err().Error(), "ratelimit: counter did not answer within 500ms, the 10 × StoreTimeout allowed before its first answer (") {
 				t.Errorf("failure lines %v; want one, the first request's, saying it waited out the connecting allowance", failed)
 			}
 			opened := logs.withMsg("ratelimit: circuit breaker open")
-			if len(opened) != 1 || !errors.Is(opened[0].err(), errTimedOut) ||
+			if len(opened) != 1 || !isTimeout(opened[0].err()) ||
 				!strings.HasPrefix(opened[0].err().Error(), "ratelimit: counter did not answer within StoreTimeout (50ms) (") {
 				t.Errorf("breaker lines %v; want one, with the last request's error saying it waited out StoreTimeout", opened)
 			}
@@ -630,7 +641,12 @@ type twoNodes struct {
 	down bool
 }
 
-func (n *twoNodes) manyNodes() bool { return true }
+var _ Store = (*twoNodes)(nil)
+
+// Attach says that the store's keys live on two servers.
+func (n *twoNodes) Attach(Request) (StoreInfo, error) {
+	return StoreInfo{Server: func(r Request) (int, string) { return n.nodeOf(r.Key()) }}, nil
+}
 
 func (n *twoNodes) nodeOf(key string) (int, string) {
 	if strings.HasPrefix(key, "rl:a") {
@@ -646,6 +662,16 @@ func (n *twoNodes) Incr(ctx context.Context, key string, window time.Duration) (
 	return n.switchable.Incr(ctx, key, window)
 }
 
+func (n *twoNodes) Take(ctx context.Context, r Request) (Answer, error) {
+	c, err := n.Incr(ctx, r.Key(), r.Window)
+	a := Answer{Allowed: c <= r.Limit}
+	a.Counts[0] = Count{N: c, Fits: a.Allowed, Left: r.Window, Length: r.Window}
+	return a, err
+}
+
+func (n *twoNodes) Give(context.Context, Request) error  { return nil }
+func (n *twoNodes) Reset(context.Context, Request) error { return nil }
+
 // Each node of a counter has a breaker of its own: the failures of one
 // node open its breaker alone, and the other node's tenants are still
 // counted.
@@ -658,7 +684,7 @@ func TestBreakerPerNode(t *testing.T) {
 	for range 5 {
 		get(t, app, "acme") // rl:acme: node 1
 	}
-	if s := m.Snapshot(); s.Breaker != BreakerOpen || s.BreakersOpen != 1 || s.FailedOpen != 5 {
+	if s := m.Snapshot(); s.Breaker != "open" || s.BreakersOpen != 1 || s.FailedOpen != 5 {
 		t.Fatalf("after 5 failures on node 1: %+v; want its breaker open, 5 failed open", s)
 	}
 	calls := store.count()
@@ -704,9 +730,9 @@ func TestRequestsOwnEndIsNotTheStoresFailure(t *testing.T) {
 				}
 			}
 			snap := m.Snapshot()
-			if snap.Breaker != BreakerClosed || snap.StoreErrors[CauseCanceled] != 6 || snap.StoreErrors[CauseTimeout] != 0 || snap.StoreLatency.Count != 0 {
+			if snap.Breaker != "closed" || snap.StoreErrors.Canceled != 6 || snap.StoreErrors.Timeout != 0 || snap.StoreLatency.Count != 0 {
 				t.Errorf("after 6 requests that gave up: breaker %v, %d canceled, %d timeouts, %d round trips timed; want closed, 6, 0, 0",
-					snap.Breaker, snap.StoreErrors[CauseCanceled], snap.StoreErrors[CauseTimeout], snap.StoreLatency.Count)
+					snap.Breaker, snap.StoreErrors.Canceled, snap.StoreErrors.Timeout, snap.StoreLatency.Count)
 			}
 			if lines := logs.lines(); len(lines) != 0 {
 				t.Errorf("log %v; want no line: the store did nothing wrong", lines)
@@ -715,8 +741,8 @@ func TestRequestsOwnEndIsNotTheStoresFailure(t *testing.T) {
 			plain := newApp(limiter, nil)
 			get(t, plain, "acme")
 			get(t, plain, "acme")
-			if snap := m.Snapshot(); snap.Breaker != BreakerOpen || snap.StoreErrors[CauseTimeout] != 2 {
-				t.Errorf("after 2 requests that waited out StoreTimeout: breaker %v, %d timeouts; want open, 2", snap.Breaker, snap.StoreErrors[CauseTimeout])
+			if snap := m.Snapshot(); snap.Breaker != "open" || snap.StoreErrors.Timeout != 2 {
+				t.Errorf("after 2 requests that waited out StoreTimeout: breaker %v, %d timeouts; want open, 2", snap.Breaker, snap.StoreErrors.Timeout)
 			}
 			if n := len(logs.withMsg("ratelimit: counter failed")); n != 1 {
 				t.Errorf("%d lines about the counter's failure, want 1: %v", n, logs.lines())
@@ -744,14 +770,14 @@ func TestAbandonedProbeLeavesTheBreakerToTheNext(t *testing.T) {
 	if d := l.Take(gone, "acme"); d.By != ByNone || !errors.Is(d.Err, ErrContextDone) {
 		t.Fatalf("the probe's request, canceled: %+v; want ByNone with ErrContextDone", d)
 	}
-	if snap := m.Snapshot(); snap.Breaker != BreakerOpen || store.count() != 1 {
+	if snap := m.Snapshot(); snap.Breaker != "open" || store.count() != 1 {
 		t.Fatalf("after the abandoned probe: breaker %v, %d store calls; want open and 1", snap.Breaker, store.count())
 	}
 	store.set(nil)
 	if d := l.Take(context.Background(), "acme"); d.By != ByCounter || !d.Allowed {
 		t.Fatalf("the next request: %+v; want the probe, decided by the counter", d)
 	}
-	if snap := m.Snapshot(); snap.Breaker != BreakerClosed {
+	if snap := m.Snapshot(); snap.Breaker != "closed" {
 		t.Fatalf("breaker %v after the probe succeeded, want closed", snap.Breaker)
 	}
 }

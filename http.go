@@ -3,11 +3,12 @@ package ratelimit
 import (
 	"bufio"
 	"context"
-	"errors"
 	"net"
 	"net/http"
 	"net/netip"
 	"sync"
+
+	"github.com/gatewaykit/ratelimit/internal/door"
 )
 
 // HTTPConfig says how HTTPMiddleware reads a request and answers it.
@@ -112,15 +113,16 @@ func HTTPMiddleware(lim *Limiter, cfg HTTPConfig) func(http.Handler) http.Handle
 	if lim == nil {
 		panic("ratelimit: HTTPMiddleware needs a Limiter, got nil")
 	}
+	w := &lim.wiring
 	if cfg.Cost != nil {
-		if err := lim.CheckCost(); err != nil {
-			panic("ratelimit: Cost: " + err.Error())
+		if err := w.CheckCost(); err != nil {
+			panic("ratelimit: " + err.Error())
 		}
 	}
-	if err := checkSkipRules(lim, cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests); err != nil {
+	if err := w.CheckSkip(cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests); err != nil {
 		panic("ratelimit: " + err.Error())
 	}
-	canGiveBack, inFlight := lim.CheckRelease() == nil, lim.Algorithm() == InFlight
+	canGiveBack, inFlight := w.GiveErr == nil, w.InFlight
 	if cfg.Tenant == nil {
 		cfg.Tenant = func(r *http.Request) (string, bool) { return TenantFromContext(r.Context()) }
 	}
@@ -144,11 +146,11 @@ func HTTPMiddleware(lim *Limiter, cfg HTTPConfig) func(http.Handler) http.Handle
 			}
 			var d Decision
 			if id, ok := cfg.Tenant(r); ok && id != "" {
-				lim.takeTenant(r.Context(), &d, id, cost)
+				lim.take(r.Context(), &d, id, keyOf{}, cost)
 			} else if cfg.AnonymousByIP {
 				lim.takeAddr(r.Context(), &d, cfg.ClientIP(r), cost)
 			} else {
-				lim.takeTenant(r.Context(), &d, "", cost)
+				lim.take(r.Context(), &d, "", keyOf{}, cost)
 			}
 			d.SetHeaders(w.Header())
 			switch {
@@ -191,7 +193,7 @@ func serveHolding(lim *Limiter, next http.Handler, w http.ResponseWriter, r *htt
 // ctx without its cancellation. Release logs a failure itself; the count
 // then stands until its window or lease ends.
 func releaseAfter(ctx context.Context, lim *Limiter, d *Decision) {
-	_ = lim.Release(releaseContext(ctx), *d)
+	_ = lim.Release(door.ReleaseContext(ctx), *d)
 }
 
 // skipped reports whether a skip rule of cfg gives back a request answered
@@ -200,38 +202,7 @@ func (cfg *HTTPConfig) skipped(status int) bool {
 	if status == 0 {
 		status = http.StatusOK // what net/http answers for a handler that wrote nothing
 	}
-	if status >= 400 {
-		return cfg.SkipFailedRequests
-	}
-	return cfg.SkipSuccessfulRequests
-}
-
-// checkSkipRules returns an error naming the skip rule that lim cannot
-// follow: one whose counter cannot give back, or an InFlight limiter,
-// which gives back every request. The doors panic with it at setup.
-func checkSkipRules(lim *Limiter, skipFailed, skipSuccessful bool) error {
-	field := "SkipFailedRequests"
-	switch {
-	case !skipFailed && !skipSuccessful:
-		return nil
-	case !skipFailed:
-		field = "SkipSuccessfulRequests"
-	}
-	if err := lim.CheckSkip(); err != nil {
-		return errors.New(field + ": " + err.Error())
-	}
-	return nil
-}
-
-// releaseContext is ctx without its cancellation, for Limiter.Release
-// after the handler: its client may be gone, but the count must still be
-// given back. A context that is never done (a MemoryCounter's
-// context.Background) is used as it is, without allocating.
-func releaseContext(ctx context.Context) context.Context {
-	if ctx.Done() == nil {
-		return ctx
-	}
-	return context.WithoutCancel(ctx)
+	return door.Skipped(status, cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests)
 }
 
 // doorWriter is the http.ResponseWriter that HTTPMiddleware hands the next

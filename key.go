@@ -200,6 +200,29 @@ func appendProbeKey(dst []byte, prefix string, algo Algorithm) []byte {
 	return dst
 }
 
+// Key returns the key a store counts r under (see the package doc):
+// "rl:<tenant>", "rl:<name>#<tenant>" for a named limiter, in braces for
+// a sliding window, and the others this file describes.
+func (r *Request) Key() string {
+	var buf [maxKeyLen]byte
+	return string(r.appendKey(buf[:0]))
+}
+
+// appendKey appends r's key to dst, which a caller keeps on its stack.
+func (r *Request) appendKey(dst []byte) []byte {
+	prefix := r.key.prefix
+	if prefix == "" {
+		prefix = unnamedPrefix
+	}
+	switch {
+	case r.probe:
+		return appendProbeKey(dst, prefix, r.Algorithm)
+	case r.key.byAddr:
+		return appendAddrKey(dst, prefix, r.key.addr, int(r.key.v6Bits), r.Algorithm)
+	}
+	return appendKey(dst, prefix, r.Tenant, r.Algorithm)
+}
+
 // quotaHash is the key of the Redis hash that holds the limits of a tenant
 // with quotas whose main key is key: key in braces, as a sliding window's
 // key already is.

@@ -39,23 +39,29 @@ func (b budget) String() string {
 	return s
 }
 
-// ownedCounter is a counter that records its key owners.
-type ownedCounter interface {
-	keyOwners() *keyOwners
-}
-
-// claim records that a handler counts under prefix with b. When another
-// handler already does with a different budget, it returns that budget and
-// false, and records nothing.
-func (o *keyOwners) claim(prefix string, b budget) (budget, bool) {
+// claim records that the limiter r describes (see Store.Attach) counts
+// under its prefix with its budget. When another already does with a
+// different budget, it records nothing and returns an error that says so.
+func (o *keyOwners) claim(r *Request) error {
+	s, err := r.quotaSet()
+	if err != nil {
+		return err
+	}
+	b := budget{int(r.Limit), r.Window, r.Algorithm, r.plans, s.signature()}
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	prefix := r.key.prefix
 	if prev, ok := o.budgets[prefix]; ok && prev != b {
-		return prev, false
+		name := ""
+		if prefix != "" {
+			name = r.Name
+		}
+		return fmt.Errorf("ratelimit: Name %q: another limiter counts in the same keys of this Counter "+
+			"with %v, not %v; give the limiters different names", name, prev, b)
 	}
 	if o.budgets == nil {
 		o.budgets = map[string]budget{}
 	}
 	o.budgets[prefix] = b
-	return b, true
+	return nil
 }

@@ -31,7 +31,7 @@ type Metrics struct {
 	slots [3]atomic.Uint64
 
 	storeErrors [numCauses]atomic.Uint64
-	latency     [len(LatencyBuckets) + 1]atomic.Uint64 // per bucket, the last past every bound
+	latency     [len(latencyBuckets) + 1]atomic.Uint64 // per bucket, the last past every bound
 	latencySum  atomic.Int64                           // nanoseconds
 }
 
@@ -61,81 +61,45 @@ func stripe() int {
 	return int(a * 0x9e3779b97f4a7c15 >> (64 - stripeBits)) // the top bits pick one
 }
 
-// Outcome is how a decision ended.
-type Outcome int
+// outcome is how a decision ended: its name in MetricsSnapshot.Decisions.
+type outcome int
 
 const (
-	OutcomeAllowed       Outcome = iota // let through by a budget
-	OutcomeLimited                      // refused: over the budget (429)
-	OutcomeShadowLimited                // would have been refused, let through by Options.Shadow
-	OutcomeFailedOpen                   // let through: nothing could count it
-	OutcomeFailedClosed                 // refused: nothing could count it, and Options.FailClosed (503)
+	outcomeAllowed       outcome = iota // let through by a budget
+	outcomeLimited                      // refused: over the budget (429)
+	outcomeShadowLimited                // would have been refused, let through by Options.Shadow
+	outcomeFailedOpen                   // let through: nothing could count it
+	outcomeFailedClosed                 // refused: nothing could count it, and Options.FailClosed (503)
 	numOutcomes
 )
 
-// String returns "allowed", "limited", "shadow-limited", "failed-open" or
-// "failed-closed".
-func (o Outcome) String() string {
-	switch o {
-	case OutcomeAllowed:
-		return "allowed"
-	case OutcomeLimited:
-		return "limited"
-	case OutcomeShadowLimited:
-		return "shadow-limited"
-	case OutcomeFailedOpen:
-		return "failed-open"
-	case OutcomeFailedClosed:
-		return "failed-closed"
-	}
-	return "invalid"
-}
+var outcomeNames = [numOutcomes]string{"allowed", "limited", "shadow-limited", "failed-open", "failed-closed"}
 
-// Cause is why a request's call to the store did not decide it: the
-// store's failure, or, for CauseCanceled, the request's own.
-type Cause int
+// cause is why a request's call to the store did not decide it: the
+// store's failure, or, for causeCanceled, the request's own.
+type cause int
 
 const (
-	CauseTimeout       Cause = iota // no answer within Options.StoreTimeout (10 × that while connecting)
-	CauseRefused                    // the server could not be reached: a refused connection, a failed dial
-	CauseConfiguration              // the server answered that it is set up wrong (NOAUTH, NOPERM, ...)
-	CauseOther                      // any other failure of the store: a reset connection, an error reply
-	// CauseCanceled: the request's own context ended (its client went
-	// away, or its deadline passed) before the store answered. Not the
-	// store's failure: it moves no breaker and is not logged as one.
-	CauseCanceled
+	causeTimeout       cause = iota // no answer within Options.StoreTimeout
+	causeRefused                    // the server could not be reached
+	causeConfiguration              // the server answered that it is set up wrong
+	causeOther                      // any other failure of the store
+	causeCanceled                   // the request's own context ended first
 	numCauses
 )
 
-// String returns "timeout", "refused", "configuration", "other" or
-// "canceled".
-func (c Cause) String() string {
-	switch c {
-	case CauseTimeout:
-		return "timeout"
-	case CauseRefused:
-		return "refused"
-	case CauseConfiguration:
-		return "configuration"
-	case CauseOther:
-		return "other"
-	case CauseCanceled:
-		return "canceled"
-	}
-	return "invalid"
-}
-
-// StoreErrors has a place for every Cause.
-var _ [numCauses]uint64 = MetricsSnapshot{}.StoreErrors
-
-// LatencyBuckets are the upper bounds, in seconds, of the store latency
+// latencyBuckets are the upper bounds, in seconds, of the store latency
 // histogram's buckets.
-var LatencyBuckets = [...]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
+var latencyBuckets = [...]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
 
 // MetricsSnapshot is a reading of Metrics. The counts only grow.
 type MetricsSnapshot struct {
 	// Every decision, by outcome and decider: the outcomes and deciders
-	// that have counted any.
+	// that have counted any. The outcomes are "allowed", "limited"
+	// (over the budget: 429), "shadow-limited" (would have been refused,
+	// let through by Options.Shadow), "failed-open" (let through: nothing
+	// could count it) and "failed-closed" (refused with 503: nothing
+	// could count it, and Options.FailClosed).
 	Decisions []DecisionCount
 
 	// Sums of Decisions.
@@ -147,16 +111,28 @@ type MetricsSnapshot struct {
 	FallbackLimited uint64 // over Options.FallbackLimit, by Options.Fallback
 	ShadowLimited   uint64 // let through by Options.Shadow, that would have been refused
 
-	// The breakers: one per server of a cluster or ring, else one.
-	Breaker      BreakerState // open if any breaker is, else half-open if any is, else closed
-	Breakers     int64        // the breakers made
-	BreakersOpen int64        // of those, open
-	BreakersHalf int64        // of those, half-open, probing their server
+	// The breakers: one per server of a cluster or ring, else one. A
+	// breaker opens after Options.BreakerFailures failures of the store
+	// in a row, and decides requests without the store until
+	// Options.BreakerCooldown has passed; then one request probes the
+	// store (half-open), and its success closes the breaker.
+	Breaker      string // "open" if any breaker is, else "half-open" if any is, else "closed"
+	Breakers     int64  // the breakers made
+	BreakersOpen int64  // of those, open
+	BreakersHalf int64  // of those, half-open, probing their server
 
-	// The store's failed round trips, by cause, and under CauseCanceled
-	// the calls that the request's own context ended before the store
-	// answered. A request decided while its breaker was open made none.
-	StoreErrors [CauseCanceled + 1]uint64 // indexed by Cause
+	// The store's failed round trips, by cause, and under Canceled the
+	// calls that the request's own context ended (its client went away,
+	// or its deadline passed) before the store answered: not the store's
+	// failure, which moves no breaker and is not logged as one. A request
+	// decided while its breaker was open made none.
+	StoreErrors struct {
+		Timeout       uint64 // no answer within Options.StoreTimeout (10 × that while connecting)
+		Refused       uint64 // the server could not be reached: a refused connection, a failed dial
+		Configuration uint64 // the server answered that it is set up wrong (NOAUTH, NOPERM, ...)
+		Other         uint64 // any other failure: a reset connection, an error reply
+		Canceled      uint64 // the request's own context ended first
+	}
 
 	// The store's round trips (those of a MemoryCounter are not timed).
 	StoreLatency Histogram
@@ -174,7 +150,7 @@ type MetricsSnapshot struct {
 
 // DecisionCount is how many decisions ended in Outcome, decided by By.
 type DecisionCount struct {
-	Outcome Outcome
+	Outcome string // see MetricsSnapshot.Decisions
 	By      Decider
 	Count   uint64
 }
@@ -202,38 +178,40 @@ func (m *Metrics) Snapshot() MetricsSnapshot {
 			if n == 0 {
 				continue
 			}
-			s.Decisions = append(s.Decisions, DecisionCount{o, by, n})
+			s.Decisions = append(s.Decisions, DecisionCount{outcomeNames[o], by, n})
 			switch {
-			case o == OutcomeAllowed && by == ByFallback:
+			case o == outcomeAllowed && by == ByFallback:
 				s.FallbackAllowed += n
-			case o == OutcomeAllowed:
+			case o == outcomeAllowed:
 				s.Allowed += n
-			case o == OutcomeLimited && by == ByFallback:
+			case o == outcomeLimited && by == ByFallback:
 				s.FallbackLimited += n
-			case o == OutcomeLimited:
+			case o == outcomeLimited:
 				s.Limited += n
-			case o == OutcomeShadowLimited:
+			case o == outcomeShadowLimited:
 				s.ShadowLimited += n
-			case o == OutcomeFailedOpen:
+			case o == outcomeFailedOpen:
 				s.FailedOpen += n
-			case o == OutcomeFailedClosed:
+			case o == outcomeFailedClosed:
 				s.FailedClosed += n
 			}
 		}
 	}
 	s.Breakers, s.BreakersOpen, s.BreakersHalf = m.breakers.Load(), m.open.Load(), m.halfOpen.Load()
+	s.Breaker = breakerClosed.String()
 	switch {
 	case s.BreakersOpen > 0:
-		s.Breaker = BreakerOpen
+		s.Breaker = breakerOpen.String()
 	case s.BreakersHalf > 0:
-		s.Breaker = BreakerHalfOpen
+		s.Breaker = breakerHalfOpen.String()
 	}
-	for c := range s.StoreErrors {
-		s.StoreErrors[c] = m.storeErrors[c].Load()
-	}
+	e := &s.StoreErrors
+	e.Timeout, e.Refused = m.storeErrors[causeTimeout].Load(), m.storeErrors[causeRefused].Load()
+	e.Configuration, e.Other = m.storeErrors[causeConfiguration].Load(), m.storeErrors[causeOther].Load()
+	e.Canceled = m.storeErrors[causeCanceled].Load()
 	h := &s.StoreLatency
-	h.Buckets = LatencyBuckets[:]
-	h.Counts = make([]uint64, len(LatencyBuckets))
+	h.Buckets = latencyBuckets[:]
+	h.Counts = make([]uint64, len(latencyBuckets))
 	for i := range m.latency {
 		n := m.latency[i].Load()
 		h.Count += n
@@ -249,7 +227,7 @@ func (m *Metrics) Snapshot() MetricsSnapshot {
 // The recorders. A nil Metrics records nothing.
 
 // decided records one decision.
-func (m *Metrics) decided(o Outcome, by Decider) {
+func (m *Metrics) decided(o outcome, by Decider) {
 	if m != nil {
 		m.decisions[stripe()].n[o][by].Add(1)
 	}
@@ -283,18 +261,18 @@ func (m *Metrics) breakerMade() {
 }
 
 // breakerChanged records that a breaker went from one state to another.
-func (m *Metrics) breakerChanged(from, to BreakerState) {
+func (m *Metrics) breakerChanged(from, to breakerState) {
 	if m == nil {
 		return
 	}
 	for _, c := range []struct {
-		s BreakerState
+		s breakerState
 		d int64
 	}{{from, -1}, {to, 1}} {
 		switch c.s {
-		case BreakerOpen:
+		case breakerOpen:
 			m.open.Add(c.d)
-		case BreakerHalfOpen:
+		case breakerHalfOpen:
 			m.halfOpen.Add(c.d)
 		}
 	}
@@ -304,23 +282,23 @@ func (m *Metrics) breakerChanged(from, to BreakerState) {
 // ended (ErrContextDone).
 func (m *Metrics) canceled() {
 	if m != nil {
-		m.storeErrors[CauseCanceled].Add(1)
+		m.storeErrors[causeCanceled].Add(1)
 	}
 }
 
 // roundTrip records a round trip to the store that took d, and failed of
 // cause unless ok.
-func (m *Metrics) roundTrip(d time.Duration, ok bool, cause Cause) {
+func (m *Metrics) roundTrip(d time.Duration, ok bool, c cause) {
 	if m == nil {
 		return
 	}
 	i := 0
-	for i < len(LatencyBuckets) && d.Seconds() > LatencyBuckets[i] {
+	for i < len(latencyBuckets) && d.Seconds() > latencyBuckets[i] {
 		i++
 	}
 	m.latency[i].Add(1)
 	m.latencySum.Add(int64(d))
 	if !ok {
-		m.storeErrors[cause].Add(1)
+		m.storeErrors[c].Add(1)
 	}
 }

@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net"
 	"os"
@@ -11,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatewaykit/ratelimit/internal/redisstore"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -68,7 +68,7 @@ func TestMisconfiguredRedis(t *testing.T) {
 			if len(lines) != 1 || !strings.Contains(lines[0].str("fix"), tt.fix) || !strings.Contains(lines[0].str("err"), tt.words) {
 				t.Fatalf("log %v; want one line saying the counter is misconfigured, what to fix and the server's words", rec.lines())
 			}
-			if s := m.Snapshot(); s.StoreErrors[CauseConfiguration] != 1 || s.FailedOpen != 1 {
+			if s := m.Snapshot(); s.StoreErrors.Configuration != 1 || s.FailedOpen != 1 {
 				t.Fatalf("metrics %+v; want one configuration error, one failed open", s)
 			}
 		})
@@ -117,7 +117,7 @@ func TestPingWithoutScripting(t *testing.T) {
 		t.Fatalf("log %v; want Ping to say, at warning level, that the fixed window counts by transactions", rec.lines())
 	}
 	err := NewLimiter(Options{Counter: c, Name: "sliding", Limit: 10, Window: time.Minute, Algorithm: SlidingWindow}).Ping(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), aclSliding) {
+	if err == nil || !strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), redisstore.ACLSliding) {
 		t.Fatalf("a sliding window without scripts: Ping = %v; want the NOPERM and the permissions it needs", err)
 	}
 }
@@ -139,11 +139,11 @@ func TestACLPermissionsTheDocsList(t *testing.T) {
 		quotas []Quota
 		acl    string
 	}{
-		{"fixed window", FixedWindow, nil, aclFixed},
-		{"sliding window", SlidingWindow, nil, aclSliding},
-		{"fixed window with quotas", FixedWindow, quotas, aclQuotas},
-		{"sliding window with quotas", SlidingWindow, quotas, aclQuotas},
-		{"in flight", InFlight, nil, aclInFlight},
+		{"fixed window", FixedWindow, nil, redisstore.ACLFixed},
+		{"sliding window", SlidingWindow, nil, redisstore.ACLSliding},
+		{"fixed window with quotas", FixedWindow, quotas, redisstore.ACLQuotas},
+		{"sliding window with quotas", SlidingWindow, quotas, redisstore.ACLQuotas},
+		{"in flight", InFlight, nil, redisstore.ACLInFlight},
 	}
 	for _, c := range cases {
 		if !strings.Contains(string(doc), c.acl) {
@@ -256,7 +256,7 @@ func TestMisconfiguredServerAnswers(t *testing.T) {
 				if len(lines) != 1 || !strings.Contains(lines[0].str("err"), tt.words) || !strings.Contains(lines[0].str("fix"), tt.fix) {
 					t.Fatalf("log %v; want one misconfiguration line with the server's words and the fix", rec.lines())
 				}
-				if s := m.Snapshot(); s.StoreErrors[CauseConfiguration] != 1 {
+				if s := m.Snapshot(); s.StoreErrors.Configuration != 1 {
 					t.Fatalf("store errors %v; want one of cause configuration", s.StoreErrors)
 				}
 			})
@@ -306,7 +306,7 @@ func TestPlainClientOnAClusterNode(t *testing.T) {
 	for i := 0; here == "" || there == ""; i++ {
 		tenant := "t" + strconv.Itoa(i)
 		var buf [maxKeyLen]byte
-		node, err := cluster.MasterForKey(ctx, string(appendKey(buf[:0], lim.keyPrefix, tenant, FixedWindow)))
+		node, err := cluster.MasterForKey(ctx, string(appendKey(buf[:0], lim.base.key.prefix, tenant, FixedWindow)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -325,7 +325,7 @@ func TestPlainClientOnAClusterNode(t *testing.T) {
 		t.Fatalf("a tenant of the connected node after 5 MOVED answers: %+v; want decided by the counter, the breaker closed", d)
 	}
 	s := m.Snapshot()
-	if s.StoreErrors[CauseConfiguration] != 5 || s.Breaker != BreakerClosed {
+	if s.StoreErrors.Configuration != 5 || s.Breaker != "closed" {
 		t.Errorf("metrics: store errors %v, breaker %v; want 5 of cause configuration, closed", s.StoreErrors, s.Breaker)
 	}
 	lines := rec.withMsg("ratelimit: the counter is misconfigured")
@@ -333,44 +333,3 @@ func TestPlainClientOnAClusterNode(t *testing.T) {
 		t.Errorf("log %v; want one misconfiguration line saying to use redis.NewClusterClient", rec.lines())
 	}
 }
-
-// The answers that mean misconfiguration, as each server words them, and
-// those that do not.
-func TestMisconfiguredAnswersAreRecognised(t *testing.T) {
-	for _, tt := range []struct {
-		err     string
-		cluster bool
-		fix     string // a word of it; "" for not a misconfiguration
-	}{
-		{"NOAUTH Authentication required.", false, "Password"},
-		{"NOPERM this user has no permissions to run the 'evalsha' command", false, aclFixed},
-		{"The user executing the script can't run this command or subcommand", false, aclFixed},                                         // Redis 6, in a script
-		{"ERR The user executing the script can't run this command or subcommand script: 105e, on @user_script:53.", false, aclSliding}, // Redis 7
-		{"ERR ACL failure in script: User lim has no permissions to run the 'time' command script: 105e", false, aclSliding},            // Redis 8, Valkey
-		{"OOM command not allowed when used memory > 'maxmemory'.", false, "maxmemory"},
-		{"READONLY You can't write against a read only replica.", false, "primary"},
-		{"MOVED 12006 127.0.0.1:7001", false, "redis.NewClusterClient"},
-		{"ASK 12006 127.0.0.1:7001", false, "redis.NewClusterClient"},
-		{"CROSSSLOT Keys in request don't hash to the same slot", false, "redis.NewClusterClient"},
-		{"MOVED 12006 127.0.0.1:7001", true, ""}, // a cluster client follows it; one that could not is a cluster changing
-		{"CLUSTERDOWN The cluster is down", true, ""},
-		{"LOADING Redis is loading the dataset in memory", false, ""},
-	} {
-		err := asMisconfigured(serverAnswer(tt.err), tt.cluster)
-		m, ok := errors.AsType[misconfigured](err)
-		switch {
-		case tt.fix == "" && ok:
-			t.Errorf("%q (cluster client %v) taken for a misconfiguration: %s", tt.err, tt.cluster, m.fix())
-		case tt.fix != "" && !ok:
-			t.Errorf("%q (cluster client %v) not taken for a misconfiguration", tt.err, tt.cluster)
-		case ok && !strings.Contains(m.fix(), tt.fix):
-			t.Errorf("%q: fix %q, want one saying %q", tt.err, m.fix(), tt.fix)
-		}
-	}
-}
-
-// serverAnswer is an error reply of a server, as go-redis gives one.
-type serverAnswer string
-
-func (e serverAnswer) Error() string { return string(e) }
-func (serverAnswer) RedisError()     {}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatewaykit/ratelimit/internal/redisstore"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -16,7 +17,7 @@ import (
 // returns its name and password.
 func noScriptUser(t *testing.T, rdb redis.UniversalClient) (user, password string) {
 	t.Helper()
-	rules := strings.Fields(aclNoScripts)
+	rules := strings.Fields(redisstore.ACLNoScripts)
 	if _, ok := rdb.(*redis.ClusterClient); ok {
 		rules = append(rules, "+cluster|slots") // as docs/redis.md says
 	}
@@ -53,7 +54,7 @@ func TestServerWithoutScripting(t *testing.T) {
 				t.Fatalf("%d of %d decided by the counter (or refused by its cache), %d allowed; want all, exactly %d allowed (log: %v)",
 					counted, requests, allowed, limit, rec.lines())
 			}
-			if a.nodes.refused.Load() == nil {
+			if a.engine.ScriptRefusal() == nil {
 				t.Fatal("the counter did not learn that the server refuses scripts")
 			}
 			n, err := admin.Get(ctx, tenantKey(tenant)).Int()
@@ -77,14 +78,14 @@ func TestServerWithoutScripting(t *testing.T) {
 			}
 			lines := rec.withMsg("ratelimit: the counter is misconfigured")
 			if len(lines) == 0 || !strings.Contains(lines[len(lines)-1].str("err"), "NOPERM") ||
-				!strings.Contains(lines[len(lines)-1].str("fix"), aclSliding) {
+				!strings.Contains(lines[len(lines)-1].str("fix"), redisstore.ACLSliding) {
 				t.Fatalf("log %v; want the refusal logged as misconfiguration, with what to fix", rec.lines())
 			}
 			// The switch to transactions is said once, at warning level,
 			// with why and what it changes, by each limiter that counts so.
 			switched := rec.withMsg("ratelimit: the server refuses scripts, so fixed windows count by MULTI/EXEC")
 			if len(switched) != 2 || switched[0].level != slog.LevelWarn || !strings.Contains(switched[0].str("err"), "NOPERM") ||
-				!strings.Contains(switched[0].msg, "cost stays counted") || !strings.Contains(switched[0].str("fix"), aclFixed) {
+				!strings.Contains(switched[0].msg, "cost stays counted") || !strings.Contains(switched[0].str("fix"), redisstore.ACLFixed) {
 				t.Fatalf("log %v; want one warning from each of the two fixed-window limiters, with the refusal, what changes and the fix", rec.lines())
 			}
 		})

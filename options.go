@@ -235,20 +235,6 @@ func withDefaults(opts Options) Options {
 	if opts.Algorithm != FixedWindow && opts.Algorithm != SlidingWindow && opts.Algorithm != InFlight {
 		panic(fmt.Sprintf("ratelimit: Algorithm must be FixedWindow, SlidingWindow or InFlight, got %d", int(opts.Algorithm)))
 	}
-	if opts.Algorithm != FixedWindow {
-		name := "SlidingWindow"
-		if opts.Algorithm == InFlight {
-			name = "InFlight"
-		}
-		if opts.Counter != nil && !decides(opts.Counter) {
-			panic(fmt.Sprintf("ratelimit: Algorithm: %s needs Counter to be a MemoryCounter or a RedisCounter; "+
-				"%T counts by Incr alone", name, opts.Counter))
-		}
-		if opts.Fallback != nil && !decides(opts.Fallback) {
-			panic(fmt.Sprintf("ratelimit: Algorithm: %s needs Fallback to be a MemoryCounter or a RedisCounter; "+
-				"%T counts by Incr alone", name, opts.Fallback))
-		}
-	}
 	if opts.Algorithm == InFlight && len(opts.Quotas) > 0 {
 		panic("ratelimit: Quotas: an InFlight limiter counts requests running, not requests per period; " +
 			"give the quotas to a limiter of its own")
@@ -267,28 +253,9 @@ func withDefaults(opts Options) Options {
 	if opts.FallbackLimit != 0 && opts.Fallback == nil {
 		panic("ratelimit: FallbackLimit is set but Fallback is nil")
 	}
-	prefix := keyPrefix(opts.Name) // panics on a bad name
-	quotas, err := newQuotaSet("Quotas", opts.Quotas, policyName(opts.Name))
-	if err != nil {
+	keyPrefix(opts.Name) // panics on a bad name
+	if _, err := newQuotaSet("Quotas", opts.Quotas, policyName(opts.Name)); err != nil {
 		panic(err.Error())
-	}
-	for _, c := range []struct {
-		field string
-		c     Counter
-	}{{"Counter", opts.Counter}, {"Fallback", opts.Fallback}} {
-		if quotas != nil && c.c != nil && !decides(c.c) {
-			panic(fmt.Sprintf("ratelimit: Quotas need %s to be a MemoryCounter or a RedisCounter; %T counts by Incr alone", c.field, c.c))
-		}
-	}
-	if o, ok := opts.Counter.(ownedCounter); ok {
-		b := budget{opts.Limit, opts.Window, opts.Algorithm, opts.PlanFor != nil, quotas.signature()}
-		if prev, ok := o.keyOwners().claim(prefix, b); !ok {
-			panic(fmt.Sprintf("ratelimit: Name %q: another limiter counts in the same keys of this Counter "+
-				"with %v, not %v; give the limiters different names", opts.Name, prev, b))
-		}
-	}
-	if opts.Metrics != nil && !opts.Metrics.attached.CompareAndSwap(false, true) {
-		panic("ratelimit: Metrics is already used by another limiter")
 	}
 	if opts.Counter == nil {
 		opts.Counter = NewMemoryCounter()
@@ -319,14 +286,4 @@ func checkDuration(field string, d, lo, hi time.Duration, optional bool) {
 	if d < lo || d > hi {
 		panic(fmt.Sprintf("ratelimit: %s must be between %v and %v, got %v", field, lo, hi, d))
 	}
-}
-
-// decides reports whether c decides requests itself (see take): the
-// built-in counters do, a Counter of your own counts by Incr.
-func decides(c Counter) bool {
-	switch c.(type) {
-	case *MemoryCounter, boundedTaker:
-		return true
-	}
-	return false
 }

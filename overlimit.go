@@ -4,6 +4,8 @@ import (
 	"hash/maphash"
 	"sync"
 	"time"
+
+	"github.com/gatewaykit/ratelimit/internal/window"
 )
 
 // refusals is a limiter's over-limit cache. Once the counter has refused a
@@ -25,9 +27,10 @@ import (
 // Limiter.Reset on another replica reaches this one within that time, and
 // it holds at most refusalShards × refusalsPerShard keys.
 //
-// With quotas, an entry is every limit's key as the counter reported it,
-// and a request is refused while its cost still fits in none of those that
-// refused it; a window or period that has ended since asks the counter.
+// With quotas, an entry is every limit's count as the counter reported it,
+// and a request is refused while its cost does not fit in all of them,
+// aged to its time; a window or period that has ended since asks the
+// counter.
 type refusals struct {
 	seed   maphash.Seed
 	shards [refusalShards]refusalShard
@@ -39,19 +42,16 @@ const (
 	maxRefusalAge    = 10 * time.Second
 )
 
-// refusal is one key's entry.
+// refusal is one key's entry: the limits it was learned under, and what
+// the store reported of them.
 type refusal struct {
 	limit   int64
 	window  time.Duration
 	algo    Algorithm
+	quotas  *quotaSet
 	at      time.Duration // when it was learned, since the limiter's epoch
-	end     time.Duration // when it stops being of use, since the epoch
-	expires time.Duration // when it is dropped: end, or maxRefusalAge after at
-	count   int64         // a fixed window's count
-	slide   sliding       // a sliding window's key
-
-	quotas *quotaSet
-	states [maxQuotas + 1]limitState // with quotas: every limit's key, the main one first
+	expires time.Duration // when it is dropped: its end, or maxRefusalAge after at
+	counts  [maxQuotas + 1]Count
 }
 
 type refusalShard struct {
@@ -62,59 +62,74 @@ type refusalShard struct {
 
 func newRefusals() *refusals { return &refusals{seed: maphash.MakeSeed()} }
 
-func (r *refusals) shard(key []byte) *refusalShard {
-	return &r.shards[maphash.Bytes(r.seed, key)%refusalShards]
+func (rs *refusals) shard(key []byte) *refusalShard {
+	return &rs.shards[maphash.Bytes(rs.seed, key)%refusalShards]
 }
 
-// refuse reports whether the cache refuses t at now, and then fills in
-// t's answer.
-func (r *refusals) refuse(key []byte, t *take, now time.Duration) bool {
-	s := r.shard(key)
+// refuse reports whether the cache refuses r at now, and then what the
+// store reported, aged to now.
+func (rs *refusals) refuse(key []byte, r *Request, now time.Duration) (Answer, bool) {
+	s := rs.shard(key)
 	s.mu.Lock()
 	e, ok := s.ends[string(key)]
-	if ok && (now >= e.expires || e.limit != t.limit || e.window != t.window || e.algo != t.algo || e.quotas != t.quotas) {
+	if ok && (now >= e.expires || e.limit != r.Limit || e.window != r.Window || e.algo != r.Algorithm || e.quotas != r.set) {
 		delete(s.ends, string(key))
 		ok = false
 	}
 	s.mu.Unlock()
 	if !ok {
-		return false
+		return Answer{}, false
 	}
-	if e.quotas != nil {
-		return e.refuseGroup(t, now)
-	}
-	if e.algo == SlidingWindow {
-		state := e.slide.after(now - e.at)
-		if state.fits(t.cost, t.limit) {
-			return false
-		}
-		t.decidedSliding(false, state)
-		return true
-	}
-	if e.count+t.cost <= t.limit {
-		return false
-	}
-	t.decided(false, e.count, e.end-now)
-	return true
+	return e.refuses(r, now)
 }
 
-// add records the refusal t, learned at now. A full shard first drops the
-// entries that have ended, and then, if it is still full, an eighth of its
-// keys, which then ask the counter once more.
-func (r *refusals) add(key []byte, t *take, now time.Duration) {
-	e := refusal{limit: t.limit, window: t.window, algo: t.algo, at: now, count: t.limit - t.remaining, end: now + t.reset}
-	if t.algo == SlidingWindow {
-		e.slide, e.end = t.slide, now+t.slide.until(0)
+// refuses reports whether e refuses r at now: while r's cost does not fit
+// in all of its limits, aged to now. A window or period that has ended
+// since asks the store.
+func (e *refusal) refuses(r *Request, now time.Duration) (a Answer, ok bool) {
+	ls, n := e.limits(r)
+	all := true
+	for j := range n {
+		st, live := ls[j].Aged(window.State(e.counts[j]), now-e.at)
+		if !live {
+			return a, false
+		}
+		st.Fits = ls[j].Fits(&st, r.Cost)
+		a.Counts[j] = Count(st)
+		all = all && st.Fits
 	}
-	if t.quotas != nil {
-		e.quotas, e.end = t.quotas, now+maxRefusalAge
-		e.learn(t)
+	return a, !all
+}
+
+// limits are the limits of r, main one first, and how many.
+func (e *refusal) limits(r *Request) (ls [maxQuotas + 1]window.Limit, n int) {
+	ls[0] = r.main()
+	if r.set == nil {
+		return ls, 1
 	}
-	e.expires = min(e.end, now+maxRefusalAge)
-	if e.end <= now {
+	return ls, 1 + copy(ls[1:], r.set.lims[kindIndex(r.Algorithm)])
+}
+
+// add records the refusal a of r, learned at now. A full shard first
+// drops the entries that have ended, and then, if it is still full, an
+// eighth of its keys, which then ask the store once more.
+func (rs *refusals) add(key []byte, r *Request, a *Answer, now time.Duration) {
+	e := refusal{limit: r.Limit, window: r.Window, algo: r.Algorithm, quotas: r.set, at: now, counts: a.Counts}
+	end := now + maxRefusalAge
+	if r.set == nil {
+		// A fixed window refuses until it ends, a sliding one until its
+		// count has fallen to nothing.
+		main := r.main()
+		end = now + a.Counts[0].Left
+		if r.Algorithm == SlidingWindow {
+			end = now + main.Slide((*window.State)(&a.Counts[0])).Until(0)
+		}
+	}
+	e.expires = min(end, now+maxRefusalAge)
+	if end <= now {
 		return
 	}
-	s := r.shard(key)
+	s := rs.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ends == nil {
@@ -136,64 +151,10 @@ func (r *refusals) add(key []byte, t *take, now time.Duration) {
 	s.ends[string(key)] = e
 }
 
-// forget drops key's entry: its counts have been reset.
-func (r *refusals) forget(key []byte) {
-	s := r.shard(key)
+// forget drops key's entry: its counts have been reset or given back.
+func (rs *refusals) forget(key []byte) {
+	s := rs.shard(key)
 	s.mu.Lock()
 	delete(s.ends, string(key))
 	s.mu.Unlock()
-}
-
-// learn records the keys of every limit of t, which has quotas.
-func (e *refusal) learn(t *take) {
-	ls, n := t.limits()
-	for j := range n {
-		s := &e.states[j]
-		switch {
-		case j == 0 && ls[0].sliding:
-			s.slide = t.slide
-		case j == 0:
-			s.count, s.left = t.limit-t.remaining, t.reset
-		case ls[j].sliding:
-			s.slide = t.q[j-1].slide
-		default:
-			a := &t.q[j-1]
-			s.count, s.left, s.period = a.count, a.reset, a.period
-		}
-	}
-}
-
-// refuseGroup is refuse for an entry with quotas: it refuses t at now
-// while t's cost fits in none of the limits that refused it, and fills in
-// t's answer from what the entry learned.
-func (e *refusal) refuseGroup(t *take, now time.Duration) bool {
-	ls, n := t.limits()
-	var (
-		st   [maxQuotas + 1]limitState
-		fits [maxQuotas + 1]bool
-		all  = true
-	)
-	elapsed := now - e.at
-	for j := range n {
-		s := e.states[j]
-		switch {
-		case ls[j].sliding:
-			s.slide = s.slide.after(elapsed)
-			s.count = s.slide.cur
-		case s.count == 0 && ls[j].cal == 0:
-			// No window runs: a request would start one, of its full
-			// length.
-		default:
-			if s.left -= elapsed; s.left <= 0 {
-				return false // its window or period has ended: ask the counter
-			}
-		}
-		st[j], fits[j] = s, ls[j].fits(&s, t.cost)
-		all = all && fits[j]
-	}
-	if all {
-		return false
-	}
-	t.decideGroup(&ls, n, &st, &fits)
-	return true
 }

@@ -8,6 +8,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
+
+	"github.com/gatewaykit/ratelimit/internal/window"
 )
 
 // Quotas are further limits that a request is decided against together
@@ -67,16 +70,9 @@ func (c Calendar) String() string {
 }
 
 // period returns the period of c that holds now: when it starts and when
-// it ends, in UTC. The Redis script does the same arithmetic in Lua
-// (calendarLua).
+// it ends, in UTC.
 func (c Calendar) period(now time.Time) (start, end time.Time) {
-	y, m, d := now.UTC().Date()
-	if c == CalendarDay {
-		start = time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
-		return start, start.AddDate(0, 0, 1)
-	}
-	start = time.Date(y, m, 1, 0, 0, 0, 0, time.UTC)
-	return start, start.AddDate(0, 1, 0)
+	return window.Period(window.Calendar(c), now)
 }
 
 // maxQuotas is how many quotas a limiter, or a plan, may have.
@@ -86,23 +82,18 @@ const maxQuotas = 4
 // what every request needs prepared once.
 type quotaSet struct {
 	q   []quotaSpec
-	src []Quota // what it was made from, for the cache of plans' quotas
+	src []Quota // what it was made from: a Request's Quotas
 
 	// The same quotas at the fallback's budgets (see
 	// Limiter.fallbackLimit); nil without a fallback.
 	fallback *quotaSet
 
-	// The set's arguments to takeScript, which a script call gives once
-	// for all its keys of the set, made once: [0] in fixed windows, [1] in
-	// sliding ones (see scriptArgs).
-	setArgs [2][]any
-
 	// The name of the limiter's own policy, the main limit's.
 	policy string
 
-	// The quotas as a take's limits (see take.limits): [0] in fixed
-	// windows, [1] in sliding ones.
-	lims [2][]groupLimit
+	// The quotas as a store's engine takes them: [0] beside a fixed
+	// window, [1] beside a sliding one, whose quotas by Window slide too.
+	lims [2][]window.Limit
 
 	// The same quotas at a limit of 1, for Limiter.Ping.
 	probe *quotaSet
@@ -146,40 +137,32 @@ func newQuotaSet(field string, qs []Quota, policy string) (*quotaSet, error) {
 		s.q = append(s.q, quotaSpec{name: q.Name, limit: int64(q.Limit), window: q.Window, calendar: q.Calendar,
 			quoted: `"` + q.Name + `"`})
 	}
-	s.setArgs, s.lims = s.scriptArgs(), s.groupLimits()
+	s.lims = s.limits()
 	s.probe = s.scaled(func(int64) int64 { return 1 })
 	return s, nil
 }
 
 // scaled is s with each quota's limit scaled by scale.
 func (s *quotaSet) scaled(scale func(int64) int64) *quotaSet {
-	f := &quotaSet{q: append([]quotaSpec(nil), s.q...), src: s.src, policy: s.policy}
+	f := &quotaSet{q: append([]quotaSpec(nil), s.q...), src: append([]Quota(nil), s.src...), policy: s.policy}
 	for i := range f.q {
 		f.q[i].limit = scale(f.q[i].limit)
+		f.src[i].Limit = int(f.q[i].limit)
 	}
-	f.setArgs, f.lims = f.scriptArgs(), f.groupLimits()
+	f.lims = f.limits()
 	return f
 }
 
-// scriptArgs returns the arguments that describe s to takeScript: the
-// main limit's kind (f a fixed window, s a sliding one) and name, how many
-// quotas, and for each its kind (f, s, d a day, m a month), its limit in
-// hexadecimal, its window in milliseconds (0 for a period) and its name.
-func (s *quotaSet) scriptArgs() (set [2][]any) {
-	for kind := range set {
-		set[kind] = append(set[kind], kindOne[kind], s.policy, hexArg(int64(len(s.q))))
+// limits returns s's quotas as a store's engine takes them, beside a
+// fixed window and beside a sliding one.
+func (s *quotaSet) limits() (ls [2][]window.Limit) {
+	for kind := range ls {
 		for _, q := range s.q {
-			k, ms := kindOne[kind], any(ceilDiv(q.window, time.Millisecond))
-			switch q.calendar {
-			case CalendarDay:
-				k, ms = "d", int64(0)
-			case CalendarMonth:
-				k, ms = "m", int64(0)
-			}
-			set[kind] = append(set[kind], k, strconv.FormatInt(q.limit, 16), ms, q.name)
+			ls[kind] = append(ls[kind], window.Limit{Name: q.name, Limit: q.limit, Window: q.window,
+				Kind: window.Kind(kind), Calendar: window.Calendar(q.calendar)})
 		}
 	}
-	return set
+	return ls
 }
 
 // check returns why q cannot be a quota, or nil.
@@ -283,125 +266,12 @@ func (p *planQuotas) get(qs []Quota, make func() (*quotaSet, error)) (*quotaSet,
 	return s, nil
 }
 
-// limitAnswer is what a counter answered for one quota of a take.
-type limitAnswer struct {
-	allowed   bool          // the request's cost fits in it
-	remaining int64         // units left after the decision
-	reset     time.Duration // until one more unit than remaining is available
-	retry     time.Duration // when it does not fit: until the cost would
-	period    time.Duration // its window, or its calendar period's length
-	slide     sliding       // a sliding window's key after the decision
-	count     int64         // a fixed window's or a period's count after the decision
-}
-
-// decidedFixed fills in a's answer for a fixed window, or a calendar
-// period, whose count is count after the decision, with left to run.
-func (a *limitAnswer) decidedFixed(fits bool, limit, count int64, left time.Duration) {
-	a.allowed, a.count, a.remaining, a.reset = fits, count, max(limit-count, 0), left
-	a.retry = 0
-	if !fits {
-		a.retry = left
-	}
-}
-
-// decidedSliding fills in a's answer from a sliding window's key.
-func (a *limitAnswer) decidedSliding(fits bool, limit, cost int64, s sliding) {
-	a.allowed, a.slide, a.remaining = fits, s, s.remaining(limit)
-	a.reset, a.retry = s.resetAndRetry(limit, a.remaining, cost, fits)
-}
-
-// figure is one limit's figures in a Decision, for the headers and Usage.
+// figure is one limit's figures in a Decision, for the headers.
 type figure struct {
 	limit     int64
 	window    time.Duration // a calendar period's length
 	remaining int64
 	reset     time.Duration
-}
-
-// groupLimit is one of the limits a take with quotas is decided against:
-// the main one first, then the quotas in order.
-type groupLimit struct {
-	name    string // "" for the main limit
-	limit   int64
-	window  time.Duration // 0 for a calendar period
-	sliding bool          // counted in a sliding window
-	cal     Calendar
-}
-
-// limits returns the limits t is decided against, the main one first, and
-// how many there are.
-func (t *take) limits() (ls [maxQuotas + 1]groupLimit, n int) {
-	ls[0] = groupLimit{limit: t.limit, window: t.window, sliding: t.algo == SlidingWindow}
-	if t.quotas == nil {
-		return ls, 1
-	}
-	return ls, 1 + copy(ls[1:], t.quotas.lims[algoKind(t.algo)])
-}
-
-// groupLimits returns s's quotas as a take's limits, in fixed windows and
-// in sliding ones.
-func (s *quotaSet) groupLimits() (ls [2][]groupLimit) {
-	for kind := range ls {
-		for _, q := range s.q {
-			ls[kind] = append(ls[kind], groupLimit{name: q.name, limit: q.limit, window: q.window,
-				sliding: q.calendar == 0 && kind == 1, cal: q.calendar})
-		}
-	}
-	return ls
-}
-
-// limitState is one limit's key at a decision, as a counter read it: a
-// fixed window's or a period's count and time left (left, and for a
-// period its length), or a sliding window's key.
-type limitState struct {
-	count  int64
-	left   time.Duration
-	period time.Duration
-	slide  sliding // for a sliding window; its cur is count
-}
-
-// fits reports whether cost fits in l at s.
-func (l *groupLimit) fits(s *limitState, cost int64) bool {
-	if l.sliding {
-		s.slide.cur = s.count
-		return s.slide.fits(cost, l.limit)
-	}
-	return s.count+cost <= l.limit
-}
-
-// decideGroup fills in t's answer from its limits' states after the
-// decision (a count includes the cost when the request was allowed), and
-// which of them the cost fits in.
-func (t *take) decideGroup(ls *[maxQuotas + 1]groupLimit, n int, st *[maxQuotas + 1]limitState, fits *[maxQuotas + 1]bool) {
-	t.refusedBy = 0
-	for j := range n {
-		s, l := &st[j], &ls[j]
-		if j == 0 {
-			if l.sliding {
-				s.slide.cur = s.count
-				t.decidedSliding(fits[0], s.slide)
-			} else {
-				t.decided(fits[0], s.count, s.left)
-			}
-			continue
-		}
-		a := &t.q[j-1]
-		if l.sliding {
-			s.slide.cur = s.count
-			a.decidedSliding(fits[j], l.limit, t.cost, s.slide)
-			a.period = l.window
-		} else {
-			a.decidedFixed(fits[j], l.limit, s.count, s.left)
-			a.period = l.window
-			if l.cal != 0 {
-				a.period = s.period
-			}
-		}
-		if !fits[j] {
-			t.refusedBy |= 1 << j
-		}
-	}
-	t.allowed = t.refusedBy == 0
 }
 
 // neverFits reports whether cost passes one of s's limits, so that a
@@ -445,4 +315,66 @@ func windowsOf(lims *[maxQuotas + 1]figure, n int) (w [maxQuotas][2]int64) {
 		w[i] = [2]int64{lims[i+1].limit, int64(lims[i+1].window)}
 	}
 	return w
+}
+
+// requestQuotas keeps the sets made for the Quotas of Requests that no
+// Limiter made (a store's tests, a store in front of another), by the
+// slice they come in.
+var requestQuotas sync.Map // *Quota → *quotaSet
+
+// quotaSet returns r's Quotas, prepared: the Limiter's own set, or one
+// made once for the slice. nil for none.
+func (r *Request) quotaSet() (*quotaSet, error) {
+	if r.set != nil || len(r.Quotas) == 0 {
+		return r.set, nil
+	}
+	p := unsafe.SliceData(r.Quotas)
+	if v, ok := requestQuotas.Load(p); ok {
+		if s := v.(*quotaSet); s.same(r.Quotas) && s.policy == r.Name {
+			return s, nil
+		}
+	}
+	s, err := newQuotaSet("Request.Quotas", r.Quotas, r.Name)
+	if err != nil {
+		return nil, err
+	}
+	requestQuotas.Store(p, s)
+	return s, nil
+}
+
+// call is r as a store's engine takes it: its limits as the window
+// package has them, its quotas prepared.
+func (r *Request) call() (window.Call, error) {
+	c := window.Call{Cost: r.Cost, Slot: r.Slot, Now: r.Now, Marks: r.Marks,
+		Main: window.Limit{Name: r.Name, Limit: r.Limit, Window: r.Window, Kind: window.Kind(r.Algorithm)}}
+	s, err := r.quotaSet()
+	if s != nil {
+		c.Quotas = s.lims[kindIndex(r.Algorithm)]
+	}
+	return c, err
+}
+
+// kindIndex is the index of a set's limits beside a window of algo (see
+// quotaSet.lims).
+func kindIndex(algo Algorithm) int {
+	if algo == SlidingWindow {
+		return 1
+	}
+	return 0
+}
+
+// fallbackSet is s at the fallback's budgets; nil for none.
+func (s *quotaSet) fallbackSet() *quotaSet {
+	if s == nil {
+		return nil
+	}
+	return s.fallback
+}
+
+// probeSet is s at a limit of 1, for Limiter.Ping; nil for none.
+func (s *quotaSet) probeSet() *quotaSet {
+	if s == nil {
+		return nil
+	}
+	return s.probe
 }

@@ -230,7 +230,7 @@ func TestQuotasExactAcrossReplicas(t *testing.T) {
 					// burst that straddles a boundary of the server's
 					// windows lets through what the weight allows, a few
 					// more than 100 in its second. Start it just after one.
-					now, err := r.nodes.rdb.Time(context.Background()).Result()
+					now, err := r.rdb.Time(context.Background()).Result()
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -377,8 +377,8 @@ func TestQuotaSetup(t *testing.T) {
 		{"a calendar of no kind", Options{Quotas: []Quota{{Name: "q", Limit: 1, Calendar: 7}}}, "Calendar must be CalendarDay or CalendarMonth"},
 		{"too many", Options{Quotas: []Quota{{Name: "a", Limit: 1, Calendar: 1}, {Name: "b", Limit: 1, Calendar: 1},
 			{Name: "c", Limit: 1, Calendar: 1}, {Name: "d", Limit: 1, Calendar: 1}, {Name: "e", Limit: 1, Calendar: 1}}}, "at most 4 quotas"},
-		{"a Counter of your own", Options{Counter: &fakeCounter{}, Quotas: []Quota{month}}, "Quotas need Counter to be a MemoryCounter or a RedisCounter"},
-		{"a Fallback of your own", Options{Fallback: &fakeCounter{}, Quotas: []Quota{month}}, "Quotas need Fallback to be a MemoryCounter or a RedisCounter"},
+		{"a Counter of your own", Options{Counter: &fakeCounter{}, Quotas: []Quota{month}}, "Quotas need Counter to be a Store"},
+		{"a Fallback of your own", Options{Fallback: &fakeCounter{}, Quotas: []Quota{month}}, "Quotas need Fallback to be a Store"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			defer func() {

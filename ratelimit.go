@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+
+	"github.com/gatewaykit/ratelimit/internal/door"
 )
 
 // RateLimitShared returns a Fiber v2 handler that allows each tenant Limit
@@ -176,27 +178,29 @@ type fiberDoor struct {
 	limitReached  fiber.Handler
 
 	skipFailed, skipSuccessful bool
-	// canGiveBack: lim can give back (Limiter.CheckRelease), so a request
-	// that a later handler refuses gets its count back.
+	// canGiveBack: lim can give back, so a request that a later handler
+	// refuses gets its count back.
 	canGiveBack bool
 	inFlight    bool
+	local       bool // lim's store never waits: no request context
 }
 
 func newFiberDoor(lim *Limiter, cfg Config) *fiberDoor {
+	w := &lim.wiring
 	if cfg.Cost != nil {
-		if err := lim.CheckCost(); err != nil {
-			panic("ratelimit: Cost: " + err.Error())
+		if err := w.CheckCost(); err != nil {
+			panic("ratelimit: " + err.Error())
 		}
 	}
-	if err := checkSkipRules(lim, cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests); err != nil {
+	if err := w.CheckSkip(cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests); err != nil {
 		panic("ratelimit: " + err.Error())
 	}
 	d := &fiberDoor{lim: lim, next: cfg.Next, tenant: cfg.Tenant, cost: cfg.Cost,
 		anonymousByIP: cfg.AnonymousByIP, limitReached: cfg.LimitReached,
 		skipFailed: cfg.SkipFailedRequests, skipSuccessful: cfg.SkipSuccessfulRequests,
-		canGiveBack: lim.CheckRelease() == nil, inFlight: lim.Algorithm() == InFlight}
+		canGiveBack: w.GiveErr == nil, inFlight: w.InFlight, local: w.Local}
 	if d.tenant == nil {
-		d.tenant = func(c *fiber.Ctx) (string, bool) { return lim.TenantID(c.Locals("tenant")) }
+		d.tenant = func(c *fiber.Ctx) (string, bool) { return w.TenantID(c.Locals("tenant")) }
 	}
 	if d.limitReached == nil {
 		d.limitReached = limitExceeded
@@ -220,11 +224,11 @@ func (d *fiberDoor) handle(c *fiber.Ctx) error {
 	if d.next != nil && d.next(c) {
 		return c.Next()
 	}
-	// A MemoryCounter never waits on a context, and Fiber's UserContext
+	// A local store never waits on a context, and Fiber's UserContext
 	// stores one in the request on first use, which costs more than the
 	// count.
 	ctx := context.Background()
-	if d.lim.mem == nil {
+	if !d.local {
 		ctx = c.UserContext()
 	}
 	cost := 1
@@ -233,12 +237,12 @@ func (d *fiberDoor) handle(c *fiber.Ctx) error {
 	}
 	var dec Decision
 	if id, ok := d.tenant(c); ok && id != "" {
-		d.lim.takeTenant(ctx, &dec, id, cost)
+		d.lim.take(ctx, &dec, id, keyOf{}, cost)
 	} else if d.anonymousByIP {
 		addr, _ := netip.ParseAddr(c.IP())
 		d.lim.takeAddr(ctx, &dec, addr, cost)
 	} else {
-		d.lim.takeTenant(ctx, &dec, "", cost)
+		d.lim.take(ctx, &dec, "", keyOf{}, cost)
 	}
 	dec.SetFastHTTPHeaders(&c.Response().Header)
 	if !dec.Allowed {
@@ -277,7 +281,7 @@ func (d *fiberDoor) holding(ctx context.Context, c *fiber.Ctx, dec *Decision) er
 // release gives back what dec took. Release logs a failure itself; the
 // count then stands until its window or lease ends.
 func (d *fiberDoor) release(ctx context.Context, dec *Decision) {
-	_ = d.lim.Release(releaseContext(ctx), *dec)
+	_ = d.lim.Release(door.ReleaseContext(ctx), *dec)
 }
 
 // skipped reports whether a skip rule gives back a request whose next
@@ -295,8 +299,5 @@ func (d *fiberDoor) skipped(c *fiber.Ctx, err error) bool {
 			status = fe.Code
 		}
 	}
-	if status >= 400 {
-		return d.skipFailed
-	}
-	return d.skipSuccessful
+	return door.Skipped(status, d.skipFailed, d.skipSuccessful)
 }

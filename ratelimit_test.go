@@ -65,16 +65,26 @@ func (f *fakeCounter) calls() int {
 	return len(f.keys)
 }
 
-// ttlFake is a fakeCounter that also reports a fixed time left.
+// ttlFake is a Store of a test's own that counts with a fakeCounter, as
+// Incr does (a refused request counts too), and reports a fixed time left.
 type ttlFake struct {
 	*fakeCounter
 	ttl time.Duration
 }
 
-func (f ttlFake) IncrTTL(ctx context.Context, key string, window time.Duration) (int64, time.Duration, error) {
-	n, err := f.Incr(ctx, key, window)
-	return n, f.ttl, err
+var _ Store = ttlFake{}
+
+func (f ttlFake) Attach(Request) (StoreInfo, error) { return StoreInfo{}, nil }
+
+func (f ttlFake) Take(ctx context.Context, r Request) (Answer, error) {
+	n, err := f.Incr(ctx, r.Key(), r.Window)
+	a := Answer{Allowed: n <= r.Limit}
+	a.Counts[0] = Count{N: n, Fits: a.Allowed, Left: f.ttl, Length: r.Window}
+	return a, err
 }
+
+func (f ttlFake) Give(context.Context, Request) error  { return nil }
+func (f ttlFake) Reset(context.Context, Request) error { return nil }
 
 // syncBuffer is a log sink that tests read while handlers may write. Only
 // TestLogLinesCannotBeForged reads text, as what it checks is the text that
@@ -813,18 +823,40 @@ type scripted struct {
 	calls int
 }
 
-func (s *scripted) Incr(ctx context.Context, key string, window time.Duration) (int64, error) {
-	n, _, err := s.IncrTTL(ctx, key, window)
-	return n, err
-}
-
-func (s *scripted) IncrTTL(_ context.Context, key string, _ time.Duration) (int64, time.Duration, error) {
+func (s *scripted) Incr(_ context.Context, key string, _ time.Duration) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.keys = append(s.keys, key)
 	s.calls++
-	return s.n, s.ttl, s.err
+	return s.n, s.err
 }
+
+// scriptedStore is scripted as a Store: it answers each Take with its
+// count and its time left, or with the window for a time left below 0,
+// and fails a count below 1, as a store that did not count.
+type scriptedStore struct{ *scripted }
+
+func (s scriptedStore) Attach(Request) (StoreInfo, error) { return StoreInfo{}, nil }
+
+func (s scriptedStore) Take(ctx context.Context, r Request) (Answer, error) {
+	n, err := s.Incr(ctx, r.Key(), r.Window)
+	if err == nil && n <= 0 {
+		err = fmt.Errorf("the store returned %d", n)
+	}
+	if err != nil {
+		return Answer{}, err
+	}
+	left := s.ttl
+	if left < 0 {
+		left = r.Window
+	}
+	a := Answer{Allowed: n <= r.Limit}
+	a.Counts[0] = Count{N: n, Fits: a.Allowed, Left: left, Length: r.Window}
+	return a, nil
+}
+
+func (s scriptedStore) Give(context.Context, Request) error  { return nil }
+func (s scriptedStore) Reset(context.Context, Request) error { return nil }
 
 // FuzzHeaders drives the handler with any tenant ID, count, time left,
 // limit and window, and checks every header it writes.
@@ -844,7 +876,7 @@ func FuzzHeaders(f *testing.F) {
 		sc := &scripted{n: count, ttl: ttl}
 		app := fiber.New()
 		app.Use(RateLimitShared(Config{
-			Counter: sc, Limit: limit, Window: window,
+			Counter: scriptedStore{sc}, Limit: limit, Window: window,
 			Tenant: func(*fiber.Ctx) (string, bool) { return id, true },
 			Logger: slog.New(slog.DiscardHandler),
 		}))
@@ -971,7 +1003,7 @@ func TestTenantID(t *testing.T) {
 		{42, "42"}, {int8(-3), "-3"}, {uint64(1 << 63), "9223372036854775808"}, {tenantNumber(7), "7"},
 		{[]byte("bytes"), ""}, {3.5, ""}, {[]byte("again"), ""}, {2.5, ""},
 	} {
-		if got, ok := lim.TenantID(tt.v); got != tt.want || ok != (tt.want != "") {
+		if got, ok := lim.wiring.TenantID(tt.v); got != tt.want || ok != (tt.want != "") {
 			t.Errorf("TenantID(%#v) = %q, %v; want %q", tt.v, got, ok, tt.want)
 		}
 	}

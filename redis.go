@@ -2,14 +2,15 @@ package ratelimit
 
 import (
 	"context"
-	"fmt"
-	"math"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/gatewaykit/ratelimit/internal/redisstore"
+	"github.com/gatewaykit/ratelimit/internal/window"
 )
 
-// RedisCounter is a Counter kept in Redis, so that every replica of a
+// RedisCounter is a Store kept in Redis, so that every replica of a
 // gateway spends from one budget per key.
 //
 // Calls share round trips. A call that finds no round trip in flight goes
@@ -17,15 +18,16 @@ import (
 // the next one and go out together in one write, and each caller still
 // gets a count of its own.
 //
-// Each round trip runs a Lua script over its keys. For a Limiter, the
-// script itself decides: for each key it adds the cost of each request
-// that fits under the limit (fixed or sliding window, see Algorithm), so
-// a refused request spends nothing, and it gives a new window its expiry
-// in the same step, so no key is ever left without one. The script runs
-// atomically on the server, and it is sent so that go-redis never sends it
-// twice, whatever the client's MaxRetries: go-redis re-sends commands
-// after a lost reply, which would count those requests twice. Incr, for
-// callers of the Counter interface, is an INCRBY of 1 in the same script.
+// Each round trip runs a Lua script over its keys, and the script itself
+// decides: for each key it adds the cost of each request that fits under
+// the limit (fixed or sliding window, see Algorithm), so a refused request
+// spends nothing, and it gives a new window its expiry in the same step,
+// so no key is ever left without one. The script runs atomically on the
+// server, on the server's clock, and it is sent so that go-redis never
+// sends it twice, whatever the client's MaxRetries: go-redis re-sends
+// commands after a lost reply, which would count those requests twice.
+// Incr, for callers of the Counter interface, is an INCRBY of 1 in the
+// same script.
 //
 // A tenant with quotas (Options.Quotas) is decided against all its limits
 // in the same script call, which keeps them in one hash, "{rl:<tenant>}",
@@ -40,26 +42,26 @@ import (
 // node by the client. Each server, a cluster's primary or a ring's shard,
 // has round trips of its own, so that a server that is stuck or gone holds
 // up and fails only the calls of its own keys, and a limiter keeps a
-// circuit breaker for each. When a cluster node stops answering, the
-// counter has the cluster client reload its slot map at once, so that the
-// calls of that node's keys go to the replica that takes its place as soon
-// as the cluster has promoted it. It needs a server that runs Lua scripts
-// (EVAL), which every Redis since 2.6, Valkey and KeyDB do (the sliding
-// window's script, which reads the server's clock before it writes, needs
-// Redis 5 or newer); on a server whose ACL forbids scripts, a fixed window
-// counts by a MULTI/EXEC transaction per key instead (where a refused
-// request's cost stays counted), and a sliding window fails. It is safe
-// for concurrent use by multiple goroutines.
+// circuit breaker for each (StoreInfo.Server). When a cluster node stops
+// answering, the counter has the cluster client reload its slot map at
+// once, so that the calls of that node's keys go to the replica that takes
+// its place as soon as the cluster has promoted it. It needs a server that
+// runs Lua scripts (EVAL), which every Redis since 2.6, Valkey and KeyDB
+// do (the sliding window's script, which reads the server's clock before
+// it writes, needs Redis 5 or newer); on a server whose ACL forbids
+// scripts, a fixed window counts by a MULTI/EXEC transaction per key
+// instead (where a refused request's cost stays counted), and the rest
+// fails. It is safe for concurrent use by multiple goroutines.
 //
-// A call returns when its context is done, whatever the client's options;
-// a call whose context is done already is never sent, one that gives up
-// before its round trip left is not counted, one that gives up while its
-// round trip is in flight may be. So that a server that
-// cannot be reached (connection refused, an unknown host) fails calls at
-// once, with that cause, rather than after go-redis's dial retries, the
-// counter adds a dial hook to the client of each server it sends to: a
-// failed dial ends the round trips in flight to that server with the
-// dial's error.
+// A call returns when its context is done or its Request's Deadline
+// passes, whatever the client's options; a call whose context is done
+// already is never sent, one that gives up before its round trip left is
+// not counted, one that gives up while its round trip is in flight may
+// be. So that a server that cannot be reached (connection refused, an
+// unknown host) fails calls at once, with that cause, rather than after
+// go-redis's dial retries, the counter adds a dial hook to the client of
+// each server it sends to: a failed dial ends the round trips in flight
+// to that server with the dial's error.
 //
 // On a single server the round trips go through rdb itself when it has
 // ContextTimeoutEnabled; otherwise through a clone of it (WithTimeout) that
@@ -69,19 +71,12 @@ import (
 // as they were. go-redis does not give such a clone rdb's hooks: to have a
 // tracing hook see the counter's round trips, set ContextTimeoutEnabled.
 type RedisCounter struct {
-	nodes  *nodes
+	engine *redisstore.Store
+	rdb    redis.UniversalClient // the user's client, as given
 	owners keyOwners
 }
 
-var (
-	_ Counter      = (*RedisCounter)(nil)
-	_ TTLCounter   = (*RedisCounter)(nil)
-	_ boundedTaker = (*RedisCounter)(nil)
-	_ nodeCounter  = (*RedisCounter)(nil)
-	_ ownedCounter = (*RedisCounter)(nil)
-)
-
-func (r *RedisCounter) keyOwners() *keyOwners { return &r.owners }
+var _ Store = (*RedisCounter)(nil)
 
 // NewRedisCounter returns a counter that keeps its windows in rdb. The client
 // stays the caller's to configure and close; the counter adds dial hooks
@@ -90,112 +85,86 @@ func NewRedisCounter(rdb redis.UniversalClient) *RedisCounter {
 	if rdb == nil {
 		panic("ratelimit: NewRedisCounter: rdb is nil")
 	}
-	return &RedisCounter{nodes: newNodes(rdb)}
-}
-
-// nodeOf is the limiter's: the number and address of key's node, and
-// whether the counter has several.
-func (r *RedisCounter) nodeOf(key string) (id int, addr string) {
-	n := r.nodes.of(key)
-	return n.id, n.addr
-}
-
-func (r *RedisCounter) manyNodes() bool { return r.nodes.manyNodes() }
-
-// scriptRefusal is a server's refusal to run the script, or nil: the
-// counter then counts fixed windows by transactions (see noscript.go).
-func (r *RedisCounter) scriptRefusal() error {
-	if p := r.nodes.refused.Load(); p != nil {
-		return *p
-	}
-	return nil
+	return &RedisCounter{engine: redisstore.New(rdb), rdb: rdb}
 }
 
 // Incr bumps the counter for key and returns the count after the increment.
-func (r *RedisCounter) Incr(ctx context.Context, key string, window time.Duration) (int64, error) {
-	n, _, err := r.IncrTTL(ctx, key, window)
+func (c *RedisCounter) Incr(ctx context.Context, key string, window time.Duration) (int64, error) {
+	n, _, err := c.engine.Incr(ctx, key, window)
 	return n, err
 }
 
-// IncrTTL is Incr that also returns the time left in key's window, read in
-// the same round trip. Redis keeps expiries in milliseconds, so a window that
-// is not a whole number of milliseconds is rounded up to the next one.
-func (r *RedisCounter) IncrTTL(ctx context.Context, key string, window time.Duration) (int64, time.Duration, error) {
-	t := take{key: key, cost: 1, limit: math.MaxInt64, window: window, node: r.nodes.of(key).id}
-	deadline, _ := ctx.Deadline()
-	t, err := r.takeWithin(ctx, t, deadline, 0)
-	if err != nil {
-		return 0, 0, err
+// Attach claims r's keys for its limiter: two limiters with the same Name
+// (or none) count in the same keys, so they must agree on the budget. On a
+// cluster or a ring, the limiter keeps a breaker per server.
+func (c *RedisCounter) Attach(r Request) (StoreInfo, error) {
+	var info StoreInfo
+	if c.engine.ManyNodes() {
+		info.Server = c.server
 	}
-	return math.MaxInt64 - t.remaining, t.reset, nil
+	return info, c.owners.claim(&r)
 }
 
-// takeWithin is decide for a take held by value, as boundedTaker has it.
-func (r *RedisCounter) takeWithin(ctx context.Context, t take, deadline time.Time, wait time.Duration) (take, error) {
-	err := r.decide(ctx, &t, deadline, wait)
-	return t, err
+// server is the server of r's key.
+func (c *RedisCounter) server(r Request) (int, string) { return c.engine.Node(c.key(&r)) }
+
+// key is the key r counts under on Redis: a tenant with quotas counts in
+// its hash.
+func (c *RedisCounter) key(r *Request) string {
+	var buf [maxKeyLen]byte
+	kb := r.appendKey(buf[:0])
+	if len(r.Quotas) > 0 {
+		return quotaHash(kb)
+	}
+	return string(kb)
 }
 
-// decide decides t in t.node, giving up with errTimedOut after wait, when
-// it is positive, which ends at deadline.
-func (r *RedisCounter) decide(ctx context.Context, t *take, deadline time.Time, wait time.Duration) error {
-	if t.window <= 0 {
-		return fmt.Errorf("increment rate limit key %s: window %v is not positive", t.key, t.window)
-	}
-	key := t.key
-	if t.quotas != nil {
-		key = quotaHash(key)
-	}
-	k := opKey{key: key, ms: ceilDiv(t.window, time.Millisecond), limit: t.limit, algo: t.algo, quotas: t.quotas}
-	switch {
-	case t.give && t.algo == InFlight:
-		k.x = &opArgs{give: true, token: slotToken(t.slot)}
-	case t.give:
-		k.x = &opArgs{give: true, offsets: t.offsets(monoNow())}
-	case t.algo == InFlight:
-		k.x = &opArgs{token: slotToken(t.slot)}
-	}
-	op, rank, err := r.nodes.byID(t.node).batch.take(ctx, k, t.cost, deadline, wait)
+// Take decides r in one round trip, shared with other calls; a Take of
+// cost 0 reads, in a script call of its own. Ping's request first checks
+// every server the client knows.
+func (c *RedisCounter) Take(ctx context.Context, r Request) (a Answer, err error) {
+	call, err := r.call()
 	if err != nil {
-		verb := "increment"
-		if t.give {
-			verb = "give back to"
-		}
-		return fmt.Errorf("%s rate limit key %s: %w", verb, key, asMisconfigured(err, r.nodes.cluster != nil))
+		return a, err
 	}
-	switch {
-	case t.give:
-		t.given = op.a
-		return nil
-	case t.algo == InFlight:
-		t.expired = op.a
-		res := op.res[rank]
-		if res < 0 {
-			t.decidedFlight(false, -res-1)
-		} else {
-			t.decidedFlight(true, res)
+	if r.probe {
+		if err := c.engine.Ping(ctx); err != nil {
+			return a, err
 		}
-		return nil
-	case t.quotas != nil:
-		decideFromScript(t, op, rank)
-		if t.allowed {
-			t.markRedis(monoNow())
-		}
-		return nil
 	}
-	t.byTransaction = t.algo == FixedWindow && r.nodes.refused.Load() != nil
-	res, a, prev := op.res[rank], op.a, op.prev
-	allowed, count := res >= 0, res
-	if !allowed {
-		count = -res - 1
-	}
-	if t.algo == SlidingWindow {
-		t.decidedSliding(allowed, sliding{prev: prev, cur: count, elapsed: msDuration(a), window: time.Duration(k.ms) * time.Millisecond})
+	var res window.Result
+	key := c.key(&r)
+	if r.Cost == 0 {
+		err = c.engine.Read(ctx, key, &call, &res)
 	} else {
-		t.decided(allowed, count, msDuration(a))
+		err = c.engine.Take(ctx, key, &call, r.Deadline, r.wait(), &res)
 	}
-	if allowed {
-		t.markRedis(monoNow())
+	if err != nil {
+		return a, err
 	}
-	return nil
+	a.fill(&res, call.Quotas)
+	if res.ByTransaction {
+		a.refusal = c.engine.ScriptRefusal()
+	}
+	return a, nil
+}
+
+// Give gives back what a Take of r took (see Store), in the windows it
+// was counted in.
+func (c *RedisCounter) Give(ctx context.Context, r Request) error {
+	call, err := r.call()
+	if err != nil {
+		return err
+	}
+	_, err = c.engine.Give(ctx, c.key(&r), &call, r.Deadline, r.wait())
+	return err
+}
+
+// Reset deletes r's keys, by name, scanning nothing.
+func (c *RedisCounter) Reset(ctx context.Context, r Request) error {
+	call, err := r.call()
+	if err != nil {
+		return err
+	}
+	return c.engine.Reset(ctx, c.key(&r), &call)
 }

@@ -128,8 +128,8 @@ func TestReleaseOfAnotherLimiter(t *testing.T) {
 		t.Fatalf("Release of another limiter's decision: %v", err)
 	}
 	c := NewLimiter(Options{Limit: 2, Window: time.Minute, Counter: &scripted{err: errors.New("store down")}, Logger: newLogRecorder().logger()})
-	if err := c.CheckRelease(); err == nil || !strings.Contains(err.Error(), "scripted") {
-		t.Fatalf("CheckRelease with a Counter of one's own: %v, want an error naming it", err)
+	if err := c.wiring.GiveErr; err == nil || !strings.Contains(err.Error(), "scripted") {
+		t.Fatalf("giving back with a Counter of one's own: %v, want an error naming it", err)
 	}
 }
 
@@ -145,7 +145,7 @@ func TestReleaseAllocatesNothing(t *testing.T) {
 			lim.Release(ctx, lim.Take(ctx, "acme")) // the tenant's entry
 			allocs := testing.AllocsPerRun(100, func() {
 				var d Decision
-				lim.takeTenant(ctx, &d, "acme", 1)
+				lim.take(ctx, &d, "acme", keyOf{}, 1)
 				if !d.Allowed {
 					t.Fatal("refused")
 				}

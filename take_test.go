@@ -128,7 +128,7 @@ func TestOverLimitCacheRefusesOnlyWhatTheStoreWould(t *testing.T) {
 		t.Run(algo.String(), func(t *testing.T) {
 			clock := newFakeClock()
 			w := newWindowFake(clock)
-			lim := newLimiter(Options{Counter: &takingFake{windowFake: w}, Limit: 10, Window: time.Minute, Algorithm: algo}, clock.Now)
+			lim := newLimiter(Options{Counter: w, Limit: 10, Window: time.Minute, Algorithm: algo}, clock.Now)
 			ctx := context.Background()
 			lim.TakeN(ctx, "acme", 8)
 			calls := w.callsNow()
@@ -148,84 +148,6 @@ func TestOverLimitCacheRefusesOnlyWhatTheStoreWould(t *testing.T) {
 	}
 }
 
-// takingFake is a counter that decides takes as the built-in ones do, on
-// a windowFake's fixed windows, and counts its calls there. For a sliding
-// window it keeps no previous window: each key's estimate is its count.
-type takingFake struct {
-	*windowFake
-}
-
-func (f *takingFake) takeWithin(_ context.Context, t take, _ time.Time, _ time.Duration) (take, error) {
-	w := f.windowFake
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.calls++
-	now := w.clock.Now()
-	if start, ok := w.starts[t.key]; !ok || now.Sub(start) >= t.window {
-		w.starts[t.key], w.counts[t.key] = now, 0
-	}
-	allowed := w.counts[t.key]+t.cost <= t.limit
-	if allowed {
-		w.counts[t.key] += t.cost
-	}
-	left := w.starts[t.key].Add(t.window).Sub(now)
-	if t.algo == SlidingWindow {
-		t.decidedSliding(allowed, sliding{cur: w.counts[t.key], elapsed: t.window - left, window: t.window})
-	} else {
-		t.decided(allowed, w.counts[t.key], left)
-	}
-	return t, nil
-}
-
-// A caller that gives up before its round trip leaves is not charged, on
-// a real server: with every round trip of the counter held up (the server
-// pauses its clients), a caller whose wait ends in the batch that is
-// filling is taken out of it, and its key never counts.
-func TestRedisCallerThatLeavesIsNotCharged(t *testing.T) {
-	srv := startChaosRedis(t, 0)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { rdb.Close() })
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { admin.Close() })
-	ctx := context.Background()
-	counter := NewRedisCounter(rdb)
-	// Every round trip goes out at once, up to rounds, late or not, so
-	// that the held ones fill them all.
-	counter.nodes.first.batch.late = 0
-	lim := NewLimiter(Options{Counter: counter, Limit: 10, Window: time.Minute,
-		StoreTimeout: time.Second, Logger: newLogRecorder().logger()})
-	if d := lim.Take(ctx, "warm"); d.By != ByCounter {
-		t.Fatalf("warm-up: %+v", d)
-	}
-	// CLIENT PAUSE holds every client's commands, this one's after the
-	// pause too, for 400 ms.
-	if err := admin.Do(ctx, "client", "pause", 400).Err(); err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	for i := range rounds {
-		wg.Go(func() { lim.Take(ctx, "held-"+string(rune('a'+i))) })
-	}
-	time.Sleep(50 * time.Millisecond) // the held round trips are out
-	leave, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	defer cancel()
-	d := lim.Take(leave, "leaves")
-	stay := lim.Take(ctx, "stays")
-	wg.Wait()
-	if d.By != ByNone || d.Err == nil {
-		t.Fatalf("the caller that left: %+v; want undecided, with its deadline's error", d)
-	}
-	if stay.By != ByCounter || !stay.Allowed {
-		t.Fatalf("a caller that stayed: %+v; want counted", stay)
-	}
-	if n, err := admin.Exists(ctx, "rl:leaves").Result(); err != nil || n != 0 {
-		t.Fatalf("EXISTS rl:leaves = %d, %v; want 0: the caller that left was charged", n, err)
-	}
-	if n, err := admin.Get(ctx, "rl:stays").Int(); err != nil || n != 1 {
-		t.Fatalf("GET rl:stays = %d, %v; want 1", n, err)
-	}
-}
-
 // http2Header is the net/http header that d writes.
 func http2Header(d Decision) http.Header {
 	h := http.Header{}
@@ -234,10 +156,10 @@ func http2Header(d Decision) http.Header {
 }
 
 func TestCheckCost(t *testing.T) {
-	if err := NewLimiter(Options{Limit: 1, Window: time.Second}).CheckCost(); err != nil {
+	if err := NewLimiter(Options{Limit: 1, Window: time.Second}).wiring.CostErr; err != nil {
 		t.Errorf("a MemoryCounter: %v, want nil", err)
 	}
-	err := NewLimiter(Options{Counter: &fakeCounter{}, Limit: 1, Window: time.Second}).CheckCost()
+	err := NewLimiter(Options{Counter: &fakeCounter{}, Limit: 1, Window: time.Second}).wiring.CostErr
 	if err == nil || !strings.Contains(err.Error(), "Counter") || !strings.Contains(err.Error(), "*ratelimit.fakeCounter") {
 		t.Errorf("a Counter of your own: %v, want an error naming Counter and its type", err)
 	}

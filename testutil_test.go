@@ -379,3 +379,12 @@ func burstAtOnce(limiters []*Limiter, tenant string, requests int) (decided, all
 	wg.Wait()
 	return nd.Load(), na.Load()
 }
+
+// newMemoryCounter is NewMemoryCounter whose Incr reads the clock now. A
+// Limiter's requests carry the Limiter's own clock, which the counter
+// counts on: give the Limiter the same clock (newLimiter).
+func newMemoryCounter(now func() time.Time, opts ...MemoryOption) *MemoryCounter {
+	m := NewMemoryCounter(opts...)
+	m.now = now
+	return m
+}

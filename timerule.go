@@ -57,7 +57,7 @@ func (r *timeRule) ended(wait time.Duration, err error) error {
 		r.settled.Store(true)
 	}
 	switch {
-	case !errors.Is(err, errTimedOut):
+	case err == nil || !isTimeout(err):
 		return err
 	case wait > r.timeout:
 		return fmt.Errorf("ratelimit: counter did not answer within %v, the %d × StoreTimeout allowed before its first answer (%w)",
@@ -89,52 +89,25 @@ func (r *timeRule) ownFault(ctx context.Context, wait time.Duration, err error) 
 	if cerr == context.Canceled && errors.Is(err, cerr) {
 		return true
 	}
-	return wait < r.timeout && (errors.Is(err, errTimedOut) || cerr != nil && errors.Is(err, cerr))
+	return wait < r.timeout && (isTimeout(err) || cerr != nil && errors.Is(err, cerr))
 }
 
-// boundedTaker is a counter that decides a take itself, and returns it
-// decided, and bounds its own wait: a call returns errTimedOut once wait
-// has passed (deadline being when that is), or ctx's error once ctx is
-// done. wait must be positive. The take goes by value: a pointer through
-// an interface would put each request's take on the heap.
-type boundedTaker interface {
-	takeWithin(ctx context.Context, t take, deadline time.Time, wait time.Duration) (take, error)
-}
-
-// call decides t in c under the time rule; now is when the request
-// arrived. A request whose context is already done gets no call.
-func (r *timeRule) call(ctx context.Context, c Counter, t *take, now time.Time) error {
+// call calls op for r under the time rule: r.Deadline is set to when the
+// wait ends. A request whose context is already done gets no call.
+func (rule *timeRule) call(ctx context.Context, r *Request, op func(context.Context, Request) (Answer, error)) (Answer, error) {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%w (%w)", ErrContextDone, err)
+		return Answer{}, fmt.Errorf("%w (%w)", ErrContextDone, err)
 	}
-	wait, deadline := r.budget(ctx, now)
+	wait, deadline := rule.budget(ctx, r.Now)
 	if wait <= 0 {
 		// The request's own deadline has passed.
-		return fmt.Errorf("%w (%w)", ErrContextDone, context.DeadlineExceeded)
+		return Answer{}, fmt.Errorf("%w (%w)", ErrContextDone, context.DeadlineExceeded)
 	}
-	var err error
-	switch c := c.(type) {
-	case *RedisCounter:
-		// Called as itself, it is given t in place: through the
-		// interface, t would go by value, and be copied in and out.
-		err = c.decide(ctx, t, deadline, wait)
-	case boundedTaker:
-		*t, err = c.takeWithin(ctx, *t, deadline, wait)
-	default:
-		// A Counter of your own returns when its context is done.
-		cctx, cancel := context.WithTimeoutCause(ctx, wait, errTimedOut)
-		err = takeByIncr(cctx, c, t)
-		if err != nil && context.Cause(cctx) == errTimedOut {
-			err = fmt.Errorf("increment rate limit key %s: %w (%w)", t.key, errTimedOut, err)
-		}
-		cancel()
+	r.Deadline = deadline
+	a, err := op(ctx, *r)
+	if err != nil && rule.ownFault(ctx, wait, err) {
+		// Not an answer, nor a failure, of the store's.
+		return a, fmt.Errorf("%w: %w", ErrContextDone, err)
 	}
-	if err != nil && r.ownFault(ctx, wait, err) {
-		// Not an answer, nor a failure, of the counter's.
-		return fmt.Errorf("%w: %w", ErrContextDone, err)
-	}
-	return r.ended(wait, err)
+	return a, rule.ended(wait, err)
 }
-
-// errTimedOut: the caller's wait ended before the answer came.
-var errTimedOut = errors.New("no answer in time")

@@ -9,8 +9,9 @@ import (
 	"time"
 )
 
-// ruleProbe is a boundedCounter that records the budget each call got and
-// answers with the next of its outcomes.
+// ruleProbe is a store's Take that records the budget each call got (its
+// Request's Deadline, from its Now) and answers with the next of its
+// outcomes.
 type ruleProbe struct {
 	outcomes []error // nil: a count
 	waits    []time.Duration
@@ -18,30 +19,31 @@ type ruleProbe struct {
 	during   func() // when set, called inside each call
 }
 
-func (p *ruleProbe) Incr(ctx context.Context, key string, window time.Duration) (int64, error) {
-	panic("the limiter must call takeWithin")
-}
-
-func (p *ruleProbe) takeWithin(_ context.Context, t take, deadline time.Time, wait time.Duration) (take, error) {
-	p.waits, p.ends = append(p.waits, wait), append(p.ends, deadline)
+func (p *ruleProbe) take(_ context.Context, r Request) (Answer, error) {
+	p.waits, p.ends = append(p.waits, r.Deadline.Sub(r.Now)), append(p.ends, r.Deadline)
 	if p.during != nil {
 		p.during()
 	}
 	err := p.outcomes[0]
 	p.outcomes = p.outcomes[1:]
 	if err != nil {
-		return t, err
+		return Answer{}, err
 	}
-	t.decided(true, 1, time.Second)
-	return t, nil
+	a := Answer{Allowed: true}
+	a.Counts[0] = Count{N: 1, Fits: true, Left: time.Second, Length: time.Minute}
+	return a, nil
+}
+
+// ruleRequest is a request at now.
+func ruleRequest(now time.Time) *Request {
+	return &Request{Tenant: "a", Cost: 1, Name: "default", Limit: 10, Window: time.Minute, Now: now}
 }
 
 // The time rule, call by call, on a fake clock: the wait each call gets,
 // and the error a call that ran out of it reports.
 func TestTimeRule(t *testing.T) {
 	const timeout = 100 * time.Millisecond
-	timedOut := errors.New("increment rate limit key rl:a: " + errTimedOut.Error())
-	timedOut = errors.Join(timedOut, errTimedOut)
+	timedOut := fmt.Errorf("increment rate limit key rl:a: no answer in time: %w", context.DeadlineExceeded)
 	refused := errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
 
 	type call struct {
@@ -99,7 +101,7 @@ func TestTimeRule(t *testing.T) {
 					ctx, cancel = context.WithDeadline(ctx, now.Add(c.reqDeadline))
 					defer cancel()
 				}
-				err := rule.call(ctx, probe, &take{key: "rl:a", cost: 1, limit: 10, window: time.Minute}, now)
+				_, err := rule.call(ctx, ruleRequest(now), probe.take)
 				if probe.waits[i] != c.wait || !probe.ends[i].Equal(now.Add(c.wait)) {
 					t.Errorf("call %d: wait %v until %v; want %v until %v",
 						i, probe.waits[i], probe.ends[i].Sub(now), c.wait, c.wait)
@@ -122,7 +124,7 @@ func TestTimeRuleExpiredRequest(t *testing.T) {
 	rule := &timeRule{timeout: defaultStoreTimeout}
 	ctx, cancel := context.WithDeadline(context.Background(), clock.Now().Add(-time.Millisecond))
 	defer cancel()
-	if err := rule.call(ctx, probe, &take{key: "rl:a", cost: 1, limit: 10, window: time.Minute}, clock.Now()); !errors.Is(err, ErrContextDone) || !errors.Is(err, context.DeadlineExceeded) || len(probe.waits) != 0 {
+	if _, err := rule.call(ctx, ruleRequest(clock.Now()), probe.take); !errors.Is(err, ErrContextDone) || !errors.Is(err, context.DeadlineExceeded) || len(probe.waits) != 0 {
 		t.Fatalf("call = %v after %d counter calls; want ErrContextDone, context.DeadlineExceeded and none", err, len(probe.waits))
 	}
 }
@@ -133,23 +135,22 @@ func TestTimeRuleExpiredRequest(t *testing.T) {
 func TestTimeRuleCanceledRequest(t *testing.T) {
 	clock := &fakeClock{now: time.Now()}
 	rule := &timeRule{timeout: defaultStoreTimeout}
-	tk := take{key: "rl:a", cost: 1, limit: 10, window: time.Minute}
 
 	before, cancel := context.WithCancel(context.Background())
 	cancel()
 	probe := &ruleProbe{}
-	if err := rule.call(before, probe, &tk, clock.Now()); !errors.Is(err, ErrContextDone) || !errors.Is(err, context.Canceled) || len(probe.waits) != 0 {
+	if _, err := rule.call(before, ruleRequest(clock.Now()), probe.take); !errors.Is(err, ErrContextDone) || !errors.Is(err, context.Canceled) || len(probe.waits) != 0 {
 		t.Fatalf("canceled before: %v after %d counter calls; want ErrContextDone, context.Canceled and none", err, len(probe.waits))
 	}
 
 	during, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	probe = &ruleProbe{outcomes: []error{fmt.Errorf("increment rate limit key rl:a: %w", context.Canceled), nil}, during: cancel}
-	if err := rule.call(during, probe, &tk, clock.Now()); !errors.Is(err, ErrContextDone) || !errors.Is(err, context.Canceled) {
+	if _, err := rule.call(during, ruleRequest(clock.Now()), probe.take); !errors.Is(err, ErrContextDone) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("canceled during the call: %v; want ErrContextDone and context.Canceled", err)
 	}
 	probe.during = nil
-	if err := rule.call(context.Background(), probe, &tk, clock.Now()); err != nil || probe.waits[1] != connectFactor*defaultStoreTimeout {
+	if _, err := rule.call(context.Background(), ruleRequest(clock.Now()), probe.take); err != nil || probe.waits[1] != connectFactor*defaultStoreTimeout {
 		t.Fatalf("the next call: %v, wait %v; want an answer within the connecting allowance, %v", err, probe.waits[1], connectFactor*defaultStoreTimeout)
 	}
 }

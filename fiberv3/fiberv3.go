@@ -74,6 +74,7 @@ import (
 	"github.com/gofiber/fiber/v3"
 
 	"github.com/gatewaykit/ratelimit"
+	"github.com/gatewaykit/ratelimit/internal/door"
 )
 
 // Config says how the handler that New returns reads a request and answers
@@ -93,8 +94,9 @@ type Config struct {
 	// from something the gateway has verified (an API key, a token); an ID
 	// a client may choose freely lets it pick its own budget.
 	//
-	// Optional. Default: c.Locals("tenant"), read by
-	// ratelimit.Limiter.TenantID: a string, a fmt.Stringer or an integer
+	// Optional. Default: c.Locals("tenant"): a string, a fmt.Stringer or
+	// an integer (a value of another type is logged, and counts as no
+	// tenant)
 	Tenant func(c fiber.Ctx) (string, bool)
 
 	// AnonymousByIP keys requests without a tenant by client address,
@@ -118,7 +120,7 @@ type Config struct {
 
 	// Cost returns how many units of the budget a request costs (see
 	// ratelimit.Limiter.TakeN). New panics when the Limiter cannot count
-	// costs (see ratelimit.Limiter.CheckCost).
+	// costs: when its Counter counts by Incr alone.
 	//
 	// Optional. Default: every request costs 1
 	Cost func(c fiber.Ctx) int
@@ -130,9 +132,9 @@ type Config struct {
 	// the status Fiber answers it with by default: a *fiber.Error's Code
 	// (found by errors.As), 500 for any other error; an ErrorHandler of
 	// the app that answers errors otherwise is not consulted. New panics
-	// when the Limiter cannot give back (see
-	// ratelimit.Limiter.CheckRelease), and for an InFlight Algorithm,
-	// whose slots every request gives back anyway.
+	// when the Limiter cannot give back (its Counter counts by Incr
+	// alone), and for an InFlight Algorithm, whose slots every request
+	// gives back anyway.
 	//
 	// Optional. Default: false
 	SkipFailedRequests bool
@@ -160,8 +162,8 @@ func limitExceeded(fiber.Ctx) error { return errLimitExceeded }
 type refusedKey struct{}
 
 // configDefault returns the Config given to New, if any, with the defaults
-// filled in.
-func configDefault(lim *ratelimit.Limiter, config ...Config) Config {
+// filled in, for a Limiter of wiring w.
+func configDefault(w *door.Wiring, config ...Config) Config {
 	var cfg Config
 	switch len(config) {
 	case 0:
@@ -171,7 +173,7 @@ func configDefault(lim *ratelimit.Limiter, config ...Config) Config {
 		panic(fmt.Sprintf("fiberv3: New takes at most one Config, got %d", len(config)))
 	}
 	if cfg.Tenant == nil {
-		cfg.Tenant = func(c fiber.Ctx) (string, bool) { return lim.TenantID(c.Locals("tenant")) }
+		cfg.Tenant = func(c fiber.Ctx) (string, bool) { return w.TenantID(c.Locals("tenant")) }
 	}
 	if cfg.LimitReached == nil {
 		cfg.LimitReached = limitExceeded
@@ -193,22 +195,17 @@ func New(lim *ratelimit.Limiter, config ...Config) fiber.Handler {
 	if lim == nil {
 		panic("fiberv3: New needs a *ratelimit.Limiter, got nil")
 	}
-	cfg := configDefault(lim, config...)
+	w := door.Of(lim)
+	cfg := configDefault(w, config...)
 	if cfg.Cost != nil {
-		if err := lim.CheckCost(); err != nil {
-			panic("fiberv3: Cost: " + err.Error())
+		if err := w.CheckCost(); err != nil {
+			panic("fiberv3: " + err.Error())
 		}
 	}
-	if cfg.SkipFailedRequests || cfg.SkipSuccessfulRequests {
-		field := "SkipFailedRequests"
-		if !cfg.SkipFailedRequests {
-			field = "SkipSuccessfulRequests"
-		}
-		if err := lim.CheckSkip(); err != nil {
-			panic("fiberv3: " + field + ": " + err.Error())
-		}
+	if err := w.CheckSkip(cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests); err != nil {
+		panic("fiberv3: " + err.Error())
 	}
-	canGiveBack, inFlight := lim.CheckRelease() == nil, lim.Algorithm() == ratelimit.InFlight
+	canGiveBack, inFlight := w.GiveErr == nil, w.InFlight
 	return func(c fiber.Ctx) error {
 		if cfg.Next != nil && cfg.Next(c) {
 			return c.Next()
@@ -243,7 +240,7 @@ func New(lim *ratelimit.Limiter, config ...Config) fiber.Handler {
 		if canGiveBack && (cfg.skipped(c, err) || c.Locals(refusedKey{}) != nil) {
 			// Release logs a failure itself; the count then stands until
 			// its window ends.
-			_ = lim.Release(releaseContext(ctx), dec)
+			_ = lim.Release(door.ReleaseContext(ctx), dec)
 		}
 		return err
 	}
@@ -258,7 +255,7 @@ func holding(ctx context.Context, lim *ratelimit.Limiter, c fiber.Ctx, dec *rate
 }
 
 func release(ctx context.Context, lim *ratelimit.Limiter, dec *ratelimit.Decision) {
-	_ = lim.Release(releaseContext(ctx), *dec)
+	_ = lim.Release(door.ReleaseContext(ctx), *dec)
 }
 
 // skipped reports whether a skip rule of cfg gives back a request whose
@@ -276,19 +273,5 @@ func (cfg *Config) skipped(c fiber.Ctx, err error) bool {
 			status = fe.Code
 		}
 	}
-	if status >= 400 {
-		return cfg.SkipFailedRequests
-	}
-	return cfg.SkipSuccessfulRequests
-}
-
-// releaseContext is ctx without its cancellation, for a Release after
-// the handler: its client may be gone, but the count must still be given
-// back. A context that is never done (context.Background, c.Context()'s
-// default) is used as it is, without allocating.
-func releaseContext(ctx context.Context) context.Context {
-	if ctx.Done() == nil {
-		return ctx
-	}
-	return context.WithoutCancel(ctx)
+	return door.Skipped(status, cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests)
 }

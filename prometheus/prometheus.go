@@ -87,25 +87,12 @@ import (
 // The values that the labels take, every one of them exported on every
 // scrape.
 var (
-	outcomes = [...]ratelimit.Outcome{
-		ratelimit.OutcomeAllowed,
-		ratelimit.OutcomeLimited,
-		ratelimit.OutcomeShadowLimited,
-		ratelimit.OutcomeFailedOpen,
-		ratelimit.OutcomeFailedClosed,
-	}
+	outcomes = [...]string{"allowed", "limited", "shadow-limited", "failed-open", "failed-closed"}
 	deciders = [...]ratelimit.Decider{
 		ratelimit.ByCounter,
 		ratelimit.ByCache,
 		ratelimit.ByFallback,
 		ratelimit.ByNone,
-	}
-	causes = [...]ratelimit.Cause{
-		ratelimit.CauseTimeout,
-		ratelimit.CauseRefused,
-		ratelimit.CauseConfiguration,
-		ratelimit.CauseOther,
-		ratelimit.CauseCanceled,
 	}
 )
 
@@ -241,7 +228,7 @@ func collect(ch chan<- prometheus.Metric, name string, s ratelimit.MetricsSnapsh
 	for o, outcome := range outcomes {
 		for by, decider := range deciders {
 			ch <- prometheus.MustNewConstMetric(decisionsDesc, prometheus.CounterValue,
-				float64(counts[o][by]), name, outcome.String(), decider.String())
+				float64(counts[o][by]), name, outcome, decider.String())
 		}
 	}
 
@@ -260,9 +247,12 @@ func collect(ch chan<- prometheus.Metric, name string, s ratelimit.MetricsSnapsh
 	}
 	ch <- prometheus.MustNewConstHistogram(latencyDesc, h.Count, h.Sum, buckets, name)
 
-	for _, cause := range causes {
-		ch <- prometheus.MustNewConstMetric(storeErrorsDesc, prometheus.CounterValue,
-			float64(s.StoreErrors[cause]), name, cause.String())
+	e := s.StoreErrors
+	for _, c := range []struct {
+		cause string
+		n     uint64
+	}{{"timeout", e.Timeout}, {"refused", e.Refused}, {"configuration", e.Configuration}, {"other", e.Other}, {"canceled", e.Canceled}} {
+		ch <- prometheus.MustNewConstMetric(storeErrorsDesc, prometheus.CounterValue, float64(c.n), name, c.cause)
 	}
 
 	for _, e := range []struct {

@@ -172,8 +172,8 @@ func TestOutcomes(t *testing.T) {
 			}
 			for _, o := range outcomes {
 				for _, d := range deciders {
-					want := tc.want[[2]string{o.String(), d.String()}]
-					if got := value(t, c, "ratelimit_decisions_total", "limiter", tc.name, "outcome", o.String(), "decider", d.String()); got != want {
+					want := tc.want[[2]string{o, d.String()}]
+					if got := value(t, c, "ratelimit_decisions_total", "limiter", tc.name, "outcome", o, "decider", d.String()); got != want {
 						t.Errorf("outcome %s, decider %s: %v decisions, want %v", o, d, got, want)
 					}
 				}
@@ -259,12 +259,13 @@ func TestHistogramBuckets(t *testing.T) {
 			continue
 		}
 		h := f.GetMetric()[0].GetHistogram()
-		if h.GetSampleCount() != 0 || len(h.GetBucket()) != len(ratelimit.LatencyBuckets) {
-			t.Errorf("%d observations in %d buckets, want 0 in %d", h.GetSampleCount(), len(h.GetBucket()), len(ratelimit.LatencyBuckets))
+		bounds := new(ratelimit.Metrics).Snapshot().StoreLatency.Buckets
+		if h.GetSampleCount() != 0 || len(h.GetBucket()) != len(bounds) || len(bounds) == 0 {
+			t.Errorf("%d observations in %d buckets, want 0 in %d", h.GetSampleCount(), len(h.GetBucket()), len(bounds))
 		}
 		for i, b := range h.GetBucket() {
-			if b.GetUpperBound() != ratelimit.LatencyBuckets[i] {
-				t.Errorf("bucket %d bounded by %v, want %v", i, b.GetUpperBound(), ratelimit.LatencyBuckets[i])
+			if b.GetUpperBound() != bounds[i] {
+				t.Errorf("bucket %d bounded by %v, want %v", i, b.GetUpperBound(), bounds[i])
 			}
 		}
 		return
@@ -379,9 +380,7 @@ func TestLabelValues(t *testing.T) {
 		names []fmt.Stringer
 		next  fmt.Stringer
 	}{
-		{"Outcome", stringers(outcomes[:]), ratelimit.Outcome(len(outcomes))},
 		{"Decider", stringers(deciders[:]), ratelimit.Decider(len(deciders))},
-		{"Cause", stringers(causes[:]), ratelimit.Cause(len(causes))},
 	} {
 		seen := map[string]bool{}
 		for _, s := range tc.names {

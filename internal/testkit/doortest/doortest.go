@@ -644,14 +644,12 @@ var cases = []struct {
 			r.t.Errorf("the fallback counted %d of acme, want 0", n)
 		}
 		s := o.Metrics.Snapshot()
-		if s.StoreErrors[ratelimit.CauseCanceled] != 6 || s.Breaker != ratelimit.BreakerClosed || s.FailedOpen != 6 || s.FallbackAllowed != 0 {
+		if s.StoreErrors.Canceled != 6 || s.Breaker != "closed" || s.FailedOpen != 6 || s.FallbackAllowed != 0 {
 			r.t.Errorf("metrics: %d canceled, breaker %v, %d failed open, %d by the fallback; want 6, closed, 6, 0",
-				s.StoreErrors[ratelimit.CauseCanceled], s.Breaker, s.FailedOpen, s.FallbackAllowed)
+				s.StoreErrors.Canceled, s.Breaker, s.FailedOpen, s.FallbackAllowed)
 		}
-		for c, n := range s.StoreErrors {
-			if ratelimit.Cause(c) != ratelimit.CauseCanceled && n != 0 {
-				r.t.Errorf("metrics: %d store errors of cause %v, want none", n, ratelimit.Cause(c))
-			}
+		if e := s.StoreErrors; e.Timeout+e.Refused+e.Configuration+e.Other != 0 {
+			r.t.Errorf("metrics: store errors %+v, want none but canceled calls", e)
 		}
 		if logs.Len() != 0 {
 			r.t.Errorf("log %q, want none: the store did nothing wrong", logs.String())

@@ -1,4 +1,4 @@
-package ratelimit
+package redisstore
 
 import (
 	"context"
@@ -181,14 +181,6 @@ func (ns *nodes) of(key string) *node {
 	return ns.add(c)
 }
 
-// byID returns the node numbered id, as of gave it.
-func (ns *nodes) byID(id int) *node {
-	if id == 0 {
-		return ns.first
-	}
-	return (*ns.byNumber.Load())[id]
-}
-
 // add returns the node of the server of client c, made if it is new. A
 // client the cluster client made anew for a server it had dropped gets
 // that server's node, hooked into the new client.
@@ -273,10 +265,10 @@ func nodeMayBeGone(err error) bool {
 	return ok
 }
 
-// eachServer calls fn for every server that rdb knows: itself, a cluster's
+// EachServer calls fn for every server that rdb knows: itself, a cluster's
 // primaries, a ring's shards. It reports false, calling nothing, for a
 // client of another kind.
-func eachServer(ctx context.Context, rdb redis.UniversalClient, fn func(context.Context, *redis.Client) error) (bool, error) {
+func EachServer(ctx context.Context, rdb redis.UniversalClient, fn func(context.Context, *redis.Client) error) (bool, error) {
 	switch c := rdb.(type) {
 	case *redis.Client:
 		return true, fn(ctx, c)

@@ -1,4 +1,4 @@
-package ratelimit
+package redisstore
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/gatewaykit/ratelimit/internal/window"
 )
 
 // Servers that refuse scripts. Some managed Redis setups grant an ACL
@@ -30,10 +32,6 @@ import (
 // leave one without an expiry. A sliding window needs the script; on such
 // a server its calls fail with the server's refusal, which the limiter
 // logs, and decides by its fail policy.
-
-// errNeedsScripts: a sliding window, or quotas, on a server that refuses
-// scripts.
-var errNeedsScripts = errors.New("a sliding window, and quotas, need the server to run scripts")
 
 // refusesScripts reports whether err is a server's refusal to run a
 // script at all.
@@ -63,7 +61,7 @@ func (s *scripter) withoutScript(ctx context.Context, ops []*takeOp, refusal err
 	var txs []tx
 	pipe := s.rdb.TxPipeline()
 	for _, op := range ops {
-		if op.algo != FixedWindow || op.quotas != nil || op.x != nil {
+		if op.kind != window.Fixed || op.quotas != nil || op.x != nil {
 			op.err = fmt.Errorf("%w, which it refused: %w", errNeedsScripts, refusal)
 			continue
 		}

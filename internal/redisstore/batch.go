@@ -1,15 +1,14 @@
-package ratelimit
+package redisstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"iter"
-	"net"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/gatewaykit/ratelimit/internal/window"
 )
 
 // batcher makes concurrent increments share round trips to the store.
@@ -106,8 +105,8 @@ type opKey struct {
 	key    string
 	ms     int64
 	limit  int64
-	algo   Algorithm
-	quotas *quotaSet // decided together with the key's limit, when not nil
+	kind   window.Kind
+	quotas *quotaArgs // decided together with the key's limit, when not nil
 	// A call that gives back (Release) or takes slots in flight carries
 	// arguments of its own: never one op with another call.
 	x *opArgs
@@ -117,8 +116,8 @@ type opKey struct {
 // flight (see takeScript, kinds i, x, X and y).
 type opArgs struct {
 	give    bool
-	token   string               // in flight: the request's slots (slotToken)
-	offsets [maxQuotas + 1]int64 // giving back a window: where each limit's should be now (take.offsets)
+	token   string                  // in flight: the request's slots (slotToken)
+	offsets [window.MaxLimits]int64 // giving back a window: where each limit's should be now (offsets)
 }
 
 // takeOp is the calls to one key in a batch.
@@ -190,7 +189,7 @@ func (op *takeOp) limits() int {
 	if op.quotas == nil {
 		return 1
 	}
-	return 1 + len(op.quotas.q)
+	return op.quotas.n
 }
 
 // take has the store decide one call of cost to k, and waits for the
@@ -225,7 +224,7 @@ func (b *batcher) take(ctx context.Context, k opKey, cost int64, deadline time.T
 		if wait > 0 && isTimeout(err) {
 			// The round trip's deadline, the latest of its callers',
 			// passed on the socket before this caller's timer fired.
-			err = fmt.Errorf("%w (%w)", errTimedOut, err)
+			err = fmt.Errorf("%w (%w)", ErrTimedOut, err)
 		}
 		return nil, 0, err
 	}
@@ -233,7 +232,7 @@ func (b *batcher) take(ctx context.Context, k opKey, cost int64, deadline time.T
 }
 
 // await waits for bt's answer. When the wait or ctx ends first, it
-// withdraws the call and returns errTimedOut or ctx's error.
+// withdraws the call and returns ErrTimedOut or ctx's error.
 func (b *batcher) await(ctx context.Context, bt *batch, pos int, ord int64, deadline time.Time, wait time.Duration) error {
 	var late <-chan struct{} // nil: no wait but ctx's
 	own := false             // late is this caller's own timer
@@ -261,7 +260,7 @@ func (b *batcher) await(ctx context.Context, bt *batch, pos int, ord int64, dead
 			if b.leave(bt, pos, ord) {
 				return nil
 			}
-			return errTimedOut
+			return ErrTimedOut
 		case <-ctx.Done():
 			if b.leave(bt, pos, ord) {
 				return nil
@@ -279,15 +278,6 @@ func fired(c <-chan struct{}) bool {
 	default:
 		return false
 	}
-}
-
-// isTimeout reports whether err is a deadline that passed.
-func isTimeout(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	ne, ok := errors.AsType[net.Error](err)
-	return ok && ne.Timeout()
 }
 
 // after returns a channel closed after d.
@@ -481,20 +471,6 @@ func (b *batcher) flush(bt *batch) {
 		}
 	}
 }
-
-// tripError is the failure of one round trip, which all its callers get.
-// It is a sharedFailure: the breaker counts it once.
-type tripError struct {
-	trip uint64 // from tripIDs
-	err  error
-}
-
-// tripIDs numbers the round trips that failed, in every batcher.
-var tripIDs atomic.Uint64
-
-func (e *tripError) Error() string     { return e.err.Error() }
-func (e *tripError) Unwrap() error     { return e.err }
-func (e *tripError) roundTrip() uint64 { return e.trip }
 
 // finish closes done and stops the batch's timer.
 func (bt *batch) finish() {

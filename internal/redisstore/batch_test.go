@@ -1,4 +1,4 @@
-package ratelimit
+package redisstore
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gatewaykit/ratelimit/internal/testkit/goroutines"
 )
 
 // fakeStore is a batcher's send that keeps counts in a map and records
@@ -138,7 +140,7 @@ func TestBatcherSendsALoneCallAtOnce(t *testing.T) {
 // Calls that arrive while every round trip is in flight share the next:
 // one op per key, whose callers each get a count of their own.
 func TestBatcherCoalescesCallsToOneKey(t *testing.T) {
-	before := goroutines()
+	before := goroutines.Now()
 	store := &fakeStore{hold: make(chan struct{}), sent: make(chan struct{}, 10)}
 	b := &batcher{send: store.send, rounds: 1}
 
@@ -184,7 +186,7 @@ func TestBatcherCoalescesCallsToOneKey(t *testing.T) {
 			t.Errorf("counts for %s = %v, want %v: each caller its own", key, got[key], want)
 		}
 	}
-	checkNoGoroutineLeft(t, before)
+	goroutines.NoneLeft(t, before)
 }
 
 // A caller whose wait ends before its batch leaves is taken out of it: it
@@ -227,20 +229,20 @@ func TestBatcherWithdrawsACallerThatLeavesBeforeTheSend(t *testing.T) {
 // A batch whose callers all left is never sent; the batcher's goroutine
 // ends once nothing waits.
 func TestBatcherDropsABatchEveryoneLeft(t *testing.T) {
-	before := goroutines()
+	before := goroutines.Now()
 	store, b, wg := heldBatcher()
 
 	start := time.Now()
 	_, _, err := incrIn(b, context.Background(), "rl:a", 1000, start.Add(20*time.Millisecond), 20*time.Millisecond)
-	if !errors.Is(err, errTimedOut) {
-		t.Fatalf("a caller whose wait ended got %v, want errTimedOut", err)
+	if !errors.Is(err, ErrTimedOut) {
+		t.Fatalf("a caller whose wait ended got %v, want ErrTimedOut", err)
 	}
 	close(store.hold)
 	wg.Wait()
 	if trips := store.tripsNow(); len(trips) != 1 {
 		t.Fatalf("%d round trips, want 1: the abandoned batch must not be sent", len(trips))
 	}
-	checkNoGoroutineLeft(t, before)
+	goroutines.NoneLeft(t, before)
 }
 
 // A caller that joined a batch after its first caller waits on to its own
@@ -259,8 +261,8 @@ func TestBatcherLateJoinerWaitsItsOwnTime(t *testing.T) {
 		return incrIn(b, context.Background(), "rl:b", 1000, now.Add(wait+200*time.Millisecond), wait+200*time.Millisecond)
 	}()
 	wg.Wait()
-	if !errors.Is(firstErr, errTimedOut) {
-		t.Errorf("first caller: %v, want errTimedOut", firstErr)
+	if !errors.Is(firstErr, ErrTimedOut) {
+		t.Errorf("first caller: %v, want ErrTimedOut", firstErr)
 	}
 	if err != nil || n != 1 {
 		t.Errorf("late joiner = %d, %v; want 1: its deadline had not come when the store answered", n, err)
@@ -390,16 +392,16 @@ func TestBatcherJoinerAfterTheTimerWaitsItsOwnTime(t *testing.T) {
 	defer func() { close(store.hold); wg.Wait() }()
 
 	const first = 20 * time.Millisecond
-	if _, _, err := incrIn(b, context.Background(), "rl:a", 1000, time.Now().Add(first), first); !errors.Is(err, errTimedOut) {
-		t.Fatalf("first caller: %v, want errTimedOut", err)
+	if _, _, err := incrIn(b, context.Background(), "rl:a", 1000, time.Now().Add(first), first); !errors.Is(err, ErrTimedOut) {
+		t.Fatalf("first caller: %v, want ErrTimedOut", err)
 	}
 	time.Sleep(200 * time.Millisecond) // the batch's timer is long over
 
 	const wait = 50 * time.Millisecond
 	start := time.Now()
 	_, _, err := incrIn(b, context.Background(), "rl:b", 1000, start.Add(wait), wait)
-	if d := time.Since(start); !errors.Is(err, errTimedOut) || d < wait || d > 4*wait {
-		t.Errorf("a caller joining late: %v after %v; want errTimedOut after about %v", err, d, wait)
+	if d := time.Since(start); !errors.Is(err, ErrTimedOut) || d < wait || d > 4*wait {
+		t.Errorf("a caller joining late: %v after %v; want ErrTimedOut after about %v", err, d, wait)
 	}
 }
 
@@ -428,11 +430,11 @@ func TestBatcherFailureIsSharedByItsRoundTrip(t *testing.T) {
 
 	trips := make([]uint64, len(errs))
 	for i, err := range errs {
-		f, ok := errors.AsType[sharedFailure](err)
+		f, ok := errors.AsType[*tripError](err)
 		if !ok || !errors.Is(err, failing) {
 			t.Fatalf("caller %d: %v (%T), want a sharedFailure wrapping %v", i, err, err, failing)
 		}
-		trips[i] = f.roundTrip()
+		trips[i] = f.RoundTrip()
 	}
 	if trips[0] == trips[1] || trips[1] != trips[2] || trips[2] != trips[3] {
 		t.Fatalf("round trips of the failures: %v; want the first apart and the next three one", trips)

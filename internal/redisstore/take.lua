@@ -1,80 +1,62 @@
-package ratelimit
-
-import (
-	"context"
-	"errors"
-	"fmt"
-	"math"
-	"strconv"
-	"sync/atomic"
-	"time"
-
-	"github.com/redis/go-redis/v9"
-)
-
-// The Redis side of a RedisCounter's round trip: the Lua script that counts
-// a batch's keys, the script calls that carry a batch to the servers that
-// hold its keys, and the reading of their replies.
-
-// takeScript decides a round trip's calls, key by key and, for each key,
-// caller by caller in the order they came. A cost is counted only when it
-// fits under the limit, so a refused caller spends nothing: the script
-// adds the callers' costs with one INCRBY of their sum and takes the
-// refused ones back (DECRBY, or DEL of a key left at 0) before it returns,
-// which no other client can see between. The usual round trip, where
-// everything fits, so costs an existing fixed window an INCRBY and a PTTL,
-// as a plain counter does.
-//
-// The script runs on every round trip, so its common path is kept cheap
-// for the server, as measured in instructions per call (docs/benchmarks.md,
-// "Close to the floor"): functions that use many locals are made only in
-// a call that needs them, and a count of 1 goes to INCRBY as the string
-// "1", since redis.call formats a number argument with printf, which costs
-// more than the command.
-//
-// KEYS are the keys (for a sliding window, the tag of a tenant's keys: see
-// slidingKey). ARGV holds, for each key, its kind, its limit, its window
-// in milliseconds and, for kinds F and S, the number of callers n and
-// their n costs. Kind f is a fixed window and s a sliding one, each with
-// one caller of cost 1, the usual case, which carries no costs; F and S
-// are the same windows with any callers and costs. The limit, n and the
-// costs are hexadecimal: tonumber reads a base-16 string with strtoul,
-// once, where a decimal one costs two strtod calls, the script's largest
-// cost after the commands themselves. The window is decimal, as the
-// commands that take it want it.
-//
-// For each key it returns a; for a sliding window, prev; and one value
-// per caller: the key's count after the caller's decision, or -count-1
-// for a refusal. For a fixed window, a is the milliseconds it has left; a
-// new window gets its expiry in the same script, so the first request of
-// a window starts its clock and no key is ever left without an expiry.
-// For a sliding window, a is how far the current window has run on the
-// server's clock (TIME) and prev the count of the window before; the
-// window's key is "<tag>:<window ms>:<window number>", and expires at the
-// end of the window after it. A key that holds something other than a
-// count (WRONGTYPE, or a string that is not an integer) answers a = -3
-// and fails alone. Any other error of a
-// command (NOPERM, OOM, READONLY: the server's setup, which every key
-// meets alike) ends the script with the server's own words, stripped of
-// the "@user_script: <line>:" that Redis 6 puts before them; the keys
-// decided before it in the same call keep their counts.
-//
-// A tenant with quotas is one key, its hash "{<main key>}" (see limits in
-// the script for its fields), of kind g (one caller of cost 1) or G (n
-// callers and their costs). ARGV then starts with Q, how many quota sets
-// the call has, and each set (quotaSet.scriptArgs); such a key's own
-// arguments are its kind, its set's number, its main limit and its main
-// window in ms. The script reads the hash with one HMGET, decides each
-// caller against every limit, and writes the counts, and what else
-// changed, with one HSET. It returns, for each limit, a and prev as above
-// (for a calendar period, a is the milliseconds to its end and prev its
-// length); then, for each caller, one value per limit: the limit's count
-// after the caller's decision, or -count-1 where the cost does not fit,
-// and a caller is allowed only when none is negative. Kinds U and R read
-// (a, prev and the count of each limit) and delete such a hash, for
-// Limiter.Usage and Limiter.Reset; kinds u and r do the same for a tenant
-// without quotas, given its window's kind and length.
-const takeScript = `
+-- The script that decides a RedisCounter's round trip: its calls, key by
+-- key and, for each key, caller by caller in the order they came. A cost
+-- is counted only when it fits under the limit, so a refused caller
+-- spends nothing: the script adds the callers' costs with one INCRBY of
+-- their sum and takes the refused ones back (DECRBY, or DEL of a key left
+-- at 0) before it returns, which no other client can see between. The
+-- usual round trip, where everything fits, so costs an existing fixed
+-- window an INCRBY and a PTTL, as a plain counter does.
+--
+-- It runs on every round trip, so its common path is kept cheap for the
+-- server, as measured in instructions per call (docs/benchmarks.md):
+-- functions that use many locals are made only in a call that needs
+-- them, and a count of 1 goes to INCRBY as the string "1", since
+-- redis.call formats a number argument with printf, which costs more than
+-- the command.
+--
+-- KEYS are the keys (for a sliding window, the tag of a tenant's keys).
+-- ARGV holds, for each key, its kind, its limit, its window in
+-- milliseconds and, for kinds F and S, the number of callers n and their
+-- n costs. Kind f is a fixed window and s a sliding one, each with one
+-- caller of cost 1, the usual case, which carries no costs; F and S are
+-- the same windows with any callers and costs. The limit, n and the costs
+-- are hexadecimal: tonumber reads a base-16 string with strtoul, once,
+-- where a decimal one costs two strtod calls, the script's largest cost
+-- after the commands themselves. The window is decimal, as the commands
+-- that take it want it.
+--
+-- For each key it returns a; for a sliding window, prev; and one value
+-- per caller: the key's count after the caller's decision, or -count-1
+-- for a refusal. For a fixed window, a is the milliseconds it has left; a
+-- new window gets its expiry in the same script, so the first request of
+-- a window starts its clock and no key is ever left without an expiry.
+-- For a sliding window, a is how far the current window has run on the
+-- server's clock (TIME) and prev the count of the window before; the
+-- window's key is "<tag>:<window ms>:<window number>", and expires at the
+-- end of the window after it. A key that holds something other than a
+-- count (WRONGTYPE, or a string that is not an integer) answers a = -3
+-- and fails alone. Any other error of a command (NOPERM, OOM, READONLY:
+-- the server's setup, which every key meets alike) ends the script with
+-- the server's own words, stripped of the "@user_script: <line>:" that
+-- Redis 6 puts before them; the keys decided before it in the same call
+-- keep their counts.
+--
+-- A tenant with quotas is one key, its hash "{<main key>}" (see limits
+-- below for its fields), of kind g (one caller of cost 1) or G (n callers
+-- and their costs). ARGV then starts with Q, how many quota sets the call
+-- has, and each set (see quotas.go); such a key's own arguments are its
+-- kind, its set's number, its main limit and its main window in ms. The
+-- script reads the hash with one HMGET, decides each caller against every
+-- limit, and writes the counts, and what else changed, with one HSET. It
+-- returns, for each limit, a and prev as above (for a calendar period, a
+-- is the milliseconds to its end and prev its length); then, for each
+-- caller, one value per limit: the limit's count after the caller's
+-- decision, or -count-1 where the cost does not fit, and a caller is
+-- allowed only when none is negative. Kinds U and R read (a, prev and the
+-- count of each limit) and delete such a hash, for a usage and a reset;
+-- kinds u and r do the same for a tenant without quotas, given its
+-- window's kind and length. Kinds i and y take and give back slots in
+-- flight, x and X give back a cost.
 local tonumber, call, pcall, type = tonumber, redis.call, redis.pcall, type
 -- out starts with room for the usual reply (up to four fixed windows),
 -- so that it does not grow slot by slot: each growth rehashes it. The
@@ -129,7 +111,8 @@ if ARGV[1] == 'Q' then
   -- period (calendarLua) and limits are made here, in a call with quotas
   -- only: making a function costs the server an object for each local it
   -- uses, on every call that makes it, which a call without quotas would
-  -- pay for nothing.` + calendarLua + `
+  -- pay for nothing.
+  -- calendar.lua goes here
   -- A tenant with quotas keeps all its limits in one hash, "{<main key>}":
   -- for each limit, by its name, its count, its window's end (a fixed
   -- window), start (a sliding one, whose previous count is under :p) or
@@ -539,385 +522,3 @@ for ki = 1, #KEYS do
   end
 end
 return out
-`
-
-var takeScriptSHA = redis.NewScript(takeScript).Hash()
-
-// calendarLua is the Lua of the UTC calendar, for calendar quotas:
-// period(kind, now) returns the start and the end of the day ('d') or the
-// month ('m') that holds now, all in milliseconds since 1970-01-01 UTC.
-// The month is found from the day number by H. Hinnant's civil-from-days
-// algorithm, in a year that starts on the 1st of March, so that February,
-// the only month whose length varies, is the year's last. Calendar.period
-// does the same in Go, and a test runs both for every day from 1970 to
-// 2100.
-const calendarLua = `
-local function period(kind, now)
-  local floor = math.floor
-  local day = floor(now / 86400000)
-  if kind == 'd' then return day * 86400000, (day + 1) * 86400000 end
-  local z = day + 719468
-  local era = floor(z / 146097)
-  local doe = z - era * 146097
-  local yoe = floor((doe - floor(doe / 1460) + floor(doe / 36524) - floor(doe / 146096)) / 365)
-  local doy = doe - (365 * yoe + floor(yoe / 4) - floor(yoe / 100))
-  local mp = floor((5 * doy + 2) / 153)
-  local first = day - (doy - floor((153 * mp + 2) / 5))
-  local len
-  if mp < 11 then
-    len = floor((153 * mp + 155) / 5) - floor((153 * mp + 2) / 5)
-  else
-    local y = yoe + era * 400 + 1
-    len = 28
-    if y % 4 == 0 and (y % 100 ~= 0 or y % 400 == 0) then len = 29 end
-  end
-  return first * 86400000, (first + len) * 86400000
-end
-`
-
-// scriptCmd is a call of takeScript that go-redis must never send twice:
-// a command whose reply is lost may have run, and sending it again would
-// count its requests twice.
-type scriptCmd struct{ *redis.IntSliceCmd }
-
-func (scriptCmd) NoRetry() bool { return true }
-
-// route is how a round trip's keys map onto script calls.
-type route int8
-
-const (
-	allKeys route = iota // one server: one call for every key
-	byShard              // a Ring: one call per shard
-	byKey                // a cluster, or a client of unknown shape: one per key
-)
-
-// scripter carries a RedisCounter's batches to Redis as calls of
-// takeScript.
-type scripter struct {
-	rdb   redis.UniversalClient
-	route route
-	ring  *redis.Ring // when route is byShard
-	dials *dialWatch
-	// refused is the error of the server that refused to run the script
-	// (see noscript.go), shared by a counter's scripters; nil until one
-	// does.
-	refused *atomic.Pointer[error]
-}
-
-// send carries one round trip's ops, as a batcher's sendFunc.
-func (s *scripter) send(ctx context.Context, cancel context.CancelFunc, ops []*takeOp) {
-	cut := &roundTrip{cancel: cancel}
-	s.dials.add(cut)
-	defer s.dials.remove(cut)
-
-	if p := s.refused.Load(); p != nil {
-		s.withoutScript(ctx, ops, *p, cut.cause())
-		return
-	}
-	groups := s.groups(ops)
-	cmds := s.run(ctx, groups, false)
-	// A server that lacks the script (it restarted, or SCRIPT FLUSH) ran
-	// none of those calls: send them again with the body, which also
-	// loads it. One that refuses scripts ran none either.
-	var again [][]*takeOp
-	var refused []*takeOp
-	for i, g := range groups {
-		switch err := cmds[i].Err(); {
-		case err == nil: // the usual case: go-redis's error checks allocate
-			answer(g, cmds[i], cut.cause())
-		case redis.HasErrorPrefix(err, "NOSCRIPT"):
-			again = append(again, g)
-		case refusesScripts(err):
-			s.refused.CompareAndSwap(nil, &err)
-			refused = append(refused, g...)
-		default:
-			answer(g, cmds[i], cut.cause())
-		}
-	}
-	if again != nil {
-		for i, cmd := range s.run(ctx, again, true) {
-			if err := cmd.Err(); refusesScripts(err) {
-				s.refused.CompareAndSwap(nil, &err)
-				refused = append(refused, again[i]...)
-				continue
-			}
-			answer(again[i], cmd, cut.cause())
-		}
-	}
-	if refused != nil {
-		s.withoutScript(ctx, refused, *s.refused.Load(), cut.cause())
-	}
-}
-
-// groups splits ops into the script calls of one round trip.
-func (s *scripter) groups(ops []*takeOp) [][]*takeOp {
-	switch s.route {
-	case allKeys:
-		return [][]*takeOp{ops}
-	case byShard:
-		var groups [][]*takeOp
-		shards := map[*redis.Client]int{}
-		for _, op := range ops {
-			shard, _ := s.ring.GetShardClientForKey(op.key) // nil: the call fails alone
-			i, ok := shards[shard]
-			if !ok {
-				i = len(groups)
-				shards[shard] = i
-				groups = append(groups, nil)
-			}
-			groups[i] = append(groups[i], op)
-		}
-		return groups
-	}
-	groups := make([][]*takeOp, len(ops))
-	for i := range ops {
-		groups[i] = ops[i : i+1]
-	}
-	return groups
-}
-
-// run sends one script call per group, in one round trip.
-func (s *scripter) run(ctx context.Context, groups [][]*takeOp, body bool) []scriptCmd {
-	cmds := make([]scriptCmd, len(groups))
-	for i, g := range groups {
-		cmds[i] = call(ctx, g, body)
-	}
-	if len(cmds) == 1 {
-		_ = s.rdb.Process(ctx, cmds[0])
-		return cmds
-	}
-	pipe := s.rdb.Pipeline()
-	for _, cmd := range cmds {
-		_ = pipe.Process(ctx, cmd)
-	}
-	_, _ = pipe.Exec(ctx)
-	return cmds
-}
-
-// call builds the script call for ops: by its digest (EVALSHA), or with its
-// body (EVAL) when the server does not have it yet.
-func call(ctx context.Context, ops []*takeOp, body bool) scriptCmd {
-	// The quota sets of the call, each described once, before the keys'
-	// own arguments (see takeScript).
-	type set struct {
-		quotas *quotaSet
-		kind   int
-	}
-	var sets []set
-	setOf := func(op *takeOp) int {
-		kind := algoKind(op.algo)
-		for i, s := range sets {
-			if s.quotas == op.quotas && s.kind == kind {
-				return i + 1
-			}
-		}
-		sets = append(sets, set{op.quotas, kind})
-		return len(sets)
-	}
-	setArgs := 0
-	for _, op := range ops {
-		if op.quotas != nil && setOf(op) == len(sets) {
-			setArgs += len(op.quotas.setArgs[0])
-		}
-	}
-	args := make([]any, 3, 3+len(ops)+2+setArgs+4*len(ops)+2)
-	args[0], args[1], args[2] = "evalsha", takeScriptSHA, len(ops)
-	if body {
-		args[0], args[1] = "eval", takeScript
-	}
-	for i := range ops {
-		args = append(args, ops[i].key)
-	}
-	if len(sets) > 0 {
-		args = append(args, "Q", hexArg(int64(len(sets))))
-		for _, s := range sets {
-			args = append(args, s.quotas.setArgs[s.kind]...)
-		}
-	}
-	// The ops of one limiter share a limit and a window: each is written
-	// once per call, and only boxed again when it changes.
-	var limit, ms int64 = -1, -1
-	var limitArg, msArg any
-	for _, op := range ops {
-		if op.limit != limit {
-			limit, limitArg = op.limit, strconv.FormatInt(op.limit, 16)
-		}
-		if op.ms != ms {
-			ms, msArg = op.ms, op.ms
-		}
-		kind, n := algoKind(op.algo), op.stayed()
-		one := n == 1 && op.first == 1 && len(op.gone) == 0
-		if op.x != nil {
-			args = op.x.append(args, op, setOf, limitArg, msArg)
-			continue
-		}
-		switch {
-		case op.quotas != nil && one:
-			args = append(args, "g", hexArg(int64(setOf(op))), limitArg, msArg)
-			continue
-		case op.quotas != nil:
-			args = append(args, "G", hexArg(int64(setOf(op))), limitArg, msArg)
-		case one:
-			args = append(args, kindOne[kind], limitArg, msArg)
-			continue
-		default:
-			args = append(args, kindAny[kind], limitArg, msArg)
-		}
-		args = append(args, hexArg(n))
-		for c := range op.costs() {
-			args = append(args, hexArg(c))
-		}
-	}
-	cmd := redis.NewIntSliceCmd(ctx, args...)
-	cmd.SetFirstKeyPos(3)
-	return scriptCmd{cmd}
-}
-
-// append appends the arguments of op, a call with x's arguments, to
-// args; setOf numbers its quota set.
-func (x *opArgs) append(args []any, op *takeOp, setOf func(*takeOp) int, limitArg, msArg any) []any {
-	cost := hexArg(op.first)
-	switch {
-	case !x.give:
-		return append(args, "i", limitArg, msArg, x.token, cost)
-	case op.algo == InFlight:
-		return append(args, "y", x.token, cost)
-	case op.quotas != nil:
-		args = append(args, "X", hexArg(int64(setOf(op))), limitArg, msArg, cost)
-		for j := range op.limits() {
-			args = append(args, x.offsets[j])
-		}
-		return args
-	}
-	return append(args, "x", kindOne[algoKind(op.algo)], msArg, cost, x.offsets[0])
-}
-
-// algoKind is the index of algo's kinds in kindOne and kindAny.
-func algoKind(algo Algorithm) int {
-	if algo == SlidingWindow {
-		return 1
-	}
-	return 0
-}
-
-// hexArg is n in hexadecimal, as an argument of takeScript: boxed once for
-// the small numbers that most are.
-func hexArg(n int64) any {
-	if n >= 0 && n < int64(len(smallHex)) {
-		return smallHex[n]
-	}
-	return strconv.FormatInt(n, 16)
-}
-
-var smallHex = func() (h [256]any) {
-	for i := range h {
-		h[i] = strconv.FormatInt(int64(i), 16)
-	}
-	return h
-}()
-
-// The kinds of a key in takeScript's ARGV: [0] a fixed window, [1] a
-// sliding one.
-var (
-	kindOne = [2]any{"f", "s"} // one caller, of cost 1
-	kindAny = [2]any{"F", "S"} // any callers and costs
-)
-
-// answer fills in ops' answers from their script call. cause is why the
-// round trip was cut short, when it was.
-func answer(ops []*takeOp, cmd scriptCmd, cause error) {
-	vals, err := cmd.Result()
-	want := 0
-	for _, op := range ops {
-		want += head(op) + int(op.stayed())*op.values()
-	}
-	if err == nil && len(vals) != want {
-		err = fmt.Errorf("take script returned %d values for %d keys, want %d", len(vals), len(ops), want)
-	}
-	if err != nil {
-		if cause != nil && !errors.Is(err, cause) {
-			err = cause
-		}
-		for i := range ops {
-			ops[i].err = err
-		}
-		return
-	}
-	for _, op := range ops {
-		h := head(op)
-		op.a, op.prev = vals[0], 0
-		if h == 2 {
-			op.prev = vals[1]
-		}
-		if op.quotas != nil {
-			op.heads = vals[:h:h]
-		}
-		n := h + int(op.stayed())*op.values()
-		op.res, vals = vals[h:n:n], vals[n:]
-		if op.a == -3 {
-			op.err = errNotCounter
-		}
-	}
-}
-
-// head is how many values takeScript returns for op's key before its
-// callers' own: a, and for a sliding window prev; with quotas, both for
-// each limit.
-func head(op *takeOp) int {
-	if op.x != nil {
-		return 1 // an in-flight take's slots dropped, or what was given back
-	}
-	if op.quotas != nil {
-		return 2 * op.limits()
-	}
-	if op.algo == SlidingWindow {
-		return 2
-	}
-	return 1
-}
-
-var errNotCounter = errors.New("the key holds something other than a count")
-
-// msDuration is ms milliseconds, or the longest Duration for more than
-// it holds.
-func msDuration(ms int64) time.Duration {
-	if ms > math.MaxInt64/int64(time.Millisecond) {
-		return math.MaxInt64
-	}
-	return time.Duration(ms) * time.Millisecond
-}
-
-// decideFromScript fills in t, which has quotas, from its caller's answer
-// in op, its round trip's op at rank: for each limit, the count after the
-// caller's decision, or -count-1 where its cost did not fit, and the
-// limit's a and prev (see takeScript).
-func decideFromScript(t *take, op *takeOp, rank int) {
-	ls, n := t.limits()
-	vals := op.res[rank*n : (rank+1)*n]
-	var (
-		st   [maxQuotas + 1]limitState
-		fits [maxQuotas + 1]bool
-	)
-	for j := range n {
-		v, a, b := vals[j], op.heads[2*j], op.heads[2*j+1]
-		fits[j], st[j].count = v >= 0, v
-		if v < 0 {
-			st[j].count = -v - 1
-		}
-		switch {
-		case ls[j].sliding:
-			st[j].slide = sliding{prev: b, elapsed: msDuration(a), window: scriptWindow(&ls[j])}
-		case ls[j].cal != 0:
-			st[j].left, st[j].period = msDuration(a), msDuration(b)
-		default:
-			st[j].left = msDuration(a)
-		}
-	}
-	t.decideGroup(&ls, n, &st, &fits)
-}
-
-// scriptWindow is l's window as the script counts it, in whole
-// milliseconds.
-func scriptWindow(l *groupLimit) time.Duration {
-	return time.Duration(ceilDiv(l.window, time.Millisecond)) * time.Millisecond
-}

@@ -1,0 +1,222 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"syscall"
+)
+
+// The call of a store that waits: the over-limit cache first, then a call
+// through the breaker of the key's server, under the time rule; and what
+// the limiter does when the store fails (the fallback, or failing open or
+// closed).
+
+// What a store's errors may say of themselves (see Store): a
+// misconfiguration, with what to fix; an answer about one key, which says
+// that the server is up; one failed round trip that several requests
+// shared, which the breaker counts once.
+type (
+	misconfigured interface {
+		error
+		Fix() string
+	}
+	keyAnswer interface {
+		error
+		KeyOnly()
+	}
+	sharedFailure interface {
+		error
+		RoundTrip() uint64
+	}
+)
+
+// fixOf is what err says to fix, or "".
+func fixOf(err error) string {
+	if m, ok := errors.AsType[misconfigured](err); ok {
+		return m.Fix()
+	}
+	return ""
+}
+
+// takeFromStore decides r in Options.Counter, a store that is not local:
+// the over-limit cache first, then a call through the breaker, timed.
+func (l *Limiter) takeFromStore(ctx context.Context, d *Decision, r *Request) {
+	var buf [maxKeyLen]byte
+	kb := r.appendKey(buf[:0])
+	since := l.clock.since(r.Now)
+	if l.refusals != nil {
+		if a, ok := l.refusals.refuse(kb, r, since); ok {
+			l.counted(d, &l.policy, ByCache, r, &a, nil)
+			l.decided(d, r)
+			return
+		}
+	}
+	a, err := l.ask(ctx, r)
+	if err == nil && !a.Allowed && l.refusals != nil {
+		l.refusals.add(kb, r, &a, since)
+	}
+	if a.refusal != nil {
+		l.countsByTransaction(a.refusal)
+	}
+	if err != nil {
+		l.failed(ctx, d, r, err)
+		return
+	}
+	l.counted(d, &l.policy, ByCounter, r, &a, nil)
+	l.decided(d, r)
+}
+
+// ask calls op (Take or Give) of Options.Counter for r, through the
+// breaker of its key's server, under the time rule. The breaker and the
+// metrics' latency learn only what the store did: a request whose own
+// context ended (ErrContextDone) tells them nothing, and an answer about
+// one key (keyAnswer) says that the server is up.
+func (l *Limiter) ask(ctx context.Context, r *Request) (Answer, error) {
+	return l.call(ctx, r, l.store.Take)
+}
+
+// call is ask for any of the store's methods that decide or give back.
+func (l *Limiter) call(ctx context.Context, r *Request, op func(context.Context, Request) (Answer, error)) (Answer, error) {
+	b := l.breakers.first
+	if l.info.Server != nil {
+		b = l.breakers.of(l.info.Server(*r))
+	}
+	ok, probe := b.allow()
+	if !ok {
+		return Answer{}, errBreakerOpen
+	}
+	a, err := l.rule.call(ctx, r, op)
+	switch {
+	case err == nil:
+		b.success(probe)
+	case errors.Is(err, ErrContextDone):
+		b.abandoned(probe)
+		l.opts.Metrics.canceled()
+		return a, err
+	case isKeyAnswer(err):
+		b.success(probe) // the server answered, for this key
+	default:
+		b.failure(probe, err)
+	}
+	if m := l.opts.Metrics; m != nil {
+		m.roundTrip(l.clock.Now().Sub(r.Now), err == nil, causeOf(err))
+	}
+	return a, err
+}
+
+// isKeyAnswer reports whether err is an answer about one key.
+func isKeyAnswer(err error) bool {
+	_, ok := errors.AsType[keyAnswer](err)
+	return ok
+}
+
+// causeOf is why err failed a round trip.
+func causeOf(err error) cause {
+	if _, ok := errors.AsType[misconfigured](err); ok {
+		return causeConfiguration
+	}
+	if isTimeout(err) {
+		return causeTimeout
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return causeRefused
+	}
+	if op, ok := errors.AsType[*net.OpError](err); ok && op.Op == "dial" {
+		return causeRefused
+	}
+	return causeOther
+}
+
+// isTimeout reports whether err is a deadline that passed.
+func isTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	ne, ok := errors.AsType[net.Error](err)
+	return ok && ne.Timeout()
+}
+
+// failed decides into d the request r that Options.Counter could not
+// decide, for err: by the fallback, or failing open or closed.
+func (l *Limiter) failed(ctx context.Context, d *Decision, r *Request, err error) {
+	if errors.Is(err, ErrContextDone) {
+		// The request's own doing: nothing to say of the store, and no
+		// fallback's count to spend for a client that is gone.
+		l.uncounted(d, r, err)
+		return
+	}
+	lastResort := "fail open"
+	if l.opts.FailClosed {
+		lastResort = "fail closed"
+	}
+	if err != errBreakerOpen { // the breaker logged when it opened
+		action := lastResort
+		if l.fallback != nil {
+			action = "fallback"
+		}
+		if m, ok := errors.AsType[misconfigured](err); ok {
+			l.failures.record(slog.LevelError, "ratelimit: the counter is misconfigured, request decided by "+action,
+				slog.String("fix", m.Fix()), slog.String("tenant", logTenant(r.Tenant)), slog.String("key", r.Key()), slog.Any("err", err))
+		} else {
+			l.failures.record(slog.LevelError, "ratelimit: counter failed, request decided by "+action,
+				slog.String("tenant", logTenant(r.Tenant)), slog.String("key", r.Key()), slog.Any("err", err))
+		}
+	}
+	if l.fallback != nil {
+		f := l.fallbackRequest(ctx, r)
+		a, ferr := l.askFallback(ctx, &f)
+		if ferr == nil {
+			l.counted(d, &l.fallbackPolicy, ByFallback, &f, &a, err)
+			if f.Cost > f.Limit {
+				d.RetryAfter = 0 // it never fits the fallback's budget
+			}
+			l.decided(d, &f)
+			return
+		}
+		if ctx.Err() == nil { // else the request gave up: not the fallback's failure
+			l.failures.record(slog.LevelError, "ratelimit: counter failed, request decided by "+lastResort,
+				slog.String("tenant", logTenant(r.Tenant)), slog.String("key", r.Key()), slog.Any("err", ferr))
+		}
+		err = fmt.Errorf("%w; fallback: %w", err, ferr)
+	}
+	l.uncounted(d, r, err)
+}
+
+// fallbackRequest is r at the fallback's budget, waiting only as ctx lets
+// it.
+func (l *Limiter) fallbackRequest(ctx context.Context, r *Request) Request {
+	f := *r
+	f.Limit = l.fallbackLimit(r.Limit)
+	f.setQuotas(r.set.fallbackSet())
+	f.Deadline, _ = ctx.Deadline()
+	return f
+}
+
+// askFallback decides f in Options.Fallback, directly: the fallback is
+// what decides while the counter cannot.
+func (l *Limiter) askFallback(ctx context.Context, f *Request) (Answer, error) {
+	if f.Cost > f.Limit {
+		// It never fits: refused, its window's whole length to run.
+		var a Answer
+		a.Counts[0] = Count{N: f.Limit, Left: f.Window, Length: f.Window}
+		return a, nil
+	}
+	if l.fallbackIncrOnly && f.Cost != 1 {
+		return Answer{}, fmt.Errorf("fallback %T counts one request at a time, not a cost of %d", l.opts.Fallback, f.Cost)
+	}
+	return l.fallback.Take(ctx, *f)
+}
+
+// fallbackLimit is the fallback's budget for a request whose budget is
+// limit: FallbackLimit, in the proportion of a tenant's plan to Limit.
+func (l *Limiter) fallbackLimit(limit int64) int64 {
+	if limit == int64(l.opts.Limit) {
+		return int64(l.opts.FallbackLimit)
+	}
+	scaled := math.Ceil(float64(limit) * float64(l.opts.FallbackLimit) / float64(l.opts.Limit))
+	return int64(min(max(scaled, 1), maxLimit))
+}

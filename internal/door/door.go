@@ -1,0 +1,115 @@
+// Package door is what the middlewares of the ratelimit package and of
+// its fiberv3 module share: how a door learns what its Limiter can do,
+// reads a request's tenant, tells a failed response from a successful
+// one, and gives back after the handler. A door reads the tenant (and the
+// cost) from a request and writes the decision; nothing else.
+package door
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strconv"
+)
+
+// Wiring is what a door needs to know of its Limiter, made once by the
+// Limiter.
+type Wiring struct {
+	// CostErr is why the Limiter cannot count a request's cost, or nil.
+	CostErr error
+	// GiveErr is why it cannot give back what a request took, or nil.
+	GiveErr error
+	// InFlight: the Limiter counts requests in flight, whose slots every
+	// request gives back when its handler returns.
+	InFlight bool
+	// Local: the Limiter's store never waits, so that a door may give it
+	// no request context.
+	Local bool
+	// Unreadable logs a tenant of a type TenantID cannot read.
+	Unreadable func(reflect.Type)
+}
+
+// Of returns the wiring of lim, a *ratelimit.Limiter. The ratelimit
+// package sets it when it is initialized: this package cannot import it.
+var Of func(lim any) *Wiring
+
+// CheckCost returns why a door with a cost function cannot count costs
+// with w's Limiter, naming the field, or nil.
+func (w *Wiring) CheckCost() error {
+	if w.CostErr != nil {
+		return errors.New("Cost: " + w.CostErr.Error())
+	}
+	return nil
+}
+
+// CheckSkip returns why a door cannot follow its skip rules with w's
+// Limiter, naming the rule, or nil: a Limiter that cannot give back, or an
+// InFlight one, which gives back every request.
+func (w *Wiring) CheckSkip(skipFailed, skipSuccessful bool) error {
+	field := "SkipFailedRequests"
+	switch {
+	case !skipFailed && !skipSuccessful:
+		return nil
+	case !skipFailed:
+		field = "SkipSuccessfulRequests"
+	}
+	switch {
+	case w.InFlight:
+		return errors.New(field + ": an InFlight limiter gives back every request's slots when its handler returns; " +
+			"a skip rule has nothing left to give back")
+	case w.GiveErr != nil:
+		return errors.New(field + ": " + w.GiveErr.Error())
+	}
+	return nil
+}
+
+// Skipped reports whether a skip rule gives back a request answered with
+// status: a failure is 400 or more, a success below.
+func Skipped(status int, skipFailed, skipSuccessful bool) bool {
+	if status >= 400 {
+		return skipFailed
+	}
+	return skipSuccessful
+}
+
+// ReleaseContext is ctx without its cancellation, for giving back after
+// the handler: its client may be gone, but the count must still be given
+// back. A context that is never done (context.Background, a Fiber
+// context's default) is used as it is, without allocating.
+func ReleaseContext(ctx context.Context) context.Context {
+	if ctx.Done() == nil {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
+}
+
+// TenantID returns the tenant ID that v stands for, v being what a request
+// carries for its tenant, such as Fiber's c.Locals("tenant"): a string,
+// the String of a fmt.Stringer, or an integer in decimal, of a type of its
+// own or not (type TenantID int64). nil and "" are no tenant. A value of
+// any other type is no tenant either, and w.Unreadable logs its type: it is
+// the gateway's mistake, which would otherwise put every such tenant into
+// the one budget of requests without a tenant.
+func (w *Wiring) TenantID(v any) (string, bool) {
+	var id string
+	switch t := v.(type) {
+	case string:
+		id = t
+	case nil:
+	case interface{ String() string }:
+		id = t.String()
+	default:
+		// Types of the gateway's own: type TenantID int64, say.
+		switch rv := reflect.ValueOf(v); rv.Kind() {
+		case reflect.String:
+			id = rv.String()
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			id = strconv.FormatInt(rv.Int(), 10)
+		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			id = strconv.FormatUint(rv.Uint(), 10)
+		default:
+			w.Unreadable(rv.Type())
+		}
+	}
+	return id, id != ""
+}

@@ -1,0 +1,148 @@
+package memstore
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/gatewaykit/ratelimit/internal/window"
+)
+
+// Give gives back what a call took, with c as Take was given it but for
+// Now, and Marks from Take's result: c.Cost in each limit whose window is
+// still the one its mark names (a window that has ended is left alone),
+// or, for an InFlight limit, the slots of c.Slot. It returns what the
+// main limit got back. A window is named exactly, by its end (a fixed
+// window), its start (a sliding one) or its period's start (a calendar
+// quota).
+func (m *Store) Give(key []byte, c *window.Call) (int64, error) {
+	if m.closed.Load() {
+		return 0, ErrClosed
+	}
+	w := m.peek(key)
+	if w == nil {
+		return 0, nil
+	}
+	switch k := c.Main.Kind; {
+	case k == window.InFlight:
+		if f := w.flight(); f != nil {
+			return f.give(c.Slot), nil
+		}
+	case c.Quotas != nil:
+		if g := w.group(); g != nil {
+			return g.give(c), nil
+		}
+	case w.group() != nil || w.flight() != nil:
+	case k == window.Sliding && w.width == int64(c.Main.Window) && w.start == c.Marks[0],
+		k == window.Fixed && w.width == 0 && w.end == c.Marks[0]:
+		return giveBack(&w.count, c.Cost), nil
+	}
+	return 0, nil
+}
+
+// giveBack takes up to cost off count, never below 0, and returns how
+// much it took.
+func giveBack(count *atomic.Int64, cost int64) int64 {
+	for {
+		n := count.Load()
+		back := min(n, cost)
+		if back <= 0 || count.CompareAndSwap(n, n-back) {
+			return max(back, 0)
+		}
+	}
+}
+
+// give gives back c's cost in each of g's windows that is still the one
+// c was counted in, and returns what the main limit got back.
+func (g *group) give(c *window.Call) int64 {
+	ls, n := c.Limits()
+	wall := c.Now
+	now := Nanos(wall)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if set := setOf(c); g.set != set {
+		g.match(&ls, n)
+		g.set = set
+	}
+	var given int64
+	for j := range n {
+		s := &g.subs[j]
+		s.roll(&ls[j], now, wall)
+		if s.count == 0 || s.mark(&ls[j]) != c.Marks[j] {
+			continue
+		}
+		back := min(s.count, c.Cost)
+		s.count -= back
+		if j == 0 {
+			given = back
+		}
+	}
+	return given
+}
+
+// Read fills in r with what key holds of c's limits at c.Now, changing
+// nothing: slots whose lease has ended are not dropped (the next Take
+// drops and counts them), and a fixed window that does not run is
+// reported as the one a request would start, with nothing counted.
+func (m *Store) Read(key []byte, c *window.Call, r *window.Result) error {
+	if m.closed.Load() {
+		return ErrClosed
+	}
+	ls, n := c.Limits()
+	var subs [window.MaxLimits]sub
+	for j := range n {
+		subs[j] = sub{name: ls[j].Name, cal: ls[j].Calendar}
+	}
+	wall := c.Now
+	now := Nanos(wall)
+	if w := m.peek(key); w != nil {
+		if g := w.group(); g != nil {
+			g.mu.Lock()
+			for j := range n {
+				for k := range g.n {
+					if g.subs[k].name == ls[j].Name && g.subs[k].cal == ls[j].Calendar {
+						subs[j] = g.subs[k]
+					}
+				}
+			}
+			g.mu.Unlock()
+		} else if f := w.flight(); f != nil {
+			if c.Main.Kind == window.InFlight {
+				subs[0].count = f.live(now)
+			}
+		} else if c.Main.Kind != window.InFlight {
+			subs[0] = w.asSub(ls[0].Name, now)
+		}
+	}
+	for j := range n {
+		if ls[j].Kind == window.InFlight {
+			r.Counts[j] = window.State{N: subs[j].count, Fits: true, Left: ls[j].Window, Length: ls[j].Window}
+			continue
+		}
+		subs[j].roll(&ls[j], now, wall)
+		subs[j].state(&r.Counts[j], &ls[j], now, wall)
+		r.Counts[j].Fits = true
+	}
+	r.Allowed = true
+	return nil
+}
+
+// Reset ends key's window, or its tenant's windows and slots, at once:
+// its next request starts afresh.
+func (m *Store) Reset(key []byte, at time.Time) error {
+	h, si, _, err := m.lookup(key, Nanos(at))
+	if err != nil {
+		return err
+	}
+	now := Nanos(at)
+	s := &m.shards[si]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t := s.table.Load(); t != nil {
+		if i, w := t.find(h, key); w != nil {
+			// An ended window: the key's next request starts afresh, and
+			// the shard's next rebuild drops it.
+			t.slots[i].w.Store(&entry{key: w.key, hash: h, start: now, end: now})
+		}
+	}
+	return nil
+}

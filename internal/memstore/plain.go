@@ -1,0 +1,134 @@
+package memstore
+
+import (
+	"fmt"
+	"hash/maphash"
+	"time"
+
+	"github.com/gatewaykit/ratelimit/internal/window"
+)
+
+// A plain window: the one limit of a tenant without quotas, fixed or
+// sliding, in one entry whose count changes by compare-and-swap.
+
+// liveFor reports whether w counts a request at now in windows of width
+// by kind. A fixed window keeps the width it began with; a sliding one
+// of another width starts afresh.
+func (w *entry) liveFor(now, width int64, kind window.Kind) bool {
+	if now >= w.end {
+		return false
+	}
+	if kind == window.Sliding {
+		return w.width == width
+	}
+	return w.width == 0
+}
+
+// Incr adds 1 to key's fixed window of width at now and returns the count
+// after it and the time the window has left: the seed's Counter.
+func (m *Store) Incr(key []byte, width time.Duration, now time.Time) (int64, time.Duration, error) {
+	if width <= 0 {
+		return 0, 0, fmt.Errorf("increment rate limit key %s: window %v is not positive", key, width)
+	}
+	n := Nanos(now)
+	w, err := m.window(key, int64(width), window.Fixed, n)
+	if err != nil {
+		return 0, 0, err
+	}
+	return w.count.Add(1), time.Duration(w.end - n), nil
+}
+
+// takeWindow decides c, a plain window's, for key.
+func (m *Store) takeWindow(key []byte, c *window.Call, r *window.Result) (err error) {
+	r.Counts[0], err = m.TakeWindow(key, c.Main.Kind, c.Cost, c.Main.Limit, c.Main.Window, Nanos(c.Now))
+	r.Allowed = r.Counts[0].Fits
+	return err
+}
+
+// TakeWindow decides a request of cost in key's plain window (of kind
+// Fixed or Sliding) of limit per width, at now on the store's clock (see
+// Nanos), and returns the window's state after the decision: Take's
+// short way for the usual request, a tenant without quotas. The count
+// changes by compare-and-swap, only when the cost fits.
+func (m *Store) TakeWindow(key []byte, kind window.Kind, cost, limit int64, width time.Duration, now int64) (st window.State, err error) {
+	w, err := m.window(key, int64(width), kind, now)
+	if err != nil {
+		return st, err
+	}
+	st.Left, st.Length = time.Duration(w.end-now), time.Duration(w.end-w.start)
+	if kind == window.Sliding {
+		// A sliding window is marked by its start, a fixed one by its end.
+		st.Mark, st.Prev = w.start, w.prev
+		s := window.Slide{Prev: w.prev, Elapsed: time.Duration(now - w.start), Length: width}
+		for {
+			s.Cur = w.count.Load()
+			if !s.Fits(cost, limit) {
+				st.N = s.Cur
+				return st, nil
+			}
+			if w.count.CompareAndSwap(s.Cur, s.Cur+cost) {
+				st.N, st.Fits = s.Cur+cost, true
+				return st, nil
+			}
+		}
+	}
+	st.Mark = w.end
+	for {
+		n := w.count.Load()
+		if n+cost > limit {
+			st.N = n
+			return st, nil
+		}
+		if w.count.CompareAndSwap(n, n+cost) {
+			st.N, st.Fits = n+cost, true
+			return st, nil
+		}
+	}
+}
+
+// window returns key's window that counts a request at now, in windows of
+// width by kind, made when there is none.
+func (m *Store) window(key []byte, width int64, kind window.Kind, now int64) (*entry, error) {
+	if m.closed.Load() {
+		return nil, ErrClosed
+	}
+	if now >= m.sweepAt.Load() {
+		m.sweep(now)
+	}
+	h := maphash.Bytes(seed, key)
+	si := shardOf(h) &^ m.shardsOff
+	if t := m.shards[si].table.Load(); t != nil {
+		// A window is only ever replaced once it has ended, so counting in
+		// one that is live at now counts in the right window even if it
+		// is replaced a moment later; one dropped to stay within the bound
+		// counts the request as if it came before the drop.
+		if _, w := t.find(h, key); w != nil && w.liveFor(now, width, kind) {
+			return w, nil
+		}
+	}
+	return m.windowLocked(si, h, key, now, width, kind)
+}
+
+// windowLocked handles a new key, an ended window, and rebuilding, in
+// shard si.
+func (m *Store) windowLocked(si, h uint64, key []byte, now, width int64, kind window.Kind) (*entry, error) {
+	// A sliding window is kept a window past its end, for the next one.
+	life := width
+	if kind == window.Sliding {
+		life = 2 * width
+	}
+	return m.locked(si, h, key, now, life, func(w *entry, k string) *entry {
+		if w != nil && w.liveFor(now, width, kind) {
+			return w
+		}
+		nw := &entry{key: k, hash: h, start: now}
+		if kind == window.Sliding {
+			nw.width, nw.start = width, window.Start(now, width)
+			if w != nil && w.width == width && w.end == nw.start {
+				nw.prev = w.count.Load()
+			}
+		}
+		nw.end = window.AddClamped(nw.start, width)
+		return nw
+	})
+}

@@ -1,0 +1,159 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The errors of a round trip, as the limiter reads them: through methods
+// (Fix, KeyOnly, RoundTrip) that the ratelimit package asks for by
+// interfaces of its own, so that it names no type of this package.
+
+// ErrTimedOut: the caller's wait ended before the answer came. It wraps
+// context.DeadlineExceeded, which is what it is.
+var ErrTimedOut = fmt.Errorf("no answer in time: %w", context.DeadlineExceeded)
+
+// errNeedsScripts: a sliding window, quotas, slots in flight or a give
+// back on a server that refuses scripts.
+var errNeedsScripts = errors.New("a sliding window, quotas, InFlight and giving back need the server to run scripts")
+
+// errNotCounter: a key holds something other than what the limiter keeps
+// there.
+var errNotCounter = errors.New("the key holds something other than a count")
+
+// Misconfigured is an answer that says the store is set up wrong rather
+// than down (a wrong password, a missing permission, an unknown database,
+// a key that holds something else), with what to fix.
+type Misconfigured struct {
+	err  error
+	hint string
+}
+
+func (e *Misconfigured) Error() string { return e.err.Error() }
+func (e *Misconfigured) Unwrap() error { return e.err }
+
+// Fix says what to fix.
+func (e *Misconfigured) Fix() string { return e.hint }
+
+// keyMisconfigured is a Misconfigured that the server answered for one key
+// (a key of another type, a key of another node's slot): the server is
+// up, and serves other keys.
+type keyMisconfigured struct{ Misconfigured }
+
+// KeyOnly says that the answer is about one key, not the server.
+func (*keyMisconfigured) KeyOnly() {}
+
+// The permissions an ACL user needs, by what it runs: docs/redis.md lists
+// them, and a test runs each algorithm through a user that has exactly
+// these. On a cluster, the client also needs +cluster|slots for its slot
+// map; on Redis 6, Ping's check that a plain client is not talking to a
+// cluster node needs +info (Redis 7 lets every user run HELLO).
+const (
+	ACLFixed     = "~rl:* +evalsha +eval +get +incrby +decrby +del +pexpire +pttl +ping"
+	ACLSliding   = "~{rl:* +evalsha +eval +time +get +incrby +decrby +del +pexpire +ping"
+	ACLNoScripts = "~rl:* +set +incrby +pttl +multi +exec +ping"
+	ACLQuotas    = "~rl:* ~{rl:* +evalsha +eval +time +hmget +hset +pexpire +del +ping"
+	ACLInFlight  = "~rl:* +evalsha +eval +time +zremrangebyscore +zcard +zadd +zrem +zcount +pexpire +del +ping"
+)
+
+// fixes are the answers that mean misconfiguration, by words they hold
+// (Redis 6 and 7 word a script's failures differently from Redis 8 and
+// Valkey), with what to fix.
+var fixes = []struct {
+	words []string
+	fix   string
+}{
+	{[]string{"NOAUTH"}, "the server wants a password: set the client's Password (and Username, for an ACL user)"},
+	{[]string{"WRONGPASS"}, "the username or password is wrong: check the client's Username and Password"},
+	{[]string{"NOPERM", "can't run this command", "no permissions to run"},
+		"the ACL user lacks a permission: grant it, for a fixed window, " + ACLFixed + "; for a sliding window, " + ACLSliding +
+			"; with quotas, " + ACLQuotas + "; for InFlight, " + ACLInFlight + " (docs/redis.md lists them, and the cluster's)"},
+	{[]string{"OOM command not allowed"}, "the server is at its maxmemory and evicts nothing (maxmemory-policy noeviction): " +
+		"raise maxmemory, or use a policy that evicts, such as volatile-ttl: every key the limiter writes has an expiry"},
+	{[]string{"READONLY"}, "the server is a read-only replica: point the client at the primary, " +
+		"or let it find the primary (redis.NewFailoverClient with Sentinel, redis.NewClusterClient)"},
+	{[]string{"DB index is out of range"}, "the database does not exist: the client's DB (the number at the end of the URL) must be below the server's databases setting, 16 by default"},
+	{[]string{"SELECT is not allowed in cluster mode"}, "a cluster has only database 0: drop the client's DB"},
+}
+
+const fixNotCounter = "a key under rl: holds something other than a count, which another program wrote: give the limiter a Name of its own, or delete the key"
+
+// clusterAnswers start the answers of a cluster node to a client that
+// does not follow a cluster: a key of another node's slot, a key being
+// moved, keys of several slots in one call.
+var clusterAnswers = []string{"MOVED", "ASK", "CROSSSLOT"}
+
+// fixClusterNode is what to fix when a plain client talks to a cluster
+// node.
+const fixClusterNode = "this server is a cluster node: use redis.NewClusterClient (or redis.NewUniversalClient with the cluster's addresses), which sends each key to its node"
+
+// classify returns err as a Misconfigured when it is an answer that means
+// misconfiguration, and err as it is otherwise. cluster says that the
+// client follows a cluster, which handles the redirections of
+// clusterAnswers itself: from such a client they are a cluster changing
+// under it, not a mistake.
+func classify(err error, cluster bool) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := errors.AsType[*Misconfigured](err); ok {
+		return err
+	}
+	if _, ok := errors.AsType[*keyMisconfigured](err); ok {
+		return err
+	}
+	switch {
+	case errors.Is(err, errNotCounter) || redis.HasErrorPrefix(err, "WRONGTYPE"):
+		return &keyMisconfigured{Misconfigured{err, fixNotCounter}}
+	case errors.Is(err, errNeedsScripts):
+		return &Misconfigured{err, "the server refuses scripts, which the sliding window, quotas, InFlight and Release need: grant the user " +
+			ACLSliding + " (with quotas, " + ACLQuotas + "; for InFlight, " + ACLInFlight + "), or use FixedWindow without Quotas"}
+	}
+	msg := err.Error()
+	if !cluster {
+		for _, a := range clusterAnswers {
+			if redis.HasErrorPrefix(err, a) {
+				return &keyMisconfigured{Misconfigured{err, fixClusterNode}}
+			}
+		}
+	}
+	for _, f := range fixes {
+		for _, w := range f.words {
+			if strings.Contains(msg, w) {
+				return &Misconfigured{err, f.fix}
+			}
+		}
+	}
+	return err
+}
+
+// tripError is the failure of one round trip, which all its callers get:
+// the breaker counts it once.
+type tripError struct {
+	trip uint64 // from tripIDs
+	err  error
+}
+
+// tripIDs numbers the round trips that failed, in every batcher.
+var tripIDs atomic.Uint64
+
+func (e *tripError) Error() string { return e.err.Error() }
+func (e *tripError) Unwrap() error { return e.err }
+
+// RoundTrip names the round trip that failed.
+func (e *tripError) RoundTrip() uint64 { return e.trip }
+
+// isTimeout reports whether err is a deadline that passed.
+func isTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	ne, ok := errors.AsType[net.Error](err)
+	return ok && ne.Timeout()
+}

@@ -1,0 +1,54 @@
+package redisstore
+
+import (
+	"strconv"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/gatewaykit/ratelimit/internal/window"
+)
+
+// quotaArgs is a set of quotas as take.lua reads it, made once: the main
+// limit's kind (f a fixed window, s a sliding one) and name, how many
+// quotas, and for each its kind (f, s, d a day, m a month), its limit in
+// hexadecimal, its window in milliseconds (0 for a period) and its name.
+// A script call gives it once for all its keys of the set.
+type quotaArgs struct {
+	n    int // the limits: the main one and the quotas
+	args []any
+
+	// What it was made for, to tell a set reused for another.
+	quotas *window.Limit
+	main   string
+	kind   window.Kind
+}
+
+// quotaSets keeps the arguments of each set of quotas met, by the slice
+// the calls carry: one limiter's quotas come in the same slice every time.
+var quotaSets sync.Map // *window.Limit → *quotaArgs
+
+// argsOf returns the arguments of c's quotas.
+func argsOf(c *window.Call) *quotaArgs {
+	p := unsafe.SliceData(c.Quotas)
+	if v, ok := quotaSets.Load(p); ok {
+		if a := v.(*quotaArgs); a.n == 1+len(c.Quotas) && a.main == c.Main.Name && a.kind == c.Main.Kind {
+			return a
+		}
+	}
+	a := &quotaArgs{n: 1 + len(c.Quotas), quotas: p, main: c.Main.Name, kind: c.Main.Kind}
+	k := kindOne[kindIndex(c.Main.Kind)]
+	a.args = append(a.args, k, c.Main.Name, hexArg(int64(len(c.Quotas))))
+	for _, q := range c.Quotas {
+		qk, ms := k, any(window.CeilDiv(q.Window, time.Millisecond))
+		switch q.Calendar {
+		case window.Day:
+			qk, ms = "d", int64(0)
+		case window.Month:
+			qk, ms = "m", int64(0)
+		}
+		a.args = append(a.args, qk, strconv.FormatInt(q.Limit, 16), ms, q.Name)
+	}
+	quotaSets.Store(p, a)
+	return a
+}

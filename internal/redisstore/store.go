@@ -1,0 +1,328 @@
+// Package redisstore is the engine of ratelimit.RedisCounter: the Lua
+// script that decides in Redis, the batcher that lets calls share round
+// trips, the nodes of a cluster or ring with their round trips and dial
+// watches, the path for servers that refuse scripts, and what Redis's
+// answers mean. It knows keys as strings and limits as the window
+// package has them; the ratelimit package's RedisCounter is its public
+// face.
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/gatewaykit/ratelimit/internal/window"
+)
+
+// Store is a RedisCounter's engine: its client's nodes, each with round
+// trips of its own. It is safe for concurrent use by multiple goroutines.
+type Store struct {
+	nodes *nodes
+}
+
+// New returns the engine of a counter on rdb, which stays the caller's;
+// the engine adds dial hooks to it (see dialwatch.go).
+func New(rdb redis.UniversalClient) *Store { return &Store{nodes: newNodes(rdb)} }
+
+// Node returns key's server: its number (0, 1, ...) and address.
+func (s *Store) Node(key string) (id int, addr string) {
+	n := s.nodes.of(key)
+	return n.id, n.addr
+}
+
+// ManyNodes reports whether the keys may live on several servers.
+func (s *Store) ManyNodes() bool { return s.nodes.manyNodes() }
+
+// ScriptRefusal is a server's refusal to run the script, with what to
+// fix, or nil: fixed windows then count by transactions (see
+// noscript.go).
+func (s *Store) ScriptRefusal() error {
+	if p := s.nodes.refused.Load(); p != nil {
+		return &Misconfigured{*p, "grant the user " + ACLFixed + " to decide in the store"}
+	}
+	return nil
+}
+
+// realEpoch is where the process's monotonic clock counts from.
+var realEpoch = time.Now()
+
+// monoNow is the process's monotonic clock, in nanoseconds since
+// realEpoch: what a window is marked on (see Give).
+func monoNow() int64 { return int64(time.Since(realEpoch)) }
+
+// Incr adds 1 to key's fixed window of width and returns the count after
+// it and the time the window has left, read in the same round trip. Redis
+// keeps expiries in milliseconds, so a width that is not a whole number of
+// milliseconds is rounded up to the next one.
+func (s *Store) Incr(ctx context.Context, key string, width time.Duration) (int64, time.Duration, error) {
+	c := window.Call{Cost: 1, Main: window.Limit{Limit: math.MaxInt64, Window: width}}
+	var r window.Result
+	deadline, _ := ctx.Deadline()
+	if err := s.Take(ctx, key, &c, deadline, 0, &r); err != nil {
+		return 0, 0, err
+	}
+	return r.Counts[0].N, r.Counts[0].Left, nil
+}
+
+// Take decides c for key in one round trip, shared with other calls,
+// giving up with ErrTimedOut after wait, when it is positive, which ends
+// at deadline. A tenant with quotas is decided in its hash, key. Each
+// limit is marked, for Give, on the process's monotonic clock by where the
+// script reported its window: a fixed window by when it is to end, a
+// sliding one by when it started.
+func (s *Store) Take(ctx context.Context, key string, c *window.Call, deadline time.Time, wait time.Duration, r *window.Result) error {
+	op, rank, err := s.send(ctx, key, c, nil, deadline, wait, "increment")
+	if err != nil {
+		return err
+	}
+	now := monoNow()
+	switch {
+	case c.Main.Kind == window.InFlight:
+		r.Expired = op.a
+		used, fits := op.res[rank], true
+		if used < 0 {
+			used, fits = -used-1, false
+		}
+		r.Allowed, r.Counts[0] = fits, window.State{N: used, Fits: fits, Left: c.Main.Window, Length: c.Main.Window}
+		return nil
+	case c.Quotas != nil:
+		ls, n := c.Limits()
+		vals := op.res[rank*n : (rank+1)*n]
+		r.Allowed = true
+		for j := range n {
+			r.Counts[j] = state(&ls[j], vals[j], op.heads[2*j], op.heads[2*j+1], now)
+			r.Allowed = r.Allowed && r.Counts[j].Fits
+		}
+		return nil
+	}
+	r.ByTransaction = c.Main.Kind == window.Fixed && s.nodes.refused.Load() != nil
+	r.Counts[0] = state(&c.Main, op.res[rank], op.a, op.prev, now)
+	r.Allowed = r.Counts[0].Fits
+	return nil
+}
+
+// state is what the script answered of limit l, at now: v, its count after
+// the decision or -count-1 where the cost did not fit; and a and b, for a
+// fixed window the milliseconds it has left, for a sliding one how far it
+// has run and its previous count, for a calendar period the milliseconds
+// to its end and its length.
+func state(l *window.Limit, v, a, b, now int64) window.State {
+	st := window.State{N: v, Fits: v >= 0, Length: msWindow(l.Window)}
+	if v < 0 {
+		st.N = -v - 1
+	}
+	switch {
+	case l.Calendar != 0:
+		st.Left, st.Length = msDuration(a), msDuration(b)
+		st.Mark = now + int64(st.Left)
+	case l.Kind == window.Sliding:
+		st.Left, st.Prev = st.Length-msDuration(a), b
+		st.Mark = now - msDuration(a).Nanoseconds()
+	default:
+		st.Left = msDuration(a)
+		st.Mark = now + int64(st.Left)
+	}
+	return st
+}
+
+// msWindow is a window as the script counts it, in whole milliseconds.
+func msWindow(w time.Duration) time.Duration {
+	return time.Duration(window.CeilDiv(w, time.Millisecond)) * time.Millisecond
+}
+
+// Give gives back what a call took, with c as Take was given it and Marks
+// from Take's result, in one round trip shared with other calls: c.Cost
+// in each limit whose window is still the one its mark names, or, for an
+// InFlight limit, the slots of c.Slot. It returns what the main limit got
+// back. Windows live on the server's clock, which a replica cannot read:
+// the script is told where each window should be now by its mark (its
+// offset: the milliseconds a fixed window or a period has left, or a
+// sliding window has run), and gives back in a window whose offset is
+// within half its length of that. The next window of a key is a whole
+// length away, and the error, the round trips' latency, is far less.
+func (s *Store) Give(ctx context.Context, key string, c *window.Call, deadline time.Time, wait time.Duration) (int64, error) {
+	x := &opArgs{give: true}
+	if c.Main.Kind == window.InFlight {
+		x.token = Token(c.Slot)
+	} else {
+		x.offsets = offsets(c, monoNow())
+	}
+	op, _, err := s.send(ctx, key, c, x, deadline, wait, "give back to")
+	if err != nil {
+		return 0, err
+	}
+	return op.a, nil
+}
+
+// offsets are where c's windows should be now, as the script measures
+// them: for each limit, the milliseconds a fixed window or a period has
+// left, or a sliding window has run, from its mark.
+func offsets(c *window.Call, now int64) (off [window.MaxLimits]int64) {
+	ls, n := c.Limits()
+	for j := range n {
+		d := c.Marks[j] - now
+		if ls[j].Kind == window.Sliding && ls[j].Calendar == 0 {
+			d = -d
+		}
+		off[j] = d / int64(time.Millisecond)
+	}
+	return off
+}
+
+// send has key's node decide c (with x's arguments, when it gives back or
+// takes slots) and returns its op, answered, and the call's rank in it.
+func (s *Store) send(ctx context.Context, key string, c *window.Call, x *opArgs, deadline time.Time, wait time.Duration, verb string) (*takeOp, int, error) {
+	if c.Main.Window <= 0 {
+		return nil, 0, fmt.Errorf("%s rate limit key %s: window %v is not positive", verb, key, c.Main.Window)
+	}
+	k := opKey{key: key, ms: window.CeilDiv(c.Main.Window, time.Millisecond), limit: c.Main.Limit, kind: c.Main.Kind, x: x}
+	if c.Quotas != nil {
+		k.quotas = argsOf(c)
+	}
+	if c.Main.Kind == window.InFlight && x == nil {
+		k.x = &opArgs{token: Token(c.Slot)}
+	}
+	op, rank, err := s.nodes.of(key).batch.take(ctx, k, c.Cost, deadline, wait)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s rate limit key %s: %w", verb, key, classify(err, s.nodes.cluster != nil))
+	}
+	return op, rank, nil
+}
+
+// Read fills in r with what key holds of c's limits, changing nothing, in
+// one script call outside any batch, as an operator's call.
+func (s *Store) Read(ctx context.Context, key string, c *window.Call, r *window.Result) error {
+	vals, err := s.eval(ctx, key, limitArgs("U", c))
+	ls, n := c.Limits()
+	if err == nil && len(vals) != 3*n {
+		err = fmt.Errorf("the script returned %d values for %d limits", len(vals), n)
+	}
+	if err != nil {
+		return err
+	}
+	r.Allowed = true
+	for j := range n {
+		a, b, count := vals[3*j], vals[3*j+1], vals[3*j+2]
+		st := window.State{N: count, Fits: true, Length: msWindow(ls[j].Window)}
+		switch {
+		case ls[j].Kind == window.InFlight:
+			st.Left = ls[j].Window
+		case ls[j].Calendar != 0:
+			st.Left, st.Length = msDuration(a), msDuration(b)
+		case ls[j].Kind == window.Sliding:
+			st.Left, st.Prev = st.Length-msDuration(a), b
+		case a > 0:
+			st.Left = msDuration(a)
+		default: // no window runs (-2), or a count without an expiry (-1), which the next request mends
+			st.Left = ls[j].Window
+		}
+		r.Counts[j] = st
+	}
+	return nil
+}
+
+// Reset deletes the keys of c's limits for key, in one script call.
+func (s *Store) Reset(ctx context.Context, key string, c *window.Call) error {
+	_, err := s.eval(ctx, key, limitArgs("R", c))
+	return err
+}
+
+// limitArgs is the arguments of the script for a key of c's limits, of
+// kind U (usage) or R (reset), or without quotas u or r.
+func limitArgs(kind string, c *window.Call) []any {
+	ms := window.CeilDiv(c.Main.Window, time.Millisecond)
+	switch {
+	case c.Main.Kind == window.InFlight:
+		return []any{strings.ToLower(kind), "i", ms}
+	case c.Quotas == nil:
+		return []any{strings.ToLower(kind), kindOne[kindIndex(c.Main.Kind)], ms}
+	}
+	args := append([]any{"Q", "1"}, argsOf(c).args...)
+	return append(args, kind, "1", strconv.FormatInt(c.Main.Limit, 16), ms)
+}
+
+// eval runs the script on key with args, outside any batch: by its
+// digest, or with its body when the server does not have it yet. A server
+// that cannot be reached fails it at once, with the dial's error, as it
+// fails a round trip.
+func (s *Store) eval(ctx context.Context, key string, args []any) ([]int64, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cut := &roundTrip{cancel: cancel}
+	dials := s.nodes.of(key).dials
+	dials.add(cut)
+	defer dials.remove(cut)
+
+	rdb := s.nodes.rdb
+	cmd := rdb.EvalSha(ctx, takeScriptSHA, []string{key}, args...)
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		cmd = rdb.Eval(ctx, takeScript, []string{key}, args...)
+	}
+	vals, err := cmd.Int64Slice()
+	if c := cut.cause(); err != nil && c != nil {
+		err = c
+	}
+	if err != nil {
+		return nil, classify(err, s.nodes.cluster != nil)
+	}
+	return vals, nil
+}
+
+// Ping checks every server the client knows (a cluster's primaries, a
+// ring's shards): PING, and for a client that does not follow a cluster,
+// that its servers are not cluster nodes.
+func (s *Store) Ping(ctx context.Context) error {
+	cluster := s.nodes.cluster != nil
+	check := func(ctx context.Context, c *redis.Client) error {
+		err := c.Ping(ctx).Err()
+		if err == nil && !cluster && clusterNode(ctx, c) {
+			err = &Misconfigured{errors.New("the server runs in cluster mode"), fixClusterNode}
+		}
+		if err != nil {
+			return fmt.Errorf("redis at %s: %w", c.Options().Addr, classify(err, cluster))
+		}
+		return nil
+	}
+	known, err := EachServer(ctx, s.nodes.rdb, check)
+	if !known {
+		err = classify(s.nodes.rdb.Ping(ctx).Err(), cluster)
+	}
+	return err
+}
+
+// clusterNode reports whether c's server runs in cluster mode, as HELLO
+// (Redis 6.2 and newer, which Redis 7 lets every user run) or INFO server
+// says; false when it says neither, as to an ACL user of Redis 6 without
+// +info.
+func clusterNode(ctx context.Context, c *redis.Client) bool {
+	if v, err := c.Do(ctx, "hello").Result(); err == nil {
+		return helloField(v, "mode") == "cluster"
+	}
+	info, err := c.Info(ctx, "server").Result()
+	return err == nil && strings.Contains(info, "redis_mode:cluster")
+}
+
+// helloField returns the string field name of a HELLO reply: a map in
+// RESP3, a list of names and values in RESP2.
+func helloField(reply any, name string) string {
+	switch r := reply.(type) {
+	case map[any]any:
+		s, _ := r[name].(string)
+		return s
+	case []any:
+		for i := 0; i+1 < len(r); i += 2 {
+			if k, _ := r[i].(string); k == name {
+				s, _ := r[i+1].(string)
+				return s
+			}
+		}
+	}
+	return ""
+}

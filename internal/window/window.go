@@ -1,0 +1,269 @@
+// Package window is the arithmetic of the windows a limiter counts in:
+// fixed windows, sliding windows, calendar periods and the leases of
+// requests in flight. It holds no state and reads no clock: every function
+// takes the time it is about as an argument, so that a test steps through
+// time on a fake clock. The in-memory store decides with it, the limiter
+// derives the figures of a response from what a store reports with it,
+// and the Redis store's Lua mirrors it (a test runs both on the same
+// inputs).
+package window
+
+import (
+	"math"
+	"time"
+)
+
+// Kind is how a limit counts in time: the numbers of ratelimit.Algorithm.
+type Kind uint8
+
+const (
+	Fixed    Kind = iota // a fixed window, from a tenant's first request
+	Sliding              // a sliding-window counter, aligned on the store's clock
+	InFlight             // requests running at once, each for at most a lease
+)
+
+// MaxLimits is how many limits one request is decided against at most:
+// the main one and four quotas.
+const MaxLimits = 5
+
+// Retry is what a refused request of an InFlight limit is told to wait,
+// and its reset: a slot frees whenever a request of the tenant ends,
+// which no one can foresee.
+const Retry = time.Second
+
+// A Limit is one limit a request is decided against: Limit units per
+// Window, counted as Kind says, or per calendar period when Calendar is
+// set. Name names it in a store's keys (the main limit's is the
+// limiter's policy name).
+type Limit struct {
+	Name     string
+	Limit    int64
+	Window   time.Duration // 0 for a calendar period
+	Kind     Kind          // Fixed or Sliding for a window; InFlight: Window is the lease
+	Calendar Calendar
+}
+
+// State is what a store holds of one limit after deciding a request, as
+// ratelimit.Count reports it, field for field (the root package converts
+// one into the other): the count after the decision, whether the
+// request's cost fit, how long the window or period has to run and how
+// long it is, a sliding window's previous count, and the store's mark of
+// the window, for giving back in it.
+type State struct {
+	N      int64
+	Fits   bool
+	Left   time.Duration
+	Length time.Duration
+	Prev   int64
+	Mark   int64
+}
+
+// Figures are what a response reports of one limit: the units left, how
+// long until one more than that is available, and, for a refused request,
+// until its cost would fit (0 when it never can).
+type Figures struct {
+	Remaining int64
+	Reset     time.Duration
+	Retry     time.Duration
+}
+
+// Figures derives the figures of l from st, the store's state after
+// deciding a request of cost. This is the one place they are derived: a
+// fixed window's and a calendar period's here, the others in figures.
+func (l *Limit) Figures(st *State, cost int64) Figures {
+	if l.Kind != Fixed && l.Calendar == 0 {
+		return l.figures(st, cost)
+	}
+	f := Figures{Remaining: max(l.Limit-st.N, 0), Reset: st.Left}
+	if !st.Fits {
+		f.Retry = st.Left
+	}
+	return f
+}
+
+// figures is Figures for slots in flight or a sliding window.
+func (l *Limit) figures(st *State, cost int64) Figures {
+	if l.Kind == InFlight {
+		f := Figures{Remaining: max(l.Limit-st.N, 0), Reset: Retry}
+		if !st.Fits {
+			f.Retry = Retry
+		}
+		return f
+	}
+	s := l.Slide(st)
+	f := Figures{Remaining: s.Remaining(l.Limit)}
+	f.Reset = s.Until(float64(l.Limit - f.Remaining - 1))
+	if !st.Fits {
+		f.Retry = s.Until(float64(l.Limit - cost))
+	}
+	return f
+}
+
+// Slide is the sliding window of l that st reports, at the moment of the
+// decision.
+func (l *Limit) Slide(st *State) Slide {
+	return Slide{Prev: st.Prev, Cur: st.N, Elapsed: st.Length - st.Left, Length: st.Length}
+}
+
+// Fits reports whether cost fits in l, whose state is st before the
+// request.
+func (l *Limit) Fits(st *State, cost int64) bool {
+	if l.Kind == Sliding && l.Calendar == 0 {
+		return l.Slide(st).Fits(cost, l.Limit)
+	}
+	return st.N+cost <= l.Limit
+}
+
+// Aged returns st, learned d ago, as it stands now if nothing was counted
+// meanwhile, and false once the window or period it was in has ended (a
+// sliding window rolls on instead). The over-limit cache refuses from it.
+func (l *Limit) Aged(st State, d time.Duration) (State, bool) {
+	if l.Kind == Sliding && l.Calendar == 0 {
+		s := l.Slide(&st).After(d)
+		st.N, st.Prev, st.Left = s.Cur, s.Prev, s.Length-s.Elapsed
+		return st, true
+	}
+	if st.N == 0 && l.Calendar == 0 {
+		// No window runs: a request would start one, of its full length.
+		return st, true
+	}
+	st.Left -= d
+	return st, st.Left > 0
+}
+
+// Slide is a sliding window at one moment: the counts of the previous
+// window and of the current one, and how far the current one has run of
+// its Length. The arithmetic below is the whole algorithm; the Redis
+// script does the same in Lua.
+type Slide struct {
+	Prev, Cur int64
+	Elapsed   time.Duration // into the current window, in [0, Length)
+	Length    time.Duration
+}
+
+// Estimate is the requests counted in the last Length: the previous
+// window's count weighted by the share of it still inside, plus the
+// current window's.
+func (s Slide) Estimate() float64 {
+	return float64(s.Prev)*float64(s.Length-s.Elapsed)/float64(s.Length) + float64(s.Cur)
+}
+
+// Fits reports whether a request of cost fits under limit now.
+func (s Slide) Fits(cost, limit int64) bool {
+	return s.Estimate()+float64(cost) <= float64(limit)
+}
+
+// Remaining is what is left under limit now, in whole units.
+func (s Slide) Remaining(limit int64) int64 {
+	return max(int64(math.Floor(float64(limit)-s.Estimate())), 0)
+}
+
+// After returns the window d later, if nothing is counted meanwhile.
+func (s Slide) After(d time.Duration) Slide {
+	s.Elapsed += d
+	switch {
+	case s.Elapsed < s.Length:
+		return s
+	case s.Elapsed < 2*s.Length:
+		s.Prev, s.Cur = s.Cur, 0
+	default:
+		s.Prev, s.Cur = 0, 0
+	}
+	s.Elapsed %= s.Length
+	return s
+}
+
+// Until returns how long, if nothing is counted meanwhile, until the
+// estimate has fallen to target or below: 0 if it is there now. The
+// estimate falls as the previous window's weight does, to the current
+// window's count at the end of the current window, and on in the next as
+// the current count's weight falls in turn.
+func (s Slide) Until(target float64) time.Duration {
+	if s.Estimate() <= target {
+		return 0
+	}
+	if target < 0 {
+		target = 0
+	}
+	w, left := float64(s.Length), float64(s.Length-s.Elapsed)
+	if float64(s.Cur) <= target {
+		// prev × (left - d)/w + cur = target, within this window.
+		d := left - (target-float64(s.Cur))*w/float64(s.Prev)
+		return CeilDuration(max(d, 0))
+	}
+	// Next window: cur × (w - e')/w = target at e' = w - target×w/cur.
+	return CeilDuration(left + w - target*w/float64(s.Cur))
+}
+
+// Start is the start of the sliding window of length that holds now, in
+// nanoseconds on a store's clock: windows are aligned on multiples of
+// their length, before and after 0 alike.
+func Start(now, length int64) int64 {
+	r := now % length
+	if r < 0 {
+		r += length
+	}
+	return now - r
+}
+
+// CeilDuration rounds a duration held as a float up to whole nanoseconds.
+func CeilDuration(d float64) time.Duration {
+	if d >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(math.Ceil(d))
+}
+
+// CeilDiv is d in whole units, rounded up: a client that waits that many
+// seconds finds the window over, and Redis, which keeps expiries in
+// milliseconds, keeps a window no shorter than asked. Dividing first keeps
+// it from overflowing near math.MaxInt64.
+func CeilDiv(d, unit time.Duration) int64 {
+	n := int64(d / unit)
+	if d%unit > 0 {
+		n++
+	}
+	return n
+}
+
+// AddClamped is a+b, or the largest time for one past it.
+func AddClamped(a, b int64) int64 {
+	if a+b < a {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// A Call is one request of a tenant as a store is asked it: Cost units in
+// the limit Main and, all or nothing with it, in Quotas, at Now.
+type Call struct {
+	Cost int64
+	Main Limit
+	// Quotas are the further limits: for one limiter's (or plan's)
+	// quotas, the same slice in every call, by which a store may know
+	// them again.
+	Quotas []Limit
+	Slot   uint64 // InFlight: names the request's slots, for giving them back
+	Now    time.Time
+	// For giving back: the windows the request was counted in, as the
+	// store marked them (State.Mark).
+	Marks [MaxLimits]int64
+}
+
+// Limits returns the limits c is decided against, the main one first,
+// and how many there are.
+func (c *Call) Limits() (ls [MaxLimits]Limit, n int) {
+	ls[0] = c.Main
+	return ls, 1 + copy(ls[1:], c.Quotas)
+}
+
+// Result is what a store holds of each of a call's limits after it, the
+// main one first.
+type Result struct {
+	Allowed bool
+	Counts  [MaxLimits]State
+	Expired int64 // InFlight: slots dropped whose lease had ended
+	// ByTransaction: a store without scripts counted the call, so that a
+	// refused cost stays counted.
+	ByTransaction bool
+}

@@ -1,0 +1,28 @@
+package ratelimit_test
+
+import (
+	"testing"
+
+	"github.com/gatewaykit/ratelimit"
+	"github.com/gatewaykit/ratelimit/internal/testkit/redistest"
+	"github.com/gatewaykit/ratelimit/storetest"
+)
+
+// Both built-in stores pass the contract that any store passes.
+
+func TestMemoryCounterIsAStore(t *testing.T) {
+	storetest.Run(t, func(*testing.T) ratelimit.Store { return ratelimit.NewMemoryCounter() })
+}
+
+func TestRedisCounterIsAStore(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		store func(t *testing.T) ratelimit.Store
+	}{
+		{"single node", func(t *testing.T) ratelimit.Store { return ratelimit.NewRedisCounter(redistest.Client(t)) }},
+		{"cluster", func(t *testing.T) ratelimit.Store { return ratelimit.NewRedisCounter(redistest.Cluster(t)) }},
+		{"ring", func(t *testing.T) ratelimit.Store { return ratelimit.NewRedisCounter(redistest.Ring(t)) }},
+	} {
+		t.Run(c.name, func(t *testing.T) { storetest.Run(t, c.store) })
+	}
+}

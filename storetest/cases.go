@@ -1,0 +1,309 @@
+package storetest
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"github.com/gatewaykit/ratelimit"
+	"github.com/gatewaykit/ratelimit/internal/window"
+)
+
+// The contract, clause by clause. Windows are a few hundred milliseconds,
+// so that a store on a clock of its own steps through them by sleeping;
+// a store on Request.Now steps at once.
+const w = 300 * time.Millisecond
+
+var cases = []testCase{
+	{"Incr counts from one, in a fixed window from the first", incrCounts},
+	{"a request is counted only when its cost fits", costFits},
+	{"a refused request spends nothing", refusedSpendsNothing},
+	{"a fixed window starts again when it ends", fixedWindowEnds},
+	{"quotas are decided all or nothing with the main limit", allOrNothing},
+	{"a sliding window decides by its estimate", slidingEstimate},
+	{"a sliding window weighs the window before", slidingWeighs},
+	{"calendar periods end at the UTC day's and month's ends", calendarPeriods},
+	{"a read spends nothing and starts no window", readSpendsNothing},
+	{"a give-back returns the cost in the window it was taken in only", giveBackSameWindow},
+	{"a give-back with quotas returns the cost in every limit", giveBackQuotas},
+	{"a reset clears every limit", resetClears},
+	{"slots in flight are freed by a give-back or when their lease ends", inFlightLeases},
+	{"concurrent callers get exactly the limit", concurrentExact},
+	{"Attach accepts a limiter", attach},
+}
+
+func incrCounts(s *subject) {
+	key := "rl:" + tenant(s.t, "incr")
+	for want := int64(1); want <= 3; want++ {
+		n, err := s.store.Incr(context.Background(), key, time.Minute)
+		if err != nil || n != want {
+			s.t.Fatalf("Incr #%d = %d, %v; want %d", want, n, err, want)
+		}
+	}
+}
+
+func costFits(s *subject) {
+	r := s.req(tenant(s.t, "cost"), ratelimit.FixedWindow, 4, 10, time.Minute)
+	s.expect("a cost of 4 of 10", s.take(r), true, 4)
+	r.Cost = 7
+	a := s.take(r)
+	s.expect("a cost of 7 with 6 left", a, false, 4)
+	if a.Counts[0].Fits {
+		s.t.Errorf("a cost of 7 with 6 left: Fits = true")
+	}
+	r.Cost = 6
+	a = s.take(r)
+	s.expect("a cost of 6 with 6 left", a, true, 10)
+	if c := a.Counts[0]; c.Left <= 0 || c.Left > c.Length || c.Length < time.Minute {
+		s.t.Errorf("a fixed window of a minute reports Left %v of Length %v", c.Left, c.Length)
+	}
+}
+
+func refusedSpendsNothing(s *subject) {
+	r := s.req(tenant(s.t, "refused"), ratelimit.FixedWindow, 1, 2, time.Minute)
+	s.take(r)
+	s.take(r)
+	for range 3 {
+		s.expect("past the limit", s.take(r), false, 2)
+	}
+	s.expect("read after the refusals", s.read(r), true, 2)
+}
+
+func fixedWindowEnds(s *subject) {
+	r := s.req(tenant(s.t, "ends"), ratelimit.FixedWindow, 1, 2, w)
+	s.expect("the first request", s.take(r), true, 1)
+	s.advance(w / 3)
+	s.expect("a third in: the window runs from the first request", s.take(r), true, 2)
+	s.expect("the limit spent", s.take(r), false, 2)
+	s.advance(w - w/3 + 50*time.Millisecond)
+	s.expect("after the window", s.take(r), true, 1)
+}
+
+func allOrNothing(s *subject) {
+	quotas := []ratelimit.Quota{{Name: "q", Limit: 5, Window: time.Minute}, {Name: "month", Limit: 100, Calendar: ratelimit.CalendarMonth}}
+	r := s.req(tenant(s.t, "quotas"), ratelimit.FixedWindow, 3, 10, time.Minute, quotas...)
+	s.expect("3 of 10, 5 and 100", s.take(r), true, 3, 3, 3)
+	a := s.take(r)
+	s.expect("3 more: past the quota of 5", a, false, 3, 3, 3)
+	if !a.Counts[0].Fits || a.Counts[1].Fits || !a.Counts[2].Fits {
+		s.t.Errorf("3 more: Fits = %v %v %v, want true false true", a.Counts[0].Fits, a.Counts[1].Fits, a.Counts[2].Fits)
+	}
+	r.Cost = 2
+	s.expect("2 more: fits everywhere", s.take(r), true, 5, 5, 5)
+	if c := a.Counts[2]; c.Length < 28*24*time.Hour || c.Length > 31*24*time.Hour || c.Left <= 0 || c.Left > c.Length {
+		s.t.Errorf("a month reports Left %v of Length %v", c.Left, c.Length)
+	}
+}
+
+// slidingDecides checks a sliding window's answer against its own
+// estimate: a request allowed leaves it within the limit, one refused did
+// not fit.
+func slidingDecides(s *subject, what string, a ratelimit.Answer, cost, limit int64) {
+	s.t.Helper()
+	c := a.Counts[0]
+	est := window.Slide{Prev: c.Prev, Cur: c.N, Elapsed: c.Length - c.Left, Length: c.Length}.Estimate()
+	if a.Allowed && est > float64(limit)+1e-9 || !a.Allowed && est+float64(cost) <= float64(limit) {
+		s.t.Errorf("%s: Allowed %v with the estimate %.2f (prev %d, count %d, %v of %v) at a limit of %d and a cost of %d",
+			what, a.Allowed, est, c.Prev, c.N, c.Length-c.Left, c.Length, limit, cost)
+	}
+	if c.Left <= 0 || c.Left > c.Length {
+		s.t.Errorf("%s: Left %v of Length %v", what, c.Left, c.Length)
+	}
+}
+
+func slidingEstimate(s *subject) {
+	r := s.req(tenant(s.t, "sliding"), ratelimit.SlidingWindow, 1, 5, w)
+	allowed := 0
+	for i := range 8 {
+		a := s.take(r)
+		slidingDecides(s, "request "+string(rune('1'+i)), a, 1, 5)
+		if a.Allowed {
+			allowed++
+		}
+	}
+	// Within one window, or across the boundary of two: at most the limit
+	// is allowed in a burst, and some is.
+	if allowed == 0 || allowed > 5 {
+		s.t.Errorf("%d of 8 allowed at once at a limit of 5", allowed)
+	}
+}
+
+func slidingWeighs(s *subject) {
+	if s.own {
+		// Where a window starts is the store's clock's: a case of its own
+		// must place requests on it (the RedisCounter's tests do).
+		s.t.Skip("the store counts on a clock of its own: slidingEstimate checks its decisions by its own figures")
+	}
+	// 10 requests; a quarter into the next window, they weigh 75 %: 7.5
+	// counted, 2 left of 10.
+	r := s.req(tenant(s.t, "weighs"), ratelimit.SlidingWindow, 10, 10, time.Second)
+	a := s.take(r)
+	s.expect("10 at once", a, true, 10)
+	end := s.now.Add(a.Counts[0].Left) // where the store's window ends
+	s.now = end.Add(time.Second / 4)
+	r.Cost = 2
+	a = s.take(r)
+	s.expect("2 a quarter into the next window", a, true, 2)
+	if a.Counts[0].Prev != 10 {
+		s.t.Errorf("Prev = %d, want 10", a.Counts[0].Prev)
+	}
+	r.Cost = 1
+	s.expect("1 more", s.take(r), false, 2)
+	s.now = end.Add(2 * time.Second)
+	r.Cost = 10
+	s.expect("10, two windows later", s.take(r), true, 10)
+}
+
+func calendarPeriods(s *subject) {
+	day := []ratelimit.Quota{{Name: "day", Limit: 2, Calendar: ratelimit.CalendarDay}, {Name: "month", Limit: 3, Calendar: ratelimit.CalendarMonth}}
+	if s.own {
+		// The periods are the server's: check that the store reports the
+		// ones that hold now.
+		r := s.req(tenant(s.t, "calendar"), ratelimit.FixedWindow, 1, 10, time.Minute, day...)
+		a := s.take(r)
+		now := time.Now()
+		for j, q := range day {
+			start, end := window.Period(window.Calendar(q.Calendar), now)
+			c := a.Counts[j+1]
+			if c.Length != end.Sub(start) || math.Abs(float64(c.Left-end.Sub(now))) > float64(5*time.Second) {
+				s.t.Errorf("%s: Left %v of Length %v, want about %v of %v", q.Name, c.Left, c.Length, end.Sub(now), end.Sub(start))
+			}
+		}
+		return
+	}
+	// A day's last moment, then the next day's first, in a leap year's
+	// February: the day starts again, the month runs on to March.
+	s.now = time.Date(2028, 2, 28, 23, 59, 59, 900e6, time.UTC)
+	r := s.req(tenant(s.t, "calendar"), ratelimit.FixedWindow, 1, 10, time.Minute, day...)
+	s.expect("Feb 28, 1", s.take(r), true, 1, 1, 1)
+	a := s.take(r)
+	s.expect("Feb 28, 2", a, true, 2, 2, 2)
+	if c := a.Counts[1]; c.Length != 24*time.Hour || c.Left != 100*time.Millisecond {
+		s.t.Errorf("the day: Left %v of Length %v, want 100ms of 24h", c.Left, c.Length)
+	}
+	if c := a.Counts[2]; c.Length != 29*24*time.Hour {
+		s.t.Errorf("February 2028: Length %v, want 29 days", c.Length)
+	}
+	s.expect("Feb 28, 3: the day's quota is spent", s.take(r), false, 2, 2, 2)
+	s.advance(200 * time.Millisecond) // Feb 29
+	s.expect("Feb 29, 1", s.take(r), true, 3, 1, 3)
+	s.expect("Feb 29, 2: the month's quota is spent", s.take(r), false, 3, 1, 3)
+	s.now = time.Date(2028, 3, 1, 0, 0, 0, 0, time.UTC)
+	s.expect("Mar 1", s.take(r), true, 1, 1, 1)
+}
+
+func readSpendsNothing(s *subject) {
+	r := s.req(tenant(s.t, "read"), ratelimit.FixedWindow, 2, 10, w)
+	fresh := s.read(r)
+	s.expect("a read of a tenant with no window", fresh, true, 0)
+	s.advance(w / 2)
+	a := s.take(r)
+	s.expect("the first take after the read", a, true, 2)
+	if a.Counts[0].Left < w-50*time.Millisecond {
+		s.t.Errorf("the first take's window has %v left of %v: the read started it", a.Counts[0].Left, w)
+	}
+	for range 2 {
+		s.expect("a read", s.read(r), true, 2)
+	}
+	s.expect("a take after the reads", s.take(r), true, 4)
+}
+
+func giveBackSameWindow(s *subject) {
+	r := s.req(tenant(s.t, "give"), ratelimit.FixedWindow, 3, 10, w)
+	took := s.take(r)
+	s.give(r, took)
+	s.expect("after giving 3 back", s.read(r), true, 0)
+	took = s.take(r)
+	s.expect("3 more", took, true, 3)
+	s.advance(w + 50*time.Millisecond)
+	s.expect("in the next window", s.take(r), true, 3)
+	s.give(r, took)
+	s.expect("a give-back of the window before", s.read(r), true, 3)
+
+	sl := s.req(tenant(s.t, "give-sliding"), ratelimit.SlidingWindow, 2, 10, time.Minute)
+	took = s.take(sl)
+	s.give(sl, took)
+	s.expect("a sliding window after giving 2 back", s.read(sl), true, 0)
+}
+
+func giveBackQuotas(s *subject) {
+	quotas := []ratelimit.Quota{{Name: "q", Limit: 50, Window: time.Minute}, {Name: "day", Limit: 100, Calendar: ratelimit.CalendarDay}}
+	r := s.req(tenant(s.t, "give-quotas"), ratelimit.FixedWindow, 4, 10, time.Minute, quotas...)
+	s.take(r)
+	r.Cost = 3
+	took := s.take(r)
+	s.expect("7 taken", took, true, 7, 7, 7)
+	s.give(r, took)
+	s.expect("3 given back", s.read(r), true, 4, 4, 4)
+}
+
+func resetClears(s *subject) {
+	quotas := []ratelimit.Quota{{Name: "q", Limit: 50, Window: time.Minute}, {Name: "month", Limit: 100, Calendar: ratelimit.CalendarMonth}}
+	for _, r := range []ratelimit.Request{
+		s.req(tenant(s.t, "reset"), ratelimit.FixedWindow, 3, 10, time.Minute),
+		s.req(tenant(s.t, "reset-sliding"), ratelimit.SlidingWindow, 3, 10, time.Minute),
+		s.req(tenant(s.t, "reset-quotas"), ratelimit.FixedWindow, 3, 10, time.Minute, quotas...),
+		s.req(tenant(s.t, "reset-slots"), ratelimit.InFlight, 3, 10, time.Minute),
+	} {
+		s.take(r)
+		r.Now = s.at()
+		if err := s.store.Reset(context.Background(), r); err != nil {
+			s.t.Fatalf("Reset(%s): %v", r.Key(), err)
+		}
+		a := s.read(r)
+		for j := range 1 + len(r.Quotas) {
+			if a.Counts[j].N != 0 {
+				s.t.Errorf("%v after Reset: limit %d counts %d, want 0", r.Algorithm, j, a.Counts[j].N)
+			}
+		}
+		r.Cost = 10
+		s.expect(r.Algorithm.String()+": the whole budget after Reset", s.take(r), true, 10)
+	}
+}
+
+func inFlightLeases(s *subject) {
+	r := s.req(tenant(s.t, "slots"), ratelimit.InFlight, 1, 2, w)
+	r.Slot = 1
+	first := s.take(r)
+	s.expect("the first slot", first, true, 1)
+	r.Slot = 2
+	r.Cost = 1
+	s.expect("the second", s.take(r), true, 2)
+	r.Slot = 3
+	s.expect("a third, at a limit of 2", s.take(r), false, 2)
+	r.Slot = 1
+	s.give(r, first)
+	s.expect("slot 1 given back", s.read(r), true, 1)
+	r.Slot = 4
+	s.expect("a third, after the give-back", s.take(r), true, 2)
+	s.advance(w + 100*time.Millisecond)
+	s.expect("a read after the leases ended", s.read(r), true, 0)
+	r.Slot, r.Cost = 5, 2
+	a := s.take(r)
+	s.expect("2 slots after the leases ended", a, true, 2)
+	if a.Expired != 2 {
+		s.t.Errorf("Expired = %d, want the 2 slots whose lease ended", a.Expired)
+	}
+}
+
+func concurrentExact(s *subject) {
+	for _, algo := range []ratelimit.Algorithm{ratelimit.FixedWindow, ratelimit.SlidingWindow} {
+		r := s.req(tenant(s.t, "burst"), algo, 1, 50, time.Minute)
+		if n := s.burst(r, 200); n != 50 {
+			s.t.Errorf("%v: 200 requests at once at a limit of 50: %d allowed", algo, n)
+		}
+	}
+	quotas := []ratelimit.Quota{{Name: "q", Limit: 30, Window: time.Minute}}
+	r := s.req(tenant(s.t, "burst-quotas"), ratelimit.FixedWindow, 1, 50, time.Minute, quotas...)
+	if n := s.burst(r, 200); n != 30 {
+		s.t.Errorf("quotas: 200 requests at once at a quota of 30: %d allowed", n)
+	}
+}
+
+func attach(s *subject) {
+	r := s.req("", ratelimit.FixedWindow, 1, 10, time.Minute)
+	r.Name = "storetest-" + tenant(s.t, "attach")
+	if _, err := s.store.Attach(r); err != nil {
+		s.t.Errorf("Attach: %v", err)
+	}
+}
