@@ -17,15 +17,16 @@ import (
 //	 "status": 429, "detail": "...", "violated-policies": ["default"]}
 //
 // For a net/http gateway, which has no error handler to shape the answer;
-// a Fiber app shapes the default *fiber.Error in its ErrorHandler.
-var ProblemDetails http.Handler = http.HandlerFunc(WriteProblemDetails)
+// a Fiber app shapes the default *fiber.Error in its ErrorHandler. A
+// LimitReached of your own that does more first (a log line, a header)
+// ends with ProblemDetails.ServeHTTP(w, r).
+var ProblemDetails http.Handler = http.HandlerFunc(problem)
 
 // quotaExceeded is the draft's problem type.
 const quotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 
-// WriteProblemDetails writes what ProblemDetails answers, for a
-// LimitReached of your own that does more first (a log line, a header).
-func WriteProblemDetails(w http.ResponseWriter, r *http.Request) {
+// problem writes what ProblemDetails answers: the problem a refusal is.
+func problem(w http.ResponseWriter, r *http.Request) {
 	body := struct {
 		Type     string   `json:"type"`
 		Title    string   `json:"title"`

@@ -1,0 +1,155 @@
+package ratelimit
+
+import (
+	"go/ast"
+	"go/doc"
+	"go/parser"
+	"go/token"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// The layering is held by the compiler and by these tests, not by habit:
+// the engines live in packages under internal/ that never import this one,
+// each file keeps to one concern, and the surface a user learns stays
+// small.
+
+// What a user learns: the package's exported names, beside struct fields.
+const maxExportedNames = 80
+
+// exportedNames returns the package's exported names as godoc shows them:
+// types, funcs, consts, vars, and the methods of exported types and
+// interfaces, as "Type.Method".
+func exportedNames(t *testing.T) []string {
+	t.Helper()
+	fset := token.NewFileSet()
+	sources, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []*ast.File
+	for _, name := range sources {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, parser.ParseComments)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	d, err := doc.NewFromFiles(fset, files, "github.com/gatewaykit/ratelimit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	values := func(vs []*doc.Value) {
+		for _, v := range vs {
+			names = append(names, v.Names...)
+		}
+	}
+	funcs := func(prefix string, fs []*doc.Func) {
+		for _, f := range fs {
+			names = append(names, prefix+f.Name)
+		}
+	}
+	values(d.Consts)
+	values(d.Vars)
+	funcs("", d.Funcs)
+	for _, typ := range d.Types {
+		names = append(names, typ.Name)
+		values(typ.Consts)
+		values(typ.Vars)
+		funcs("", typ.Funcs)
+		funcs(typ.Name+".", typ.Methods)
+		for _, spec := range typ.Decl.Specs {
+			it, ok := spec.(*ast.TypeSpec).Type.(*ast.InterfaceType)
+			if !ok {
+				continue
+			}
+			for _, m := range it.Methods.List {
+				for _, n := range m.Names { // an embedded interface has none of its own
+					names = append(names, typ.Name+"."+n.Name)
+				}
+			}
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+func TestExportedNames(t *testing.T) {
+	names := exportedNames(t)
+	if len(names) > maxExportedNames {
+		t.Errorf("the package exports %d names beside struct fields, more than %d:\n%s", len(names), maxExportedNames, strings.Join(names, "\n"))
+	}
+	t.Logf("%d exported names: %s", len(names), strings.Join(names, " "))
+}
+
+// Every file of the library keeps to one concern: no more than 500 lines,
+// but for the test scaffolding under internal/testkit. The root package's
+// own code is the public faces, the Limiter, the doors and the headers.
+func TestFileSizes(t *testing.T) {
+	const maxLines, maxRoot = 500, 5500
+	root := 0
+	err := filepath.WalkDir(".", func(path string, e os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if e.IsDir() && (strings.HasPrefix(e.Name(), ".") && path != "." || path == "bench" || path == "examples" ||
+			path == filepath.Join("internal", "testkit") || path == "testdata") {
+			return filepath.SkipDir
+		}
+		if e.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		n := strings.Count(string(b), "\n")
+		if n > maxLines {
+			t.Errorf("%s has %d lines, more than %d: two concerns, or more", path, n, maxLines)
+		}
+		if filepath.Dir(path) == "." {
+			root += n
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if root > maxRoot {
+		t.Errorf("the root package's code is %d lines, more than %d: what users never name belongs under internal/", root, maxRoot)
+	}
+}
+
+// No package of the library under internal/ imports this one: the
+// compiler refuses the cycle for those this package imports, and this
+// test holds the others to it. The test scaffolding under internal/testkit
+// drives the public API, as any test of the doors does.
+func TestInternalPackagesDoNotImportTheRoot(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}: {{join .Deps " "}}`, "./internal/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	const root = "github.com/gatewaykit/ratelimit"
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		pkg, deps, _ := strings.Cut(line, ": ")
+		if strings.HasPrefix(pkg, root+"/internal/testkit/") {
+			continue
+		}
+		for _, d := range strings.Fields(deps) {
+			if d == root || strings.HasPrefix(d, root+"/") && !strings.HasPrefix(d, root+"/internal/") {
+				t.Errorf("%s imports %s", pkg, d)
+			}
+		}
+	}
+}
