@@ -59,8 +59,8 @@ func (l *Limiter) takeFromStore(ctx context.Context, d *Decision, r *Request) {
 	if err == nil && !a.Allowed && l.refusals != nil {
 		l.refusals.add(kb, r, &a, since)
 	}
-	if a.refusal != nil {
-		l.countsByTransaction(a.refusal)
+	if a.byTransaction {
+		l.countsByTransaction()
 	}
 	if err != nil {
 		l.failed(ctx, d, r, err)

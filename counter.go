@@ -40,10 +40,14 @@ type Counter interface {
 // main one and each of r.Quotas), it adds r.Cost to each, and otherwise
 // changes nothing at all. It reports each limit's count after the
 // decision (Answer.Counts). A Take of Cost 0 reads: it reports the counts
-// as they stand and changes nothing, not even slots whose lease has
-// ended. For InFlight, r.Limit is how many slots a tenant may hold, r.Cost
-// how many the request takes, r.Window the lease: a slot is free again
-// when it is given back (Give) or when its lease ends.
+// as they stand, Allowed and each Fits true, and changes nothing, not even
+// slots whose lease has ended. For InFlight, r.Limit is how many slots a
+// tenant may hold, r.Cost how many the request takes, r.Window the lease
+// (Left and Length report it): a slot is free again when it is given back
+// (Give) or when its lease ends. Requests read the Limiter's clock before
+// they reach the store, so one may arrive after another that read it
+// later: a store never rolls a window back for it, but counts it in the
+// window the later one is in.
 //
 // Give gives back r.Cost in each limit whose window is still the one
 // r.Marks names (a window that has ended is left alone, and a count never
@@ -61,6 +65,9 @@ type Counter interface {
 // the store, or an error, with which NewLimiter panics: a store that
 // several limiters share may refuse one whose budget differs from
 // another's under the same keys.
+//
+// Incr, the seed's Counter, counts on the store's own clock; a Limiter
+// never calls it.
 //
 // Errors: a non-nil error means the store failed, never "over the limit".
 // A method returns when ctx is done or r.Deadline passes (a zero Deadline
@@ -144,7 +151,11 @@ type Answer struct {
 	// way because their lease had ended.
 	Expired int64
 
-	refusal error // the server refuses scripts: a refused cost stays counted (see RedisCounter)
+	// byTransaction: the store counted without deciding first, so that
+	// a refused cost stays counted (RedisCounter on a server that refuses
+	// scripts); StoreInfo's refusal says why. The Answer holds no
+	// pointer, so that returning it costs no more than its copy.
+	byTransaction bool
 }
 
 // A Count is what a Store holds of one limit after a decision.
@@ -186,6 +197,10 @@ type StoreInfo struct {
 	// circuit breaker for each, so that one server's failures open only
 	// its own. Nil: one breaker for the whole store.
 	Server func(r Request) (id int, addr string)
+
+	// refusal says why a store counts by transactions (see
+	// Answer.byTransaction), with what to fix; a built-in store's only.
+	refusal func() error
 }
 
 // ErrClosed is returned by a MemoryCounter's methods after its Close.

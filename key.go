@@ -136,6 +136,15 @@ func appendTenantKey(dst []byte, prefix, id string) []byte {
 	if id == "" {
 		return append(dst, unknownTenant...)
 	}
+	if len(id) <= maxTenantKey && id != unknownTenant {
+		// The usual ID, kept as it is: copied, then checked in one pass.
+		at := len(dst)
+		dst = append(dst, id...)
+		if safeBytes(dst[at:]) {
+			return dst
+		}
+		dst = dst[:at]
+	}
 	n := len(id)
 	for i := 0; i < len(id); i++ {
 		if !safeKeyByte[id[i]] {
@@ -159,6 +168,16 @@ func appendTenantKey(dst []byte, prefix, id string) []byte {
 		dst = append(dst, '%', hexDigits[c>>4], hexDigits[c&0xf])
 	}
 	return dst
+}
+
+// safeBytes reports whether every byte of b goes into a key unescaped.
+func safeBytes(b []byte) bool {
+	for _, c := range b {
+		if !safeKeyByte[c] {
+			return false
+		}
+	}
+	return true
 }
 
 // appendAddrKey appends to dst the key of a request without a tenant from

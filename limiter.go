@@ -411,8 +411,8 @@ func (l *Limiter) Ping(ctx context.Context) error {
 	// 1, a month's key holds 1 until the month ends.
 	r.setQuotas(l.quotas.probeSet())
 	a, err := l.store.Take(ctx, r)
-	if err == nil && a.refusal != nil {
-		l.countsByTransaction(a.refusal)
+	if err == nil && a.byTransaction {
+		l.countsByTransaction()
 	}
 	if m, ok := errors.AsType[misconfigured](err); ok {
 		return fmt.Errorf("ratelimit: the counter failed its check: %w; to fix: %s", err, m.Fix())
@@ -424,11 +424,15 @@ func (l *Limiter) Ping(ctx context.Context) error {
 }
 
 // countsByTransaction says once, at warning level, that the store counts
-// without its script (see RedisCounter), and what that changes; refusal
-// is the server's refusal to run it.
-func (l *Limiter) countsByTransaction(refusal error) {
+// without its script (see RedisCounter), and what that changes, with the
+// store's words for why.
+func (l *Limiter) countsByTransaction() {
 	if l.byTransaction.Load() || !l.byTransaction.CompareAndSwap(false, true) {
 		return
+	}
+	var refusal error
+	if l.info.refusal != nil {
+		refusal = l.info.refusal()
 	}
 	l.failures.write(slog.LevelWarn, "ratelimit: the server refuses scripts, so fixed windows count by MULTI/EXEC: "+
 		"exact, but a refused request's cost stays counted, so a tenant that keeps knocking over its limit keeps its window full",

@@ -152,18 +152,21 @@ func (m *MemoryCounter) Attach(r Request) (StoreInfo, error) {
 // Take decides r in one step. A live window costs no allocation: the key
 // is built on the stack, and the engine copies it only into a new window.
 func (m *MemoryCounter) Take(_ context.Context, r Request) (a Answer, err error) {
+	if len(r.Quotas) != 0 || r.Algorithm == InFlight || r.Cost == 0 {
+		return m.take(&r)
+	}
+	// The usual request: one window, without an engine call's arguments
+	// to build.
+	var buf [maxKeyLen]byte
+	st, err := m.engine.TakeWindow(r.appendKey(buf[:0]), window.Kind(r.Algorithm), r.Cost, r.Limit, r.Window, memstore.Nanos(r.Now))
+	a.Allowed, a.Counts[0] = st.Fits, Count(st)
+	return a, memoryError(err)
+}
+
+// take is Take for a request with quotas, of slots in flight, or a read.
+func (m *MemoryCounter) take(r *Request) (a Answer, err error) {
 	var buf [maxKeyLen]byte
 	key := r.appendKey(buf[:0])
-	if len(r.Quotas) == 0 && r.Algorithm != InFlight && r.Cost > 0 {
-		// The usual request: one window, without an engine call's
-		// arguments to build.
-		st, err := m.engine.TakeWindow(key, window.Kind(r.Algorithm), r.Cost, r.Limit, r.Window, memstore.Nanos(r.Now))
-		if err != nil {
-			return a, memoryError(err)
-		}
-		a.Allowed, a.Counts[0] = st.Fits, Count(st)
-		return a, nil
-	}
 	c, err := r.call()
 	if err != nil {
 		return a, err

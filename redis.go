@@ -98,7 +98,7 @@ func (c *RedisCounter) Incr(ctx context.Context, key string, window time.Duratio
 // (or none) count in the same keys, so they must agree on the budget. On a
 // cluster or a ring, the limiter keeps a breaker per server.
 func (c *RedisCounter) Attach(r Request) (StoreInfo, error) {
-	var info StoreInfo
+	info := StoreInfo{refusal: c.engine.ScriptRefusal}
 	if c.engine.ManyNodes() {
 		info.Server = c.server
 	}
@@ -144,7 +144,7 @@ func (c *RedisCounter) Take(ctx context.Context, r Request) (a Answer, err error
 	}
 	a.fill(&res, call.Quotas)
 	if res.ByTransaction {
-		a.refusal = c.engine.ScriptRefusal()
+		a.byTransaction = true
 	}
 	return a, nil
 }

@@ -26,6 +26,9 @@ var cases = []testCase{
 	{"a read spends nothing and starts no window", readSpendsNothing},
 	{"a give-back returns the cost in the window it was taken in only", giveBackSameWindow},
 	{"a give-back with quotas returns the cost in every limit", giveBackQuotas},
+	{"a give-back takes no count below zero", giveBackFloor},
+	{"quotas by window slide beside a sliding main limit", slidingQuotas},
+	{"a request that read the clock early is counted in the window a later one opened", lateArrival},
 	{"a reset clears every limit", resetClears},
 	{"slots in flight are freed by a give-back or when their lease ends", inFlightLeases},
 	{"concurrent callers get exactly the limit", concurrentExact},
@@ -235,6 +238,78 @@ func giveBackQuotas(s *subject) {
 	s.expect("7 taken", took, true, 7, 7, 7)
 	s.give(r, took)
 	s.expect("3 given back", s.read(r), true, 4, 4, 4)
+}
+
+func giveBackFloor(s *subject) {
+	r := s.req(tenant(s.t, "give-floor"), ratelimit.FixedWindow, 2, 10, time.Minute)
+	took := s.take(r)
+	r.Cost = 5
+	s.give(r, took)
+	s.expect("5 given back of 2 counted", s.read(r), true, 0)
+	r.Cost = 10
+	s.expect("the whole budget, and no more", s.take(r), true, 10)
+	r.Cost = 1
+	s.expect("one more", s.take(r), false, 10)
+}
+
+func slidingQuotas(s *subject) {
+	if s.own {
+		s.t.Skip("the store counts on a clock of its own: where its windows start is its own (the RedisCounter's tests place requests on it)")
+	}
+	// 4 counted in the main limit and in a quota of 5 per second; a
+	// quarter into the next window, the quota weighs them 75 %: 3
+	// counted, 2 left of 5.
+	quota := []ratelimit.Quota{{Name: "q", Limit: 5, Window: time.Second}}
+	r := s.req(tenant(s.t, "sliding-quotas"), ratelimit.SlidingWindow, 4, 100, time.Second, quota...)
+	a := s.take(r)
+	s.expect("4 at once", a, true, 4, 4)
+	s.now = s.now.Add(a.Counts[1].Left + time.Second/4)
+	r.Cost = 2
+	a = s.take(r)
+	s.expect("2 a quarter into the next window", a, true, 2, 2)
+	if a.Counts[1].Prev != 4 {
+		s.t.Errorf("the quota's Prev = %d, want 4", a.Counts[1].Prev)
+	}
+	r.Cost = 1
+	a = s.take(r)
+	s.expect("1 more: past the quota", a, false, 2, 2)
+	if !a.Counts[0].Fits || a.Counts[1].Fits {
+		s.t.Errorf("1 more: Fits = %v %v, want the quota alone to refuse", a.Counts[0].Fits, a.Counts[1].Fits)
+	}
+}
+
+func lateArrival(s *subject) {
+	if s.own {
+		s.t.Skip("the store counts on a clock of its own: a request's Now does not place it")
+	}
+	// Requests read the clock before they reach the store, so that one
+	// may arrive after another that read it later. It must not roll a
+	// window back and lose what the later one counted.
+	day := []ratelimit.Quota{{Name: "day", Limit: 100, Calendar: ratelimit.CalendarDay}}
+	early := time.Date(2027, 6, 1, 23, 59, 59, 999e6, time.UTC)
+	for _, c := range []struct {
+		algo   ratelimit.Algorithm
+		quotas []ratelimit.Quota
+		width  time.Duration
+	}{
+		{ratelimit.SlidingWindow, nil, time.Second},
+		{ratelimit.SlidingWindow, day, time.Second},
+		{ratelimit.FixedWindow, day, time.Minute},
+	} {
+		r := s.req(tenant(s.t, "late"), c.algo, 1, 100, c.width, c.quotas...)
+		s.now = early
+		s.take(r)
+		s.now = early.Add(2 * time.Millisecond) // past midnight, in the next window
+		after := s.take(r)
+		s.now = early.Add(-time.Millisecond) // read before both, arriving last
+		late := s.take(r)
+		for j := range 1 + len(c.quotas) {
+			if late.Counts[j].N < after.Counts[j].N+1 {
+				s.t.Errorf("%v with %d quotas: limit %d counted %d after the late request, %d before it: it lost counts",
+					c.algo, len(c.quotas), j, late.Counts[j].N, after.Counts[j].N)
+			}
+		}
+	}
 }
 
 func resetClears(s *subject) {

@@ -59,6 +59,7 @@ func (g *group) give(c *window.Call) int64 {
 	now := Nanos(wall)
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	now, wall = g.latest(now, wall)
 	if set := setOf(c); g.set != set {
 		g.match(&ls, n)
 		g.set = set
@@ -97,6 +98,7 @@ func (m *Store) Read(key []byte, c *window.Call, r *window.Result) error {
 	if w := m.peek(key); w != nil {
 		if g := w.group(); g != nil {
 			g.mu.Lock()
+			now, wall = g.later(now, wall)
 			for j := range n {
 				for k := range g.n {
 					if g.subs[k].name == ls[j].Name && g.subs[k].cal == ls[j].Calendar {

@@ -32,6 +32,32 @@ type group struct {
 	n    int
 	subs [window.MaxLimits]sub // under mu
 	set  *window.Limit         // the quota set subs were last matched to (setOf)
+
+	// The latest time a call brought, on the store's clock and on the
+	// wall's: calls read the time before they take the lock, so that one
+	// may arrive after another that read it later, and a window never
+	// rolls back to it (see latest).
+	at     int64
+	atWall time.Time
+}
+
+// latest returns the later of now (wall, on the wall clock) and the latest
+// time a call brought g, and keeps it: a call that read the clock before
+// another but takes the lock after it counts in the window the other has
+// rolled to, rather than roll it back and lose its counts. It is called
+// with g.mu held.
+func (g *group) latest(now int64, wall time.Time) (int64, time.Time) {
+	g.at, g.atWall = g.later(now, wall)
+	return g.at, g.atWall
+}
+
+// later is the later of now (wall) and the latest time a call brought g.
+// It is called with g.mu held.
+func (g *group) later(now int64, wall time.Time) (int64, time.Time) {
+	if now < g.at {
+		return g.at, g.atWall
+	}
+	return now, wall
 }
 
 // sub is one limit's window in a group. Times are on the store's clock,
@@ -70,6 +96,7 @@ func (m *Store) takeGroup(key []byte, c *window.Call, r *window.Result) error {
 		return err
 	}
 	g.mu.Lock()
+	now, wall = g.latest(now, wall)
 	if set := setOf(c); g.set != set {
 		g.match(&ls, n)
 		g.set = set

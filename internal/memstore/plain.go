@@ -55,6 +55,9 @@ func (m *Store) TakeWindow(key []byte, kind window.Kind, cost, limit int64, widt
 	if err != nil {
 		return st, err
 	}
+	// A call that read the clock before another made this window, and
+	// came after it, counts in it, as of its start.
+	now = max(now, w.start)
 	st.Left, st.Length = time.Duration(w.end-now), time.Duration(w.end-w.start)
 	if kind == window.Sliding {
 		// A sliding window is marked by its start, a fixed one by its end.

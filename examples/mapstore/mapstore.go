@@ -1,0 +1,315 @@
+// Package mapstore is a ratelimit.Store of your own, as plain as one can
+// be: a map guarded by a mutex, in the process's memory. It does all that
+// a Limiter asks of a store (fixed and sliding windows, requests in
+// flight, quotas by window and by calendar, costs, giving back, resetting)
+// and passes the contract in package storetest. A store in a database or
+// another cache takes the same steps, with rows or keys for the map and a
+// transaction or a script for the mutex.
+package mapstore
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/gatewaykit/ratelimit"
+)
+
+// Store counts in a map guarded by one mutex. Each call runs whole under
+// it, so that a request is counted in all of its limits or in none, and
+// two requests at once cannot both take the last unit. It counts on the
+// Limiter's clock (Request.Now), as a store that lives in one process
+// may. It is safe for concurrent use by multiple goroutines.
+type Store struct {
+	mu        sync.Mutex
+	windows   map[windowKey]window
+	slots     map[string][]slot // the requests in flight, by tenant key
+	nextSweep time.Time
+}
+
+var _ ratelimit.Store = (*Store)(nil)
+
+// New returns an empty Store.
+func New() *Store {
+	return &Store{windows: map[windowKey]window{}, slots: map[string][]slot{}}
+}
+
+// windowKey names the window of one limit (by its name) of one tenant (by
+// Request.Key).
+type windowKey struct{ key, limit string }
+
+// window is what one limit has counted in the window, or calendar period,
+// that it runs. A zero end: no window runs.
+type window struct {
+	start, end time.Time
+	n          int64
+	prev       int64 // a sliding window's previous count
+}
+
+// slot is the slots that one request in flight holds until it gives them
+// back or its lease ends.
+type slot struct {
+	id   uint64
+	cost int64
+	end  time.Time
+}
+
+// limit is one limit of a request: the main one or a quota.
+type limit struct {
+	name     string
+	max      int64
+	width    time.Duration // 0 for a calendar period
+	calendar ratelimit.Calendar
+	sliding  bool
+}
+
+// limits returns r's limits in the order of Answer.Counts and
+// Request.Marks: the main one, then each quota. A quota with a Window
+// counts as the main limit does, sliding or fixed.
+func limits(r *ratelimit.Request) []limit {
+	sliding := r.Algorithm == ratelimit.SlidingWindow
+	ls := []limit{{name: r.Name, max: r.Limit, width: r.Window, sliding: sliding}}
+	for _, q := range r.Quotas {
+		ls = append(ls, limit{name: q.Name, max: int64(q.Limit), width: q.Window,
+			calendar: q.Calendar, sliding: sliding && q.Calendar == 0})
+	}
+	return ls
+}
+
+// Take decides r: it adds r.Cost to every limit when it fits in all of
+// them, and otherwise changes nothing. A Cost of 0 reads.
+func (s *Store) Take(_ context.Context, r ratelimit.Request) (ratelimit.Answer, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sweep(r.Now)
+	if r.Algorithm == ratelimit.InFlight {
+		return s.takeSlots(r), nil
+	}
+	key, ls := r.Key(), limits(&r)
+	now := s.at(key, ls, r.Now)
+	a := ratelimit.Answer{Allowed: true}
+	ws := make([]window, len(ls))
+	for j, l := range ls {
+		ws[j] = l.roll(s.windows[windowKey{key, l.name}], now)
+		a.Counts[j] = l.count(ws[j], now)
+		a.Counts[j].Fits = r.Cost == 0 || l.fits(a.Counts[j], r.Cost)
+		a.Allowed = a.Allowed && a.Counts[j].Fits
+	}
+	if !a.Allowed || r.Cost == 0 {
+		return a, nil
+	}
+	for j, l := range ls {
+		if ws[j].end.IsZero() {
+			// A fixed window starts with the first request counted in it.
+			ws[j].start, ws[j].end = now, now.Add(l.width)
+		}
+		ws[j].n += r.Cost
+		s.windows[windowKey{key, l.name}] = ws[j]
+		a.Counts[j] = l.count(ws[j], now)
+		a.Counts[j].Fits = true
+	}
+	return a, nil
+}
+
+// at is the time at which r, whose key is key and limits ls, counts:
+// r.Now, or the start of one of its windows if that is later. A Limiter
+// reads its clock before it calls the store, so a request may take the
+// lock just after one that read the clock later and began a new window;
+// counted at its own time, it would roll that window back and lose its
+// count.
+func (s *Store) at(key string, ls []limit, now time.Time) time.Time {
+	for _, l := range ls {
+		if w := s.windows[windowKey{key, l.name}]; now.Before(w.start) {
+			now = w.start
+		}
+	}
+	return now
+}
+
+// roll returns w as it stands at now: moved on to the window or calendar
+// period that holds now if its own has ended. It changes nothing in the
+// map, so that a read or a refusal leaves no trace.
+func (l limit) roll(w window, now time.Time) window {
+	switch {
+	case l.calendar != 0:
+		if start, end := period(l.calendar, now); !w.start.Equal(start) {
+			w = window{start: start, end: end}
+		}
+	case l.sliding:
+		// Sliding windows are aligned on multiples of their width, so that
+		// the one before is known: it ends where this one starts.
+		start := now.Truncate(l.width)
+		sameWidth := w.end.Sub(w.start) == l.width
+		switch {
+		case sameWidth && w.start.Equal(start):
+		case sameWidth && w.end.Equal(start):
+			w = window{start: start, end: start.Add(l.width), prev: w.n}
+		default:
+			w = window{start: start, end: start.Add(l.width)}
+		}
+	case !now.Before(w.end):
+		w = window{} // a fixed window that has ended runs no more
+	}
+	return w
+}
+
+// count reports w at now as the Limiter reads it: from N, Left, Length and
+// Prev it derives a response's remaining, reset and retry.
+func (l limit) count(w window, now time.Time) ratelimit.Count {
+	if w.end.IsZero() {
+		// No fixed window runs: report the one a request would start.
+		return ratelimit.Count{Left: l.width, Length: l.width}
+	}
+	// A window's start names it for Give: the next one of the limit
+	// starts later.
+	return ratelimit.Count{N: w.n, Prev: w.prev, Left: w.end.Sub(now),
+		Length: w.end.Sub(w.start), Mark: w.start.UnixNano()}
+}
+
+// fits reports whether cost fits in l, whose window stands as c reports.
+func (l limit) fits(c ratelimit.Count, cost int64) bool {
+	if l.sliding {
+		// The previous window weighs by the share of it still inside the
+		// last width: all of it at the start of this one, none at its end.
+		estimate := float64(c.Prev)*float64(c.Left)/float64(c.Length) + float64(c.N)
+		return estimate+float64(cost) <= float64(l.max)
+	}
+	return c.N+cost <= l.max
+}
+
+// period returns the period of the UTC calendar that holds now.
+func period(c ratelimit.Calendar, now time.Time) (start, end time.Time) {
+	y, m, d := now.UTC().Date()
+	if c == ratelimit.CalendarDay {
+		start = time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
+		return start, start.AddDate(0, 0, 1)
+	}
+	start = time.Date(y, m, 1, 0, 0, 0, 0, time.UTC)
+	return start, start.AddDate(0, 1, 0)
+}
+
+// takeSlots decides r, an InFlight request: r.Limit slots in all, r.Cost
+// of them for this request, held for a lease of r.Window.
+func (s *Store) takeSlots(r ratelimit.Request) ratelimit.Answer {
+	key := r.Key()
+	a := ratelimit.Answer{Allowed: true}
+	used := held(s.slots[key], r.Now)
+	if r.Cost > 0 {
+		// Slots whose lease has ended are free again: drop them, and say
+		// how many. A read leaves them for the next request to count.
+		var kept []slot
+		for _, sl := range s.slots[key] {
+			if r.Now.Before(sl.end) {
+				kept = append(kept, sl)
+			} else {
+				a.Expired += sl.cost
+			}
+		}
+		a.Allowed = used+r.Cost <= r.Limit
+		if a.Allowed {
+			kept = append(kept, slot{id: r.Slot, cost: r.Cost, end: r.Now.Add(r.Window)})
+			used += r.Cost
+		}
+		s.slots[key] = kept
+	}
+	a.Counts[0] = ratelimit.Count{N: used, Fits: a.Allowed, Left: r.Window, Length: r.Window}
+	return a
+}
+
+// held is how many slots are held at now: those whose lease runs.
+func held(slots []slot, now time.Time) int64 {
+	var n int64
+	for _, sl := range slots {
+		if now.Before(sl.end) {
+			n += sl.cost
+		}
+	}
+	return n
+}
+
+// Give gives back what a Take of r took: r.Cost in each window that is
+// still the one r.Marks names (one that has ended is left alone), or the
+// slots of r.Slot.
+func (s *Store) Give(_ context.Context, r ratelimit.Request) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := r.Key()
+	if r.Algorithm == ratelimit.InFlight {
+		slots := s.slots[key]
+		for i, sl := range slots {
+			if sl.id == r.Slot {
+				s.slots[key] = append(slots[:i], slots[i+1:]...)
+				break
+			}
+		}
+		return nil
+	}
+	ls := limits(&r)
+	now := s.at(key, ls, r.Now)
+	for j, l := range ls {
+		k := windowKey{key, l.name}
+		w := l.roll(s.windows[k], now)
+		if w.n > 0 && l.count(w, now).Mark == r.Marks[j] {
+			w.n -= min(w.n, r.Cost)
+			s.windows[k] = w
+		}
+	}
+	return nil
+}
+
+// Reset clears every window of r's limits, and its slots in flight.
+func (s *Store) Reset(_ context.Context, r ratelimit.Request) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := r.Key()
+	delete(s.slots, key)
+	for _, l := range limits(&r) {
+		delete(s.windows, windowKey{key, l.name})
+	}
+	return nil
+}
+
+// Incr counts one request in key's fixed window of width, on the
+// process's clock: no Request comes with it to say the time.
+func (s *Store) Incr(_ context.Context, key string, width time.Duration) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	k := windowKey{key: key}
+	w := limit{width: width}.roll(s.windows[k], now)
+	if w.end.IsZero() {
+		w.start, w.end = now, now.Add(width)
+	}
+	w.n++
+	s.windows[k] = w
+	return w.n, nil
+}
+
+// Attach accepts every limiter: the store holds no budget of its own, a
+// request carries its limits. It lives in the process, so the Limiter
+// calls it directly, with no deadline or circuit breaker.
+func (s *Store) Attach(ratelimit.Request) (ratelimit.StoreInfo, error) {
+	return ratelimit.StoreInfo{Local: true}, nil
+}
+
+// sweep drops, once a minute at most, the windows and slots that count no
+// more, so that the maps do not keep every tenant they have ever seen. A
+// window is kept one width past its end, since a sliding window's next one
+// weighs it; slots whose lease ended over a minute ago go, uncounted in
+// Answer.Expired.
+func (s *Store) sweep(now time.Time) {
+	if now.Before(s.nextSweep) {
+		return
+	}
+	s.nextSweep = now.Add(time.Minute)
+	for k, w := range s.windows {
+		if !now.Before(w.end.Add(w.end.Sub(w.start))) {
+			delete(s.windows, k)
+		}
+	}
+	for key, slots := range s.slots {
+		if held(slots, now.Add(-time.Minute)) == 0 {
+			delete(s.slots, key)
+		}
+	}
+}

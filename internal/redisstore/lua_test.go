@@ -1,0 +1,218 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/gatewaykit/ratelimit/internal/testkit/redistest"
+	"github.com/gatewaykit/ratelimit/internal/window"
+)
+
+// The Lua that mirrors the window package, run on a real server beside
+// the Go it mirrors, on the same inputs.
+
+// calendarDays runs calendar.lua's period for the days from first on, n
+// of them, each at its first and its last millisecond: for each of those
+// instants, the day's start and end, then the month's, in ms.
+const calendarDays = `
+local first, n, out = tonumber(ARGV[1]), tonumber(ARGV[2]), {}
+for day = first, first + n - 1 do
+  local t0 = day * 86400000
+  for _, t in ipairs({t0, t0 + 86399999}) do
+    local ds, de = period('d', t)
+    local ms, me = period('m', t)
+    out[#out+1], out[#out+2], out[#out+3], out[#out+4] = ds, de, ms, me
+  end
+end
+return out
+`
+
+// calendar.lua finds the same day and month as window.Period for every
+// day from 1970 to 2100, at its first and its last millisecond.
+func TestCalendarLuaIsGos(t *testing.T) {
+	rdb := redistest.Client(t)
+	ctx := context.Background()
+	script := calendarLua + calendarDays
+	const msPerDay = 24 * 60 * 60 * 1000
+	first := time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli() / msPerDay
+	end := time.Date(2101, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli() / msPerDay
+	// Days per script call: a reply of 4000 × 8 integers keeps each call
+	// short on the server, which serves no one else meanwhile.
+	const chunk = 4000
+	days, mismatches := 0, 0
+	for from := first; from < end; from += chunk {
+		n := min(chunk, end-from)
+		vals, err := rdb.Eval(ctx, script, nil, from, n).Int64Slice()
+		if err != nil {
+			t.Fatalf("days %d to %d: %v", from, from+n-1, err)
+		}
+		if len(vals) != int(n)*8 {
+			t.Fatalf("days %d to %d: %d values, want %d", from, from+n-1, len(vals), n*8)
+		}
+		for i := range n * 2 {
+			ms := (from+i/2)*msPerDay + i%2*(msPerDay-1)
+			now := time.UnixMilli(ms).UTC()
+			ds, de := window.Period(window.Day, now)
+			mstart, mend := window.Period(window.Month, now)
+			want := [4]int64{ds.UnixMilli(), de.UnixMilli(), mstart.UnixMilli(), mend.UnixMilli()}
+			got := [4]int64(vals[4*i : 4*i+4])
+			if got != want {
+				mismatches++
+				if mismatches <= 10 {
+					t.Errorf("at %v: Lua says day [%v, %v), month [%v, %v); Go says day [%v, %v), month [%v, %v)",
+						now, utcMilli(got[0]), utcMilli(got[1]), utcMilli(got[2]), utcMilli(got[3]),
+						ds, de, mstart, mend)
+				}
+			}
+		}
+		days += int(n)
+	}
+	if mismatches > 0 {
+		t.Errorf("%d of %d instants differ", mismatches, 2*days)
+	}
+	// 1970 to 2100: 131 years, 32 of them leap (2000 is, 2100 is not).
+	if want := 131*365 + 32; days != want {
+		t.Errorf("compared %d days, want %d", days, want)
+	}
+}
+
+// utcMilli is ms since 1970 as a time, for messages.
+func utcMilli(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
+
+// take.lua decides a sliding window as window.Slide.Fits does. Requests
+// go through the engine to the real script, some of them at once, so
+// that a script call decides several callers in turn; the previous
+// window's key is set first, so that its count weighs in. Each answer
+// carries what the script decided on (the previous count, the count, how
+// far the window had run), and Go must decide the same on it: an allowed
+// cost fitted before it was counted, and a refused one did not fit.
+func TestSlidingLuaIsGos(t *testing.T) {
+	rdb := redistest.Client(t)
+	ctx := context.Background()
+	s := New(rdb)
+	var allowedWithPrev int
+	for _, tt := range []struct {
+		name   string
+		limit  int64
+		window time.Duration
+		prev   int64   // set in the previous window's key
+		costs  []int64 // each request's, in turn
+	}{
+		{"cost 1, a full previous window", 10, 10 * time.Second, 10, []int64{1}},
+		{"costs of 1 to 4, the previous window half full", 10, 10 * time.Second, 5, []int64{1, 2, 3, 4}},
+		{"nothing in the previous window", 10, 10 * time.Second, 0, []int64{1, 3}},
+		{"a large limit, large costs", 1000, time.Minute, 900, []int64{7, 50, 100}},
+		{"the previous window over the limit", 100, 30 * time.Second, 150, []int64{1, 10}},
+		{"a cost of the whole limit", 8, 10 * time.Second, 3, []int64{8, 1}},
+		{"a window of 1.5 s", 20, 1500 * time.Millisecond, 17, []int64{1, 2}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			lim := window.Limit{Limit: tt.limit, Window: tt.window, Kind: window.Sliding}
+			var answers []slidingAnswer
+			// A first request that lands in the next window sees the
+			// seeded one as current, not as previous: try again on a new
+			// key.
+			for range 3 {
+				key := "{" + uniqueKey(t, "sliding") + "}"
+				if err := seedPrevious(ctx, rdb, key, tt.window, tt.prev); err != nil {
+					t.Fatal(err)
+				}
+				answers = takeSliding(t, s, key, lim, tt.costs, 4, 12)
+				if len(answers) == 0 || answers[0].st.Prev == tt.prev {
+					break
+				}
+			}
+			if len(answers) == 0 {
+				t.Fatal("no answers")
+			}
+			if answers[0].st.Prev != tt.prev {
+				t.Errorf("the first request saw a previous count of %d, want the %d set", answers[0].st.Prev, tt.prev)
+			}
+			refused := 0
+			for _, a := range answers {
+				st := a.st
+				if st.Length != tt.window || st.Left <= 0 || st.Left > tt.window {
+					t.Fatalf("cost %d: %+v; want Length %v and Left in (0, %v]", a.cost, st, tt.window, tt.window)
+				}
+				before := lim.Slide(&st)
+				if st.Fits {
+					before.Cur -= a.cost
+				} else {
+					refused++
+				}
+				if fits := before.Fits(a.cost, tt.limit); fits != st.Fits {
+					t.Errorf("cost %d on %+v (estimate %v): the script says fits %v, Go says %v",
+						a.cost, before, before.Estimate(), st.Fits, fits)
+				}
+				if st.Fits && st.Prev > 0 && st.Left < st.Length {
+					allowedWithPrev++
+				}
+			}
+			if refused == 0 {
+				t.Errorf("none of %d requests refused: the limit was never reached", len(answers))
+			}
+		})
+	}
+	if allowedWithPrev == 0 {
+		t.Error("no request was allowed with a previous window weighing in")
+	}
+}
+
+// seedPrevious sets the count of key's sliding window of width before the
+// one that holds now on the server's clock, to prev; for 0, it sets
+// nothing. The key is the script's: "<key>:<width in ms>:<window number>".
+func seedPrevious(ctx context.Context, rdb *redis.Client, key string, width time.Duration, prev int64) error {
+	if prev == 0 {
+		return nil
+	}
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		return err
+	}
+	ms := width.Milliseconds()
+	index := now.UnixMilli() / ms
+	return rdb.Set(ctx, fmt.Sprintf("%s:%d:%d", key, ms, index-1), prev, 3*width).Err()
+}
+
+// slidingAnswer is what the store answered of a request of cost.
+type slidingAnswer struct {
+	cost int64
+	st   window.State
+}
+
+// takeSliding has s decide rounds of requests of key in l, each round
+// made of a request of each cost, callers of them at once: the answers,
+// the first request's first.
+func takeSliding(t *testing.T, s *Store, key string, l window.Limit, costs []int64, callers, rounds int) []slidingAnswer {
+	t.Helper()
+	var (
+		mu      sync.Mutex
+		answers []slidingAnswer
+	)
+	take := func(cost int64) {
+		c := window.Call{Cost: cost, Main: l, Now: time.Now()}
+		deadline := time.Now().Add(5 * time.Second)
+		var r window.Result
+		if err := s.Take(context.Background(), key, &c, deadline, time.Until(deadline), &r); err != nil {
+			t.Errorf("take %d of %s: %v", cost, key, err)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		answers = append(answers, slidingAnswer{cost, r.Counts[0]})
+	}
+	take(costs[0])
+	for i := range rounds {
+		var wg sync.WaitGroup
+		for j := range callers {
+			wg.Go(func() { take(costs[(i*callers+j)%len(costs)]) })
+		}
+		wg.Wait()
+	}
+	return answers
+}
