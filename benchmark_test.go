@@ -150,7 +150,7 @@ func BenchmarkQuotasInMemory(b *testing.B) {
 				i := int(start.Add(7919))
 				for pb.Next() {
 					var d Decision
-					lim.take(context.Background(), &d, tenants[i%len(tenants)], keyOf{}, 1)
+					lim.take(context.Background(), &d, tenants[i%len(tenants)], 1)
 					if !d.Allowed {
 						b.Fatal(d)
 					}

@@ -32,6 +32,17 @@ func (c clock) Now() time.Time {
 	return c.now()
 }
 
+// mono returns the time now as read on the monotonic clock alone: the
+// wall time at the real clock's epoch plus the time since. It saves Now's
+// reading of the wall clock, and is right for windows and deadlines, which
+// the monotonic clock times; a calendar period needs Now.
+func (c clock) mono() time.Time {
+	if c.now == nil {
+		return realEpoch.Add(time.Since(realEpoch))
+	}
+	return c.now()
+}
+
 // since returns the time from the clock's epoch to t, a reading of Now.
 func (c clock) since(t time.Time) time.Duration {
 	if c.now == nil {

@@ -146,11 +146,6 @@ func (l *Limiter) counted(d *Decision, p *policyHeaders, by Decider, r *Request,
 	d.took, d.cost = a.Allowed && by != ByCache, r.Cost
 	if d.took {
 		d.slot, d.marks[0] = r.Slot, a.Counts[0].Mark
-		if r.set != nil {
-			for j := range r.set.q {
-				d.marks[j+1] = a.Counts[j+1].Mark
-			}
-		}
 	}
 	if r.Algorithm == InFlight && a.Expired > 0 {
 		l.opts.Metrics.slotsExpired(a.Expired)
@@ -166,6 +161,11 @@ func (l *Limiter) counted(d *Decision, p *policyHeaders, by Decider, r *Request,
 // room again last), or when allowed the one with the fewest units left
 // (of those, the one that resets last). main is the main limit's.
 func (d *Decision) quotaFigures(r *Request, a *Answer, main window.Figures) {
+	if d.took {
+		for j := range r.set.q {
+			d.marks[j+1] = a.Counts[j+1].Mark
+		}
+	}
 	d.lims[0] = figure{limit: r.Limit, window: r.Window, remaining: main.Remaining, reset: main.Reset}
 	retry := main.Retry
 	if !a.Allowed && a.Counts[0].Fits {

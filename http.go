@@ -146,11 +146,11 @@ func HTTPMiddleware(lim *Limiter, cfg HTTPConfig) func(http.Handler) http.Handle
 			}
 			var d Decision
 			if id, ok := cfg.Tenant(r); ok && id != "" {
-				lim.take(r.Context(), &d, id, keyOf{}, cost)
+				lim.take(r.Context(), &d, id, cost)
 			} else if cfg.AnonymousByIP {
 				lim.takeAddr(r.Context(), &d, cfg.ClientIP(r), cost)
 			} else {
-				lim.take(r.Context(), &d, "", keyOf{}, cost)
+				lim.take(r.Context(), &d, "", cost)
 			}
 			d.SetHeaders(w.Header())
 			switch {

@@ -136,15 +136,6 @@ func appendTenantKey(dst []byte, prefix, id string) []byte {
 	if id == "" {
 		return append(dst, unknownTenant...)
 	}
-	if len(id) <= maxTenantKey && id != unknownTenant {
-		// The usual ID, kept as it is: copied, then checked in one pass.
-		at := len(dst)
-		dst = append(dst, id...)
-		if safeBytes(dst[at:]) {
-			return dst
-		}
-		dst = dst[:at]
-	}
 	n := len(id)
 	for i := 0; i < len(id); i++ {
 		if !safeKeyByte[id[i]] {
@@ -168,16 +159,6 @@ func appendTenantKey(dst []byte, prefix, id string) []byte {
 		dst = append(dst, '%', hexDigits[c>>4], hexDigits[c&0xf])
 	}
 	return dst
-}
-
-// safeBytes reports whether every byte of b goes into a key unescaped.
-func safeBytes(b []byte) bool {
-	for _, c := range b {
-		if !safeKeyByte[c] {
-			return false
-		}
-	}
-	return true
 }
 
 // appendAddrKey appends to dst the key of a request without a tenant from
@@ -229,6 +210,16 @@ func (r *Request) Key() string {
 
 // appendKey appends r's key to dst, which a caller keeps on its stack.
 func (r *Request) appendKey(dst []byte) []byte {
+	if r.probe || r.key.byAddr || r.key.prefix == "" {
+		return r.appendOtherKey(dst)
+	}
+	return appendKey(dst, r.key.prefix, r.Tenant, r.Algorithm)
+}
+
+// appendOtherKey is appendKey for a probe's key, an address's, or a
+// request of its own (no limiter's prefix): apart, so that the usual key's
+// code stays short.
+func (r *Request) appendOtherKey(dst []byte) []byte {
 	prefix := r.key.prefix
 	if prefix == "" {
 		prefix = unnamedPrefix

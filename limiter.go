@@ -202,7 +202,7 @@ func (r *Request) setQuotas(s *quotaSet) {
 // When ctx is done before the counter decides, the request is decided as
 // one that nothing counted, with ErrContextDone in Decision.Err.
 func (l *Limiter) Take(ctx context.Context, tenant string) (d Decision) {
-	l.take(ctx, &d, tenant, keyOf{}, 1)
+	l.take(ctx, &d, tenant, 1)
 	return d
 }
 
@@ -213,7 +213,7 @@ func (l *Limiter) Take(ctx context.Context, tenant string) (d Decision) {
 // cost above 1 needs Options.Counter to be a Store; with a Counter that
 // counts by Incr alone, such a request is decided as a counter failure.
 func (l *Limiter) TakeN(ctx context.Context, tenant string, n int) (d Decision) {
-	l.take(ctx, &d, tenant, keyOf{}, n)
+	l.take(ctx, &d, tenant, n)
 	return d
 }
 
@@ -237,25 +237,24 @@ func (l *Limiter) TakeAddrN(ctx context.Context, addr netip.Addr, n int) (d Deci
 
 // takeAddr is TakeAddrN into d, for the doors of this package, which keep
 // their Decision on their own stack.
-func (l *Limiter) takeAddr(ctx context.Context, d *Decision, addr netip.Addr, n int) {
-	l.take(ctx, d, "", keyOf{addr: addr, byAddr: true}, n)
+func (l *Limiter) takeAddr(ctx context.Context, d *Decision, addr netip.Addr, cost int) {
+	r := l.base
+	r.Now, r.key.addr, r.key.byAddr = l.clock.mono(), addr, true
+	l.takeAny(ctx, d, &r, cost)
 }
 
-// take decides into d the request of tenant, or of the address in key, of
-// cost. It fills d in place: copying a Decision out of each call cost the
-// in-memory path about 40 instructions a request.
+// take decides into d the request of tenant, of cost. It fills d in
+// place: copying a Decision out of each call cost the in-memory path about
+// 40 instructions a request.
 //
 // The usual request, of cost 1 on a local store without plans, quotas or
 // slots, runs a few lines of code of its own; everything else is in
 // takeAny. Each call in a function reloads its arguments, so a function
 // that calls for every rare case is long, and the code of one request had
 // outgrown the instruction cache: takeAny keeps those calls away.
-func (l *Limiter) take(ctx context.Context, d *Decision, tenant string, key keyOf, cost int) {
+func (l *Limiter) take(ctx context.Context, d *Decision, tenant string, cost int) {
 	r := l.base
-	r.Tenant, r.Now = tenant, l.clock.Now()
-	if key.byAddr {
-		r.key.addr, r.key.byAddr = key.addr, true
-	}
+	r.Tenant, r.Now = tenant, l.clock.mono()
 	if !l.info.Local || cost != 1 || l.opts.PlanFor != nil || r.set != nil || r.Algorithm == InFlight {
 		l.takeAny(ctx, d, &r, cost)
 		return
@@ -280,6 +279,9 @@ func (l *Limiter) takeAny(ctx context.Context, d *Decision, r *Request, cost int
 	}
 	if l.opts.PlanFor != nil && !l.planned(ctx, d, r) {
 		return
+	}
+	if r.set != nil && r.set.calendar {
+		r.Now = l.clock.Now() // a calendar period follows the wall clock
 	}
 	if r.Cost > r.Limit || r.set != nil && r.set.neverFits(r.Cost) {
 		// It never fits: no need to ask.

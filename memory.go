@@ -133,13 +133,16 @@ func (m *MemoryCounter) Close() error {
 // Incr bumps the counter for key and returns the count after the increment.
 // It never blocks on anything but a shard's lock, so ctx is not consulted.
 func (m *MemoryCounter) Incr(_ context.Context, key string, window time.Duration) (int64, error) {
-	now := time.Now()
+	now := memstore.Now()
 	if m.now != nil {
-		now = m.now()
+		now = memstore.Nanos(m.now())
 	}
 	// A read-only view of key's bytes: the engine copies a key it keeps.
 	n, _, err := m.engine.Incr(unsafe.Slice(unsafe.StringData(key), len(key)), window, now)
-	return n, memoryError(err)
+	if err != nil {
+		return n, memoryError(err)
+	}
+	return n, nil
 }
 
 // Attach claims r's keys for its limiter: two limiters with the same Name
@@ -159,8 +162,11 @@ func (m *MemoryCounter) Take(_ context.Context, r Request) (a Answer, err error)
 	// to build.
 	var buf [maxKeyLen]byte
 	st, err := m.engine.TakeWindow(r.appendKey(buf[:0]), window.Kind(r.Algorithm), r.Cost, r.Limit, r.Window, memstore.Nanos(r.Now))
+	if err != nil {
+		return a, memoryError(err)
+	}
 	a.Allowed, a.Counts[0] = st.Fits, Count(st)
-	return a, memoryError(err)
+	return a, nil
 }
 
 // take is Take for a request with quotas, of slots in flight, or a read.

@@ -98,6 +98,9 @@ type quotaSet struct {
 	// The same quotas at a limit of 1, for Limiter.Ping.
 	probe *quotaSet
 
+	// Some quota counts in calendar periods, which follow the wall clock.
+	calendar bool
+
 	// The last items of RateLimit-Policy made (see policyItems).
 	items atomic.Pointer[policyItems]
 }
@@ -136,6 +139,7 @@ func newQuotaSet(field string, qs []Quota, policy string) (*quotaSet, error) {
 		}
 		s.q = append(s.q, quotaSpec{name: q.Name, limit: int64(q.Limit), window: q.Window, calendar: q.Calendar,
 			quoted: `"` + q.Name + `"`})
+		s.calendar = s.calendar || q.Calendar != 0
 	}
 	s.lims = s.limits()
 	s.probe = s.scaled(func(int64) int64 { return 1 })
@@ -144,7 +148,7 @@ func newQuotaSet(field string, qs []Quota, policy string) (*quotaSet, error) {
 
 // scaled is s with each quota's limit scaled by scale.
 func (s *quotaSet) scaled(scale func(int64) int64) *quotaSet {
-	f := &quotaSet{q: append([]quotaSpec(nil), s.q...), src: append([]Quota(nil), s.src...), policy: s.policy}
+	f := &quotaSet{q: append([]quotaSpec(nil), s.q...), src: append([]Quota(nil), s.src...), policy: s.policy, calendar: s.calendar}
 	for i := range f.q {
 		f.q[i].limit = scale(f.q[i].limit)
 		f.src[i].Limit = int(f.q[i].limit)

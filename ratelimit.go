@@ -237,12 +237,12 @@ func (d *fiberDoor) handle(c *fiber.Ctx) error {
 	}
 	var dec Decision
 	if id, ok := d.tenant(c); ok && id != "" {
-		d.lim.take(ctx, &dec, id, keyOf{}, cost)
+		d.lim.take(ctx, &dec, id, cost)
 	} else if d.anonymousByIP {
 		addr, _ := netip.ParseAddr(c.IP())
 		d.lim.takeAddr(ctx, &dec, addr, cost)
 	} else {
-		d.lim.take(ctx, &dec, "", keyOf{}, cost)
+		d.lim.take(ctx, &dec, "", cost)
 	}
 	dec.SetFastHTTPHeaders(&c.Response().Header)
 	if !dec.Allowed {

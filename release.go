@@ -45,7 +45,7 @@ func (l *Limiter) Release(ctx context.Context, d Decision) error {
 		return errors.New("ratelimit: Release: the Decision is another limiter's")
 	}
 	r := l.base
-	r.Tenant, r.Cost, r.Slot, r.Marks, r.Now = d.tenant, d.cost, d.slot, d.marks, l.clock.Now()
+	r.Tenant, r.Cost, r.Slot, r.Marks, r.Now = d.tenant, d.cost, d.slot, d.marks, l.clock.mono()
 	if d.byAddr {
 		r.key.addr, r.key.byAddr = d.addr, true
 	}
@@ -54,6 +54,9 @@ func (l *Limiter) Release(ctx context.Context, d Decision) error {
 		r.Limit, r.Window = d.lims[0].limit, d.lims[0].window
 	}
 	r.setQuotas(d.quotas) // the fallback's own, when the fallback decided
+	if d.quotas != nil && d.quotas.calendar {
+		r.Now = l.clock.Now() // a calendar period follows the wall clock
+	}
 	var err error
 	switch {
 	case store == l.fallback || l.info.Local:

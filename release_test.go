@@ -145,7 +145,7 @@ func TestReleaseAllocatesNothing(t *testing.T) {
 			lim.Release(ctx, lim.Take(ctx, "acme")) // the tenant's entry
 			allocs := testing.AllocsPerRun(100, func() {
 				var d Decision
-				lim.take(ctx, &d, "acme", keyOf{}, 1)
+				lim.take(ctx, &d, "acme", 1)
 				if !d.Allowed {
 					t.Fatal("refused")
 				}

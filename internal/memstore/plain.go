@@ -24,18 +24,18 @@ func (w *entry) liveFor(now, width int64, kind window.Kind) bool {
 	return w.width == 0
 }
 
-// Incr adds 1 to key's fixed window of width at now and returns the count
-// after it and the time the window has left: the seed's Counter.
-func (m *Store) Incr(key []byte, width time.Duration, now time.Time) (int64, time.Duration, error) {
+// Incr adds 1 to key's fixed window of width at now (see Nanos) and
+// returns the count after it and the time the window has left: the seed's
+// Counter.
+func (m *Store) Incr(key []byte, width time.Duration, now int64) (int64, time.Duration, error) {
 	if width <= 0 {
 		return 0, 0, fmt.Errorf("increment rate limit key %s: window %v is not positive", key, width)
 	}
-	n := Nanos(now)
-	w, err := m.window(key, int64(width), window.Fixed, n)
+	w, err := m.window(key, int64(width), window.Fixed, now)
 	if err != nil {
 		return 0, 0, err
 	}
-	return w.count.Add(1), time.Duration(w.end - n), nil
+	return w.count.Add(1), time.Duration(w.end - now), nil
 }
 
 // takeWindow decides c, a plain window's, for key.

@@ -77,6 +77,10 @@ var epoch = func() time.Time {
 // monotonic clock when t has a reading of it.
 func Nanos(t time.Time) int64 { return int64(t.Sub(epoch)) }
 
+// Now is the time now on a Store's clock, read on the monotonic clock
+// alone.
+func Now() int64 { return int64(time.Since(epoch)) }
+
 // seed spreads keys over shards and slots. One per process is enough to
 // keep clients from choosing keys that crowd one shard.
 var seed = maphash.MakeSeed()

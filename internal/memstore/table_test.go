@@ -64,7 +64,7 @@ func bounded(n int) *Store {
 
 // incr is the seed's Incr of key.
 func (c *counter) incr(key string, width time.Duration) (int64, error) {
-	n, _, err := c.Store.Incr(unsafe.Slice(unsafe.StringData(key), len(key)), width, c.clock.Now())
+	n, _, err := c.Store.Incr(unsafe.Slice(unsafe.StringData(key), len(key)), width, Nanos(c.clock.Now()))
 	return n, err
 }
 
@@ -644,7 +644,7 @@ func TestStoreEvictedKeyStartsAfresh(t *testing.T) {
 		clock.Advance(10 * time.Second)
 		mustIncr(t, m, "rl:b", time.Minute)
 		clock.Advance(10 * time.Second)
-		n, ttl, err := m.Incr([]byte("rl:a"), time.Minute, m.clock.Now())
+		n, ttl, err := m.Incr([]byte("rl:a"), time.Minute, Nanos(m.clock.Now()))
 		if err != nil || n != 1 || ttl != time.Minute {
 			t.Fatalf("rl:a after its eviction = %d, %v, %v; want 1, %v, nil", n, ttl, err, time.Minute)
 		}
