@@ -27,7 +27,7 @@ TEST_SERVERS = redis6 redis7 redis8 valkey8
 # tests that need one, as plain `go test` does.
 REDIS_TESTS ?= required
 
-.PHONY: test test-unit test-examples test-rules test-servers fuzz bench bench-peers lint vuln run
+.PHONY: test test-unit test-examples test-rules test-servers fuzz bench bench-peers bench-compare lint vuln run
 
 # with_redis_server runs its argument with a redis-server on PATH: the one
 # already there, or else Redis 7, fetched into REDIS_SERVERS_DIR the first
@@ -129,6 +129,12 @@ bench:
 # against a throwaway redis-server. See docs/benchmarks.md.
 bench-peers:
 	$(call with_redis_server,./bench/run.sh)
+
+# Two commits of the library, alternated round by round (bench/compare.sh):
+# make bench-compare OLD=<commit> [NEW=<commit>].
+bench-compare:
+	@[ -n "$(OLD)" ] || { echo "make bench-compare: set OLD=<commit>" >&2; exit 2; }
+	$(call with_redis_server,./bench/compare.sh $(OLD) $(NEW))
 
 lint: vuln
 	@unformatted=$$(gofmt -l .); \

@@ -21,7 +21,7 @@ const (
 	// the last Window, plus the current window's count, plus the
 	// request's cost, is at most the limit. A burst just after a window
 	// boundary gets through only in proportion to the time elapsed since
-	// the one before it. It needs a MemoryCounter or a RedisCounter.
+	// the one before it. It needs Counter to be a Store.
 	SlidingWindow
 
 	// InFlight limits how many requests of a tenant run at once, across
@@ -37,7 +37,7 @@ const (
 	// dropped by the next request that looks (Metrics counts them as
 	// expired). A refusal answers Retry-After: 1, and the headers report
 	// the policy in the unit "concurrent-requests". It needs Counter (and
-	// Fallback) to be a MemoryCounter or a RedisCounter, and has no
+	// Fallback) to be a Store, and has no
 	// Quotas; PlanFor gives a tenant its own number of slots and lease.
 	InFlight
 )

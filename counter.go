@@ -116,7 +116,10 @@ type Request struct {
 	// Now is the time of the request on the Limiter's clock. A store
 	// that one process keeps counts on it; one that several processes
 	// share counts on a clock of its own (RedisCounter: the server's),
-	// so that their clocks need not agree.
+	// so that their clocks need not agree. The real clock gives the wall
+	// time when the process started plus the monotonic time since, which
+	// a stepped wall clock does not move; a request with a calendar quota
+	// reads the wall clock itself, whose days and months it counts in.
 	Now time.Time
 
 	// Deadline is when the Limiter stops waiting for the store (see

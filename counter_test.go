@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatewaykit/ratelimit/internal/testkit/fakeclock"
+
 	"github.com/gatewaykit/ratelimit/internal/testkit/goroutines"
 )
 
@@ -149,26 +151,9 @@ func testCounterConformance(t *testing.T, subject func(t *testing.T) counterSubj
 }
 
 // fakeClock is a clock that moves only when told to.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+type fakeClock = fakeclock.Clock
 
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+func newFakeClock() *fakeClock { return fakeclock.New() }
 
 // A MemoryCounter starts no goroutine: after each case of the table, with
 // the counter still open and once it is closed, no goroutine is left that

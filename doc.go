@@ -27,11 +27,14 @@
 // many requests of a tenant run at once across replicas, each holding its
 // slot until Release or until its lease ends.
 //
-// The count lives in a Counter: MemoryCounter, the default, counts in this
-// process; RedisCounter counts in Redis (single node, cluster or ring), so
-// that N replicas hand out one budget between them instead of N budgets.
-// The counter itself decides, in one atomic step per request: a request is
-// counted only when its cost fits, and a refused one spends nothing.
+// The count lives in a Store: MemoryCounter, the default, counts in this
+// process; RedisCounter counts in Redis (single node, cluster, ring or
+// Sentinel), so that N replicas hand out one budget between them instead
+// of N budgets. The Limiter knows nothing of either: it hands the store a
+// Request and reads its Answer, and the store decides, in one atomic step
+// per request: a request is counted only when its cost fits, and a
+// refused one spends nothing. A store of your own implements Store and
+// proves it with storetest.Run (see docs/stores.md).
 // Limiter.Ping checks the counter at start-up.
 //
 // When the counter fails, the Limiter never blocks the request past

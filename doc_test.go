@@ -3,10 +3,7 @@ package ratelimit
 import (
 	"go/ast"
 	"go/doc"
-	"go/parser"
 	"go/printer"
-	"go/token"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -18,22 +15,9 @@ import (
 // package. Only identifiers written as code (camelCase, such as
 // numCauses) are looked for: plain words (take, clock) are also English.
 func TestGodocNamesNoUnexportedIdentifier(t *testing.T) {
-	fset := token.NewFileSet()
-	sources, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var files []*ast.File
+	fset, files := parsePackage(t)
 	unexported := map[string]bool{}
-	for _, name := range sources {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, name, nil, parser.ParseComments)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files = append(files, f)
+	for _, f := range files {
 		for _, d := range f.Decls {
 			for _, id := range declared(d) {
 				if !id.IsExported() && strings.ContainsFunc(id.Name, unicode.IsUpper) {

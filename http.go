@@ -52,7 +52,7 @@ type HTTPConfig struct {
 
 	// Cost returns how many units of the budget a request costs, as
 	// Config.Cost does; setup panics when the Limiter cannot count costs
-	// (see Limiter.CheckCost).
+	// (its Counter or Fallback counts by Incr alone).
 	//
 	// Optional. Default: every request costs 1
 	Cost func(r *http.Request) int
@@ -62,8 +62,8 @@ type HTTPConfig struct {
 	// handler has returned: only requests that succeed spend the budget.
 	// The status is the one the next handler wrote, 200 when it wrote a
 	// body without WriteHeader or wrote nothing, as net/http answers. It
-	// needs the Limiter to be able to give back (Limiter.CheckRelease),
-	// and HTTPMiddleware panics for an InFlight Algorithm, whose slots
+	// needs Counter (and Fallback) to be a Store, and HTTPMiddleware
+	// panics for an InFlight Algorithm, whose slots
 	// every request gives back anyway.
 	//
 	// Optional. Default: false

@@ -21,10 +21,9 @@ import (
 // What a user learns: the package's exported names, beside struct fields.
 const maxExportedNames = 80
 
-// exportedNames returns the package's exported names as godoc shows them:
-// types, funcs, consts, vars, and the methods of exported types and
-// interfaces, as "Type.Method".
-func exportedNames(t *testing.T) []string {
+// parsePackage parses the package's own files, its tests left out, with
+// their comments.
+func parsePackage(t *testing.T) (*token.FileSet, []*ast.File) {
 	t.Helper()
 	fset := token.NewFileSet()
 	sources, err := filepath.Glob("*.go")
@@ -42,6 +41,15 @@ func exportedNames(t *testing.T) []string {
 		}
 		files = append(files, f)
 	}
+	return fset, files
+}
+
+// exportedNames returns the package's exported names as godoc shows them:
+// types, funcs, consts, vars, and the methods of exported types and
+// interfaces, as "Type.Method".
+func exportedNames(t *testing.T) []string {
+	t.Helper()
+	fset, files := parsePackage(t)
 	d, err := doc.NewFromFiles(fset, files, "github.com/gatewaykit/ratelimit")
 	if err != nil {
 		t.Fatal(err)

@@ -117,7 +117,7 @@ func newLimiter(opts Options, now func() time.Time) *Limiter {
 		})
 	}
 	l.wiring = door.Wiring{InFlight: opts.Algorithm == InFlight, Local: l.info.Local, Unreadable: l.unreadable}
-	l.wiring.CostErr, l.wiring.GiveErr = l.incrOnlyErr("costs", "one request at a time"), l.incrOnlyErr("giving back", "only up")
+	l.wiring.CostErr, l.wiring.GiveErr = l.incrOnlyErr("costs need", "one request at a time"), l.incrOnlyErr("giving back needs", "only up")
 	return l
 }
 
@@ -177,7 +177,7 @@ func (l *Limiter) incrOnlyErr(what, how string) error {
 		incrOnly bool
 	}{{"Counter", l.opts.Counter, l.incrOnly}, {"Fallback", l.opts.Fallback, l.fallbackIncrOnly}} {
 		if c.incrOnly {
-			return fmt.Errorf("%s need %s to be a Store; %T counts %s, by Incr", what, c.field, c.c, how)
+			return fmt.Errorf("%s %s to be a Store; %T counts %s, by Incr", what, c.field, c.c, how)
 		}
 	}
 	return nil

@@ -161,11 +161,11 @@ func (m *MemoryCounter) Take(_ context.Context, r Request) (a Answer, err error)
 	// The usual request: one window, without an engine call's arguments
 	// to build.
 	var buf [maxKeyLen]byte
-	st, err := m.engine.TakeWindow(r.appendKey(buf[:0]), window.Kind(r.Algorithm), r.Cost, r.Limit, r.Window, memstore.Nanos(r.Now))
-	if err != nil {
-		return a, memoryError(err)
+	st := (*window.State)(&a.Counts[0])
+	if err := m.engine.TakeWindow(r.appendKey(buf[:0]), window.Kind(r.Algorithm), r.Cost, r.Limit, r.Window, memstore.Nanos(r.Now), st); err != nil {
+		return Answer{}, memoryError(err)
 	}
-	a.Allowed, a.Counts[0] = st.Fits, Count(st)
+	a.Allowed = st.Fits
 	return a, nil
 }
 

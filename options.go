@@ -13,7 +13,9 @@ import (
 type Options struct {
 	// Counter is the store that counts requests per key. Give every replica
 	// a RedisCounter over the same Redis to share one budget between them;
-	// a MemoryCounter counts for this process only.
+	// a MemoryCounter counts for this process only. A store of your own
+	// implements Store (see docs/stores.md); one that implements Counter
+	// alone counts fixed windows of cost 1 and nothing more.
 	//
 	// Optional. Default: a new MemoryCounter for this limiter alone
 	Counter Counter
@@ -53,8 +55,8 @@ type Options struct {
 	// window's end (see Algorithm), or InFlight, which counts the
 	// requests running at once, Window being the lease of each (see
 	// InFlight). SlidingWindow and InFlight need Counter (and
-	// Fallback, if set) to be a MemoryCounter or a RedisCounter: setup
-	// panics for a Counter of your own.
+	// Fallback, if set) to be a Store: setup panics for a Counter that
+	// counts by Incr alone.
 	//
 	// Optional. Default: FixedWindow
 	Algorithm Algorithm
@@ -91,9 +93,9 @@ type Options struct {
 	// every limit, and a Decision names the one that refused, or when
 	// allowed the one with the fewest units left (Decision.Policy).
 	// PlanFor may give a tenant quotas of its own (Plan.Quotas). Quotas
-	// need Counter and Fallback to be a MemoryCounter or a RedisCounter,
-	// and on Redis a server that runs scripts: setup panics for a Counter
-	// of your own. At most 4.
+	// need Counter and Fallback to be a Store, and on Redis a server that
+	// runs scripts: setup panics for a Counter that counts by Incr alone.
+	// At most 4.
 	//
 	// Optional. Default: nil (the main limit alone)
 	Quotas []Quota

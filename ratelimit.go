@@ -65,8 +65,8 @@ type Config struct {
 	// something the gateway has verified (an API key, a token); an ID a
 	// client may choose freely lets it pick its own bucket.
 	//
-	// Optional. Default: c.Locals("tenant"), read by Limiter.TenantID: a
-	// string, a fmt.Stringer or an integer
+	// Optional. Default: c.Locals("tenant"), read as a string, a
+	// fmt.Stringer or an integer (of any type, such as type TenantID int64)
 	Tenant func(c *fiber.Ctx) (string, bool)
 
 	// AnonymousByIP keys requests without a tenant by client address,
@@ -90,8 +90,8 @@ type Config struct {
 
 	// Cost returns how many units of the budget a request costs (see
 	// Limiter.TakeN): an expensive route can cost more than a cheap one.
-	// It needs Counter (and Fallback) to be a MemoryCounter or a
-	// RedisCounter: setup panics for a Counter of your own.
+	// It needs Counter (and Fallback) to be a Store: setup panics for a
+	// Counter that counts by Incr alone.
 	//
 	// Optional. Default: every request costs 1
 	Cost func(c *fiber.Ctx) int
@@ -103,7 +103,7 @@ type Config struct {
 	// with by default: a *fiber.Error's Code (found by errors.As), 500 for
 	// any other error; an ErrorHandler of the app that answers errors
 	// otherwise is not consulted. It needs Counter (and Fallback) to be a
-	// MemoryCounter or a RedisCounter, and setup panics for an InFlight
+	// Store, and setup panics for an InFlight
 	// Algorithm, whose slots every request gives back anyway.
 	//
 	// Optional. Default: false

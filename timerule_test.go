@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gatewaykit/ratelimit/internal/testkit/fakeclock"
 )
 
 // ruleProbe is a store's Take that records the budget each call got (its
@@ -86,7 +88,7 @@ func TestTimeRule(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			// At the real time: the calls' contexts end by it.
-			clock := &fakeClock{now: time.Now()}
+			clock := fakeclock.At(time.Now())
 			probe := &ruleProbe{}
 			for _, c := range tt.calls {
 				probe.outcomes = append(probe.outcomes, c.outcome)
@@ -133,7 +135,7 @@ func TestTimeRuleExpiredRequest(t *testing.T) {
 // ErrContextDone: the counter neither answered nor failed, so the rule
 // still gives the next call the connecting allowance.
 func TestTimeRuleCanceledRequest(t *testing.T) {
-	clock := &fakeClock{now: time.Now()}
+	clock := fakeclock.At(time.Now())
 	rule := &timeRule{timeout: defaultStoreTimeout}
 
 	before, cancel := context.WithCancel(context.Background())

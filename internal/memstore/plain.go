@@ -40,20 +40,22 @@ func (m *Store) Incr(key []byte, width time.Duration, now int64) (int64, time.Du
 
 // takeWindow decides c, a plain window's, for key.
 func (m *Store) takeWindow(key []byte, c *window.Call, r *window.Result) (err error) {
-	r.Counts[0], err = m.TakeWindow(key, c.Main.Kind, c.Cost, c.Main.Limit, c.Main.Window, Nanos(c.Now))
+	err = m.TakeWindow(key, c.Main.Kind, c.Cost, c.Main.Limit, c.Main.Window, Nanos(c.Now), &r.Counts[0])
 	r.Allowed = r.Counts[0].Fits
 	return err
 }
 
 // TakeWindow decides a request of cost in key's plain window (of kind
 // Fixed or Sliding) of limit per width, at now on the store's clock (see
-// Nanos), and returns the window's state after the decision: Take's
+// Nanos), and writes the window's state after the decision to st: Take's
 // short way for the usual request, a tenant without quotas. The count
-// changes by compare-and-swap, only when the cost fits.
-func (m *Store) TakeWindow(key []byte, kind window.Kind, cost, limit int64, width time.Duration, now int64) (st window.State, err error) {
+// changes by compare-and-swap, only when the cost fits. st is written
+// field by field, in place: a state returned by value and copied into the
+// caller's answer cost the in-memory path a stalled copy a request.
+func (m *Store) TakeWindow(key []byte, kind window.Kind, cost, limit int64, width time.Duration, now int64, st *window.State) error {
 	w, err := m.window(key, int64(width), kind, now)
 	if err != nil {
-		return st, err
+		return err
 	}
 	// A call that read the clock before another made this window, and
 	// came after it, counts in it, as of its start.
@@ -67,11 +69,11 @@ func (m *Store) TakeWindow(key []byte, kind window.Kind, cost, limit int64, widt
 			s.Cur = w.count.Load()
 			if !s.Fits(cost, limit) {
 				st.N = s.Cur
-				return st, nil
+				return nil
 			}
 			if w.count.CompareAndSwap(s.Cur, s.Cur+cost) {
 				st.N, st.Fits = s.Cur+cost, true
-				return st, nil
+				return nil
 			}
 		}
 	}
@@ -80,11 +82,11 @@ func (m *Store) TakeWindow(key []byte, kind window.Kind, cost, limit int64, widt
 		n := w.count.Load()
 		if n+cost > limit {
 			st.N = n
-			return st, nil
+			return nil
 		}
 		if w.count.CompareAndSwap(n, n+cost) {
 			st.N, st.Fits = n+cost, true
-			return st, nil
+			return nil
 		}
 	}
 }

@@ -12,31 +12,16 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/gatewaykit/ratelimit/internal/testkit/fakeclock"
+
 	"github.com/gatewaykit/ratelimit/internal/testkit/goroutines"
 	"github.com/gatewaykit/ratelimit/internal/window"
 )
 
 // fakeClock is a clock that moves only when told to.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+type fakeClock = fakeclock.Clock
 
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+func newFakeClock() *fakeClock { return fakeclock.New() }
 
 // counter is a Store counted in by Incr on a fake clock, as the seed's
 // Counter is.
@@ -398,7 +383,8 @@ func (m *Store) holds(key string) bool {
 // count and, for a sliding window, the count of the window before.
 func memTake(t *testing.T, m *counter, key string, width time.Duration, kind window.Kind) (cur, prev int64) {
 	t.Helper()
-	st, err := m.TakeWindow([]byte(key), kind, 1, 1<<40, width, Nanos(m.clock.Now()))
+	var st window.State
+	err := m.TakeWindow([]byte(key), kind, 1, 1<<40, width, Nanos(m.clock.Now()), &st)
 	if err != nil || !st.Fits {
 		t.Fatalf("take(%s) = %v, fits %v", key, err, st.Fits)
 	}

@@ -1,0 +1,88 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+)
+
+// A Counter that counts by Incr alone gets fixed windows of cost 1, and
+// everything else is refused with a message that says which field needs a
+// Store: once, after one "ratelimit: ", never "ratelimit: Cost: ratelimit:".
+func TestIncrOnlyCounterRefusalsNameEachFieldOnce(t *testing.T) {
+	month := Quota{Name: "month", Limit: 10, Calendar: CalendarMonth}
+	incrOnly := func() Counter { return &fakeCounter{} }
+	base := func() Options { return Options{Limit: 5, Window: time.Minute, Counter: incrOnly()} }
+	with := func(f func(*Options)) Options { o := base(); f(&o); return o }
+	setupPanic := func(f func()) (msg string) {
+		defer func() { msg = fmt.Sprint(recover()) }()
+		f()
+		return "no panic"
+	}
+	cases := []struct {
+		name, field string
+		msg         func() string
+	}{
+		{"sliding window", "Algorithm", func() string {
+			return setupPanic(func() { NewLimiter(with(func(o *Options) { o.Algorithm = SlidingWindow })) })
+		}},
+		{"in flight", "Algorithm", func() string {
+			return setupPanic(func() { NewLimiter(with(func(o *Options) { o.Algorithm = InFlight })) })
+		}},
+		{"a fallback that counts by Incr alone", "Algorithm", func() string {
+			return setupPanic(func() {
+				NewLimiter(Options{Limit: 5, Window: time.Minute, Algorithm: SlidingWindow, Fallback: incrOnly()})
+			})
+		}},
+		{"quotas", "Quotas", func() string {
+			return setupPanic(func() { NewLimiter(with(func(o *Options) { o.Quotas = []Quota{month} })) })
+		}},
+		{"a Fiber cost", "Cost", func() string {
+			return setupPanic(func() {
+				FiberMiddleware(NewLimiter(base()), Config{Cost: func(*fiber.Ctx) int { return 2 }})
+			})
+		}},
+		{"a net/http cost", "Cost", func() string {
+			return setupPanic(func() {
+				HTTPMiddleware(NewLimiter(base()), HTTPConfig{Cost: func(*http.Request) int { return 2 }})
+			})
+		}},
+		{"a Fiber skip rule", "SkipFailedRequests", func() string {
+			return setupPanic(func() { FiberMiddleware(NewLimiter(base()), Config{SkipFailedRequests: true}) })
+		}},
+		{"a net/http skip rule", "SkipSuccessfulRequests", func() string {
+			return setupPanic(func() { HTTPMiddleware(NewLimiter(base()), HTTPConfig{SkipSuccessfulRequests: true}) })
+		}},
+		{"a plan's quotas", "Plan.Quotas", func() string {
+			lim := NewLimiter(with(func(o *Options) { o.PlanFor = func(string) Plan { return Plan{Quotas: []Quota{month}} } }))
+			d := lim.Take(context.Background(), "acme")
+			if d.Err == nil {
+				return "no error"
+			}
+			return d.Err.Error()
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			msg := c.msg()
+			t.Log(msg)
+			if !strings.HasPrefix(msg, "ratelimit: "+c.field) {
+				t.Errorf("%q does not start with %q", msg, "ratelimit: "+c.field)
+			}
+			if n := strings.Count(msg, "ratelimit:"); n != 1 {
+				t.Errorf("%q says \"ratelimit:\" %d times, want once", msg, n)
+			}
+			if n := strings.Count(msg, c.field+":"); n > 1 {
+				t.Errorf("%q names %s %d times", msg, c.field, n)
+			}
+			if !strings.Contains(msg, "Store") || !strings.Contains(msg, "*ratelimit.fakeCounter") {
+				t.Errorf("%q does not say that the field needs a Store, and which counter it has", msg)
+			}
+		})
+	}
+}
