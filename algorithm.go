@@ -1,6 +1,9 @@
 package ratelimit
 
-import "strconv"
+import (
+	"strconv"
+	"time"
+)
 
 // Algorithm is how a limiter counts a tenant's requests in time.
 type Algorithm int
@@ -54,3 +57,13 @@ func (a Algorithm) String() string {
 	}
 	return "Algorithm(" + strconv.Itoa(int(a)) + ")"
 }
+
+// The bounds of every limit's Limit and Window (Options, Plan, Quota): Redis counts in Lua numbers, which hold
+// integers exactly up to 2^53, and keeps expiries in milliseconds; a
+// window past a day is a quota, which a window limiter keeps badly (one
+// lost key loses it all).
+const (
+	maxLimit  = 1 << 53
+	minWindow = time.Millisecond
+	maxWindow = 24 * time.Hour
+)

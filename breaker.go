@@ -8,33 +8,6 @@ import (
 	"time"
 )
 
-// breakerState is the state of a circuit breaker.
-type breakerState int32
-
-const (
-	// breakerClosed: every request asks the store.
-	breakerClosed breakerState = iota
-	// breakerOpen: the store failed Options.BreakerFailures times in a
-	// row; requests are decided without it until Options.BreakerCooldown
-	// passes.
-	breakerOpen
-	// breakerHalfOpen: the cool-down is over and one request, the probe,
-	// asks the store. Its success closes the breaker, its failure opens it
-	// again.
-	breakerHalfOpen
-)
-
-// String returns "closed", "open" or "half-open".
-func (s breakerState) String() string {
-	switch s {
-	case breakerClosed:
-		return "closed"
-	case breakerOpen:
-		return "open"
-	}
-	return "half-open"
-}
-
 // breakers is a limiter's circuit breakers: one for each server of a
 // store that has several (StoreInfo.Server), made as requests meet the
 // servers, or one for the store.

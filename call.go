@@ -131,15 +131,6 @@ func causeOf(err error) cause {
 	return causeOther
 }
 
-// isTimeout reports whether err is a deadline that passed.
-func isTimeout(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	ne, ok := errors.AsType[net.Error](err)
-	return ok && ne.Timeout()
-}
-
 // failed decides into d the request r that Options.Counter could not
 // decide, for err: by the fallback, or failing open or closed.
 func (l *Limiter) failed(ctx context.Context, d *Decision, r *Request, err error) {
@@ -219,4 +210,20 @@ func (l *Limiter) fallbackLimit(limit int64) int64 {
 	}
 	scaled := math.Ceil(float64(limit) * float64(l.opts.FallbackLimit) / float64(l.opts.Limit))
 	return int64(min(max(scaled, 1), maxLimit))
+}
+
+// countsByTransaction says once, at warning level, that the store counts
+// without its script (see RedisCounter), and what that changes, with the
+// store's words for why.
+func (l *Limiter) countsByTransaction() {
+	if l.byTransaction.Load() || !l.byTransaction.CompareAndSwap(false, true) {
+		return
+	}
+	var refusal error
+	if l.info.scriptRefusal != nil {
+		refusal = l.info.scriptRefusal()
+	}
+	l.failures.write(slog.LevelWarn, "ratelimit: the server refuses scripts, so fixed windows count by MULTI/EXEC: "+
+		"exact, but a refused request's cost stays counted, so a tenant that keeps knocking over its limit keeps its window full",
+		slog.String("fix", fixOf(refusal)), slog.Any("err", refusal))
 }

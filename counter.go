@@ -156,7 +156,7 @@ type Answer struct {
 
 	// byTransaction: the store counted without deciding first, so that
 	// a refused cost stays counted (RedisCounter on a server that refuses
-	// scripts); StoreInfo's refusal says why. The Answer holds no
+	// scripts); StoreInfo's scriptRefusal says why. The Answer holds no
 	// pointer, so that returning it costs no more than its copy.
 	byTransaction bool
 }
@@ -201,9 +201,9 @@ type StoreInfo struct {
 	// its own. Nil: one breaker for the whole store.
 	Server func(r Request) (id int, addr string)
 
-	// refusal says why a store counts by transactions (see
+	// scriptRefusal says why a store counts by transactions (see
 	// Answer.byTransaction), with what to fix; a built-in store's only.
-	refusal func() error
+	scriptRefusal func() error
 }
 
 // ErrClosed is returned by a MemoryCounter's methods after its Close.

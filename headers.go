@@ -446,3 +446,28 @@ func parseCount[T string | []byte](b T) (int64, bool) {
 	}
 	return n, true
 }
+
+// policyItems returns the items of RateLimit-Policy of s's quotas, each
+// after ", ", for the figures lims (of a Decision: the main limit's
+// first). They change only with the length of a calendar month, so the
+// last ones made are kept.
+func (s *quotaSet) policyItems(lims *[maxQuotas + 1]figure) []byte {
+	if c := s.items.Load(); c != nil && c.lims == windowsOf(lims, len(s.q)) {
+		return c.items
+	}
+	var b []byte
+	for i, q := range s.q {
+		f := &lims[i+1]
+		b = appendPolicyItem(append(b, ", "...), q.quoted, f.limit, f.window)
+	}
+	s.items.Store(&policyItems{lims: windowsOf(lims, len(s.q)), items: b})
+	return b
+}
+
+// windowsOf is the quotas' limits and windows in lims.
+func windowsOf(lims *[maxQuotas + 1]figure, n int) (w [maxQuotas][2]int64) {
+	for i := range n {
+		w[i] = [2]int64{lims[i+1].limit, int64(lims[i+1].window)}
+	}
+	return w
+}

@@ -183,14 +183,6 @@ func (l *Limiter) incrOnlyErr(what, how string) error {
 	return nil
 }
 
-// setQuotas sets r's quotas to s (nil for none).
-func (r *Request) setQuotas(s *quotaSet) {
-	r.set, r.Quotas = s, nil
-	if s != nil {
-		r.Quotas = s.src
-	}
-}
-
 // Take counts one request of tenant and decides it. tenant "" is a request
 // without a tenant; all of those share one budget, under "rl:unknown" (see
 // TakeAddr for keying them apart). ctx bounds the wait for the counter,
@@ -423,20 +415,4 @@ func (l *Limiter) Ping(ctx context.Context) error {
 		return fmt.Errorf("ratelimit: the counter failed its check: %w", err)
 	}
 	return nil
-}
-
-// countsByTransaction says once, at warning level, that the store counts
-// without its script (see RedisCounter), and what that changes, with the
-// store's words for why.
-func (l *Limiter) countsByTransaction() {
-	if l.byTransaction.Load() || !l.byTransaction.CompareAndSwap(false, true) {
-		return
-	}
-	var refusal error
-	if l.info.refusal != nil {
-		refusal = l.info.refusal()
-	}
-	l.failures.write(slog.LevelWarn, "ratelimit: the server refuses scripts, so fixed windows count by MULTI/EXEC: "+
-		"exact, but a refused request's cost stays counted, so a tenant that keeps knocking over its limit keeps its window full",
-		slog.String("fix", fixOf(refusal)), slog.Any("err", refusal))
 }

@@ -302,3 +302,30 @@ func (m *Metrics) roundTrip(d time.Duration, ok bool, c cause) {
 		m.storeErrors[c].Add(1)
 	}
 }
+
+// breakerState is the state of a circuit breaker.
+type breakerState int32
+
+const (
+	// breakerClosed: every request asks the store.
+	breakerClosed breakerState = iota
+	// breakerOpen: the store failed Options.BreakerFailures times in a
+	// row; requests are decided without it until Options.BreakerCooldown
+	// passes.
+	breakerOpen
+	// breakerHalfOpen: the cool-down is over and one request, the probe,
+	// asks the store. Its success closes the breaker, its failure opens it
+	// again.
+	breakerHalfOpen
+)
+
+// String returns "closed", "open" or "half-open".
+func (s breakerState) String() string {
+	switch s {
+	case breakerClosed:
+		return "closed"
+	case breakerOpen:
+		return "open"
+	}
+	return "half-open"
+}

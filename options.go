@@ -216,16 +216,6 @@ const (
 	defaultIPv6Prefix      = 64
 )
 
-// Limit's and Window's bounds: Redis counts in Lua numbers, which hold
-// integers exactly up to 2^53, and keeps expiries in milliseconds; a
-// window past a day is a quota, which a window limiter keeps badly (one
-// lost key loses it all).
-const (
-	maxLimit  = 1 << 53
-	minWindow = time.Millisecond
-	maxWindow = 24 * time.Hour
-)
-
 // withDefaults checks opts and fills in the defaults of the fields left
 // zero. Every mistake panics with the field's name: a limiter that quietly
 // counts something other than what its operator wrote is worse than none.

@@ -289,42 +289,18 @@ func (s *quotaSet) neverFits(cost int64) bool {
 	return false
 }
 
-// policyItems returns the items of RateLimit-Policy of s's quotas, each
-// after ", ", for the figures lims (of a Decision: the main limit's
-// first). They change only with the length of a calendar month, so the
-// last ones made are kept.
-func (s *quotaSet) policyItems(lims *[maxQuotas + 1]figure) []byte {
-	if c := s.items.Load(); c != nil && c.lims == windowsOf(lims, len(s.q)) {
-		return c.items
-	}
-	var b []byte
-	for i, q := range s.q {
-		f := &lims[i+1]
-		b = appendPolicyItem(append(b, ", "...), q.quoted, f.limit, f.window)
-	}
-	s.items.Store(&policyItems{lims: windowsOf(lims, len(s.q)), items: b})
-	return b
-}
-
-// policyItems is a quotaSet's items of RateLimit-Policy for the limits and
-// windows lims.
-type policyItems struct {
-	lims  [maxQuotas][2]int64
-	items []byte
-}
-
-// windowsOf is the quotas' limits and windows in lims.
-func windowsOf(lims *[maxQuotas + 1]figure, n int) (w [maxQuotas][2]int64) {
-	for i := range n {
-		w[i] = [2]int64{lims[i+1].limit, int64(lims[i+1].window)}
-	}
-	return w
-}
-
 // requestQuotas keeps the sets made for the Quotas of Requests that no
 // Limiter made (a store's tests, a store in front of another), by the
 // slice they come in.
 var requestQuotas sync.Map // *Quota → *quotaSet
+
+// setQuotas sets r's quotas to s (nil for none).
+func (r *Request) setQuotas(s *quotaSet) {
+	r.set, r.Quotas = s, nil
+	if s != nil {
+		r.Quotas = s.src
+	}
+}
 
 // quotaSet returns r's Quotas, prepared: the Limiter's own set, or one
 // made once for the slice. nil for none.
@@ -381,4 +357,11 @@ func (s *quotaSet) probeSet() *quotaSet {
 		return nil
 	}
 	return s.probe
+}
+
+// policyItems is a quotaSet's items of RateLimit-Policy for the limits and
+// windows lims.
+type policyItems struct {
+	lims  [maxQuotas][2]int64
+	items []byte
 }

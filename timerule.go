@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync/atomic"
 	"time"
 )
@@ -110,4 +111,13 @@ func (rule *timeRule) call(ctx context.Context, r *Request, op func(context.Cont
 		return a, fmt.Errorf("%w: %w", ErrContextDone, err)
 	}
 	return a, rule.ended(wait, err)
+}
+
+// isTimeout reports whether err is a deadline that passed.
+func isTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	ne, ok := errors.AsType[net.Error](err)
+	return ok && ne.Timeout()
 }
