@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatewaykit/ratelimit/internal/memstore"
 	"github.com/gofiber/fiber/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
@@ -198,5 +199,60 @@ func BenchmarkTakeSpread(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// nothingStore is a Store that decides nothing: every request fits, and
+// its answer is written as MemoryCounter writes one.
+type nothingStore struct{ fakeCounter }
+
+func (*nothingStore) Attach(Request) (StoreInfo, error) { return StoreInfo{Local: true}, nil }
+
+func (*nothingStore) Take(_ context.Context, r Request) (a Answer, _ error) {
+	a.Allowed = true
+	a.Counts[0] = Count{N: r.Cost, Fits: true, Left: r.Window, Length: r.Window, Mark: 1}
+	return a, nil
+}
+
+func (*nothingStore) Give(context.Context, Request) error  { return nil }
+func (*nothingStore) Reset(context.Context, Request) error { return nil }
+
+// BenchmarkSeamCall is what crossing the seam costs a request: a Request
+// built from the limiter's and handed to its Store through the interface,
+// and its Answer back, for a store that does nothing else.
+func BenchmarkSeamCall(b *testing.B) {
+	lim := NewLimiter(Options{Limit: 1 << 40, Window: time.Hour, Counter: &nothingStore{}})
+	ctx := context.Background()
+	var n int64
+	for b.Loop() {
+		r := lim.base
+		r.Tenant, r.Now = "tenant42", realEpoch
+		a, _ := lim.store.Take(ctx, r)
+		n += a.Counts[0].N
+	}
+	if n == 0 {
+		b.Fatal("the store counted nothing")
+	}
+}
+
+// BenchmarkRequestTime is what a request's time costs: the clock read as
+// Request.Now (a time.Time) and turned back into the memory engine's
+// nanoseconds, beside the one reading of the monotonic clock that the
+// engine needs.
+func BenchmarkRequestTime(b *testing.B) {
+	var n int64
+	b.Run("time.Time", func(b *testing.B) {
+		var c clock
+		for b.Loop() {
+			n += memstore.Nanos(c.mono())
+		}
+	})
+	b.Run("nanoseconds", func(b *testing.B) {
+		for b.Loop() {
+			n += int64(time.Since(realEpoch))
+		}
+	})
+	if n == 0 {
+		b.Fatal("no time passed")
 	}
 }
