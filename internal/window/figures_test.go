@@ -261,6 +261,8 @@ func TestStart(t *testing.T) {
 			time.Date(2024, 2, 29, 12, 34, 56, 789, time.UTC).UnixNano(), minute,
 			time.Date(2024, 2, 29, 12, 34, 0, 0, time.UTC).UnixNano()},
 		{"the last window", math.MaxInt64, 10, math.MaxInt64 - 7},
+		{"the first window, which began before the clock's first time", math.MinInt64, 10, math.MinInt64},
+		{"the first whole window", math.MinInt64 + 9, 10, math.MinInt64 + 8},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := Start(tt.now, tt.length); got != tt.want {
@@ -300,6 +302,8 @@ func TestAddClamped(t *testing.T) {
 		{math.MaxInt64 - 1, 1, math.MaxInt64},
 		{math.MaxInt64 - 1, 2, math.MaxInt64},
 		{math.MaxInt64, math.MaxInt64, math.MaxInt64},
+		{math.MaxInt64, 0, math.MaxInt64},
+		{10, -3, 7}, // not a length, but no clamp either
 		{time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano(), int64(time.Hour),
 			time.Date(2024, 1, 1, 1, 0, 0, 0, time.UTC).UnixNano()},
 	} {

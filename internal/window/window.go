@@ -197,13 +197,17 @@ func (s Slide) Until(target float64) time.Duration {
 
 // Start is the start of the sliding window of length that holds now, in
 // nanoseconds on a store's clock: windows are aligned on multiples of
-// their length, before and after 0 alike.
+// their length, before and after 0 alike. The window that began before
+// the clock's first time starts at that time.
 func Start(now, length int64) int64 {
 	r := now % length
 	if r < 0 {
 		r += length
 	}
-	return now - r
+	if start := now - r; start <= now {
+		return start
+	}
+	return math.MinInt64
 }
 
 // CeilDuration rounds a duration held as a float up to whole nanoseconds.
@@ -226,9 +230,10 @@ func CeilDiv(d, unit time.Duration) int64 {
 	return n
 }
 
-// AddClamped is a+b, or the largest time for one past it.
+// AddClamped is a+b, or the largest time for one past it; b is a
+// length, never negative.
 func AddClamped(a, b int64) int64 {
-	if a+b < a {
+	if b > 0 && a+b < a {
 		return math.MaxInt64
 	}
 	return a + b
