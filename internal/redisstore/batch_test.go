@@ -64,7 +64,7 @@ func (f *fakeStore) send(_ context.Context, _ context.CancelFunc, ops []*takeOp)
 	}
 }
 
-// incrIn is a call of b as RedisCounter.IncrTTL makes it: cost 1, no
+// incrIn is a call of b as RedisCounter.Incr makes it: cost 1, no
 // limit. It returns the count and the op's a.
 func incrIn(b *batcher, ctx context.Context, key string, ms int64, deadline time.Time, wait time.Duration) (int64, int64, error) {
 	op, rank, err := b.take(ctx, opKey{key: key, ms: ms, limit: math.MaxInt64}, 1, deadline, wait)
