@@ -234,6 +234,9 @@ func dumpKeys(ctx context.Context, t *testing.T, rdb *redis.Client, window time.
 		if err != nil {
 			t.Fatal(err)
 		}
+		if typ == "none" && fuzzy {
+			continue // it expired after KEYS listed it: a key may be gone
+		}
 		ttl, err := rdb.PTTL(ctx, key).Result()
 		if err != nil {
 			t.Fatal(err)

@@ -212,6 +212,9 @@ func TestQuotasExactAcrossReplicas(t *testing.T) {
 			t.Run(s.name+"/"+algo.String(), func(t *testing.T) {
 				t.Parallel()
 				c, clock := s.counter(t)
+				if clock == nil {
+					clearOfTheHour(t)
+				}
 				opts := Options{Counter: c, Algorithm: algo, Limit: 100, Window: time.Second,
 					Quotas: []Quota{{Name: "day", Limit: 150, Calendar: CalendarDay}}, StoreTimeout: 2 * time.Second}
 				var replicas []*Limiter

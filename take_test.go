@@ -56,11 +56,25 @@ func eachTakeSubject(t *testing.T, opts Options, f func(t *testing.T, lim *Limit
 					lim = newLimiter(o, clock.Now)
 					advance = clock.Advance
 				} else {
+					clearOfTheHour(t)
 					lim = NewLimiter(o)
 				}
 				f(t, lim, uniqueTenant(t), advance)
 			})
 		}
+	}
+}
+
+// clearOfTheHour waits, when the hour ends within the next few seconds,
+// until it has begun again. On Redis a test runs on the server's clock:
+// an hour's or a day's window rolled over in the middle of a test (one
+// began at 16:59:59) would be a new window that the test does not expect.
+func clearOfTheHour(t *testing.T) {
+	const margin = 5 * time.Second
+	now := time.Now()
+	if wait := now.Truncate(time.Hour).Add(time.Hour).Sub(now); wait < margin {
+		t.Logf("waiting %v for the hour to turn", wait)
+		time.Sleep(wait + 100*time.Millisecond)
 	}
 }
 
