@@ -58,15 +58,3 @@ func (c clock) elapsed() time.Duration {
 	}
 	return c.now().Sub(c.epoch)
 }
-
-// ceilDiv is d in whole units, rounded up: a client that waits that many
-// seconds finds the window over, and Redis, which keeps expiries in
-// milliseconds, keeps a window no shorter than asked. Dividing first keeps
-// it from overflowing near math.MaxInt64.
-func ceilDiv(d, unit time.Duration) int64 {
-	n := int64(d / unit)
-	if d%unit > 0 {
-		n++
-	}
-	return n
-}

@@ -7,6 +7,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/gatewaykit/ratelimit/internal/window"
+
 	"github.com/valyala/fasthttp"
 )
 
@@ -39,7 +41,7 @@ func (d *Decision) figures() (remaining, reset int64) {
 	if d.Remaining < 0 { // nothing counted, or a cost past the limit
 		return -1, 0
 	}
-	return int64(d.Remaining), ceilDiv(d.Reset, time.Second)
+	return int64(d.Remaining), window.CeilDiv(d.Reset, time.Second)
 }
 
 // retryAfter reports whether the response to d carries Retry-After: a
@@ -143,7 +145,7 @@ func (d *Decision) appendUsualItem(b []byte) (_ []byte, r, rEnd, t int) {
 	rEnd = len(b)
 	b = append(b, ";t="...)
 	t = len(b)
-	return appendCount(b, ceilDiv(d.Reset, time.Second)), r, rEnd, t
+	return appendCount(b, window.CeilDiv(d.Reset, time.Second)), r, rEnd, t
 }
 
 // planAll is plan for any decision.
@@ -221,7 +223,7 @@ func planAll[T string | []byte](d *Decision, buf []byte, earlier func(i int) T) 
 		add(fReset, appendCount(buf, reset))
 	}
 	if d.retryAfter() {
-		add(fRetryAfter, appendCount(buf, max(ceilDiv(d.RetryAfter, time.Second), earlierRetry)))
+		add(fRetryAfter, appendCount(buf, max(window.CeilDiv(d.RetryAfter, time.Second), earlierRetry)))
 	}
 	return v, buf
 }
@@ -364,10 +366,10 @@ func (d *Decision) appendPolicyItems(b []byte) []byte {
 // quotas and was counted: every limit's.
 func (d *Decision) appendRateLimitItems(b []byte) []byte {
 	m := &d.lims[0]
-	b = appendRateLimitItem(b, d.policy.name, m.remaining, ceilDiv(m.reset, time.Second))
+	b = appendRateLimitItem(b, d.policy.name, m.remaining, window.CeilDiv(m.reset, time.Second))
 	for i, q := range d.quotas.q {
 		f := &d.lims[i+1]
-		b = appendRateLimitItem(append(b, ", "...), q.quoted, f.remaining, ceilDiv(f.reset, time.Second))
+		b = appendRateLimitItem(append(b, ", "...), q.quoted, f.remaining, window.CeilDiv(f.reset, time.Second))
 	}
 	return b
 }

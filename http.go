@@ -114,12 +114,7 @@ func HTTPMiddleware(lim *Limiter, cfg HTTPConfig) func(http.Handler) http.Handle
 		panic("ratelimit: HTTPMiddleware needs a Limiter, got nil")
 	}
 	w := &lim.wiring
-	if cfg.Cost != nil {
-		if err := w.CheckCost(); err != nil {
-			panic("ratelimit: " + err.Error())
-		}
-	}
-	if err := w.CheckSkip(cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests); err != nil {
+	if err := w.Check(cfg.Cost != nil, cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests); err != nil {
 		panic("ratelimit: " + err.Error())
 	}
 	canGiveBack, inFlight := w.GiveErr == nil, w.InFlight

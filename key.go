@@ -232,13 +232,3 @@ func (r *Request) appendOtherKey(dst []byte) []byte {
 	}
 	return appendKey(dst, prefix, r.Tenant, r.Algorithm)
 }
-
-// quotaHash is the key of the Redis hash that holds the limits of a tenant
-// with quotas whose main key is key: key in braces, as a sliding window's
-// key already is.
-func quotaHash[T string | []byte](key T) string {
-	if len(key) > 0 && key[0] == '{' {
-		return string(key)
-	}
-	return "{" + string(key) + "}"
-}

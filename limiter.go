@@ -130,17 +130,12 @@ func (l *Limiter) attach() {
 	if opts.Fallback != nil {
 		l.fallback, l.fallbackIncrOnly = asStore(opts.Fallback)
 	}
-	for _, c := range []struct {
-		field    string
-		c        Counter
-		incrOnly bool
-	}{{"Counter", opts.Counter, l.incrOnly}, {"Fallback", opts.Fallback, l.fallbackIncrOnly}} {
+	if field, c := l.incrOnlyStore(); c != nil {
 		switch {
-		case !c.incrOnly:
 		case opts.Algorithm != FixedWindow:
-			panic(fmt.Sprintf("ratelimit: Algorithm: %v needs %s to be a Store; %T counts by Incr alone", opts.Algorithm, c.field, c.c))
+			panic(fmt.Sprintf("ratelimit: Algorithm: %v needs %s to be a Store; %T counts by Incr alone", opts.Algorithm, field, c))
 		case l.quotas != nil:
-			panic(fmt.Sprintf("ratelimit: Quotas need %s to be a Store; %T counts by Incr alone", c.field, c.c))
+			panic(fmt.Sprintf("ratelimit: Quotas need %s to be a Store; %T counts by Incr alone", field, c))
 		}
 	}
 	r := l.base
@@ -168,17 +163,23 @@ func asStore(c Counter) (s Store, incrOnly bool) {
 	return counterStore{c}, true
 }
 
+// incrOnlyStore returns the first of Options.Counter and Options.Fallback
+// that counts by Incr alone, with its field's name, or nil.
+func (l *Limiter) incrOnlyStore() (field string, c Counter) {
+	switch {
+	case l.incrOnly:
+		return "Counter", l.opts.Counter
+	case l.fallbackIncrOnly:
+		return "Fallback", l.opts.Fallback
+	}
+	return "", nil
+}
+
 // incrOnlyErr is why the limiter cannot do what (costs, giving back), or
 // nil: a store that counts by Incr alone counts how.
 func (l *Limiter) incrOnlyErr(what, how string) error {
-	for _, c := range []struct {
-		field    string
-		c        Counter
-		incrOnly bool
-	}{{"Counter", l.opts.Counter, l.incrOnly}, {"Fallback", l.opts.Fallback, l.fallbackIncrOnly}} {
-		if c.incrOnly {
-			return fmt.Errorf("%s %s to be a Store; %T counts %s, by Incr", what, c.field, c.c, how)
-		}
+	if field, c := l.incrOnlyStore(); c != nil {
+		return fmt.Errorf("%s %s to be a Store; %T counts %s, by Incr", what, field, c, how)
 	}
 	return nil
 }
@@ -345,13 +346,10 @@ func (l *Limiter) plan(r *Request) error {
 	} else if p.Quotas != nil {
 		s, err := l.planQuotas.get(p.Quotas, func() (*quotaSet, error) {
 			s, err := newQuotaSet("Plan.Quotas", p.Quotas, l.policy.policy)
-			if err == nil && s != nil && l.incrOnly {
-				err = fmt.Errorf("ratelimit: Plan.Quotas need Counter to be a Store; %T counts by Incr alone", l.opts.Counter)
+			if field, c := l.incrOnlyStore(); err == nil && s != nil && c != nil {
+				err = fmt.Errorf("ratelimit: Plan.Quotas need %s to be a Store; %T counts by Incr alone", field, c)
 			}
 			if err == nil && s != nil && l.opts.Fallback != nil {
-				if l.fallbackIncrOnly {
-					err = fmt.Errorf("ratelimit: Plan.Quotas need Fallback to be a Store; %T counts by Incr alone", l.opts.Fallback)
-				}
 				s = s.withFallback(l.fallbackLimit)
 			}
 			return s, err

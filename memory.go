@@ -133,8 +133,10 @@ func (m *MemoryCounter) Close() error {
 // Incr bumps the counter for key and returns the count after the increment.
 // It never blocks on anything but a shard's lock, so ctx is not consulted.
 func (m *MemoryCounter) Incr(_ context.Context, key string, window time.Duration) (int64, error) {
-	now := memstore.Now()
-	if m.now != nil {
+	var now int64
+	if m.now == nil {
+		now = memstore.Now()
+	} else {
 		now = memstore.Nanos(m.now())
 	}
 	// A read-only view of key's bytes: the engine copies a key it keeps.
@@ -198,8 +200,7 @@ func (m *MemoryCounter) Give(_ context.Context, r Request) error {
 	if err != nil {
 		return err
 	}
-	_, err = m.engine.Give(key, &c)
-	return memoryError(err)
+	return memoryError(m.engine.Give(key, &c))
 }
 
 // Reset ends r's windows at once.

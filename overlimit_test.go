@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gatewaykit/ratelimit/internal/window"
 )
 
 // windowFake is a Store of fixed windows on a fake clock, a store of a
@@ -118,7 +120,7 @@ func TestOverLimitCacheRefusesLocallyUntilTheWindowEnds(t *testing.T) {
 	for _, step := range []time.Duration{0, 2500 * time.Millisecond, 5 * time.Second} {
 		clock.Advance(step)
 		left := 10*time.Second - clock.Now().Sub(store.starts["rl:acme"])
-		reset := strconv.FormatInt(ceilDiv(left, time.Second), 10)
+		reset := strconv.FormatInt(window.CeilDiv(left, time.Second), 10)
 		r := send("acme")
 		if want := (cacheResponse{429, "0", reset, reset}); r != want {
 			t.Errorf("%v later: %+v, want %+v", step, r, want)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/gatewaykit/ratelimit/internal/window"
 )
 
 // A policy is a budget that a limiter decides requests against, as the
@@ -103,16 +105,16 @@ func newPolicyHeaders(name string, limit int, window time.Duration, h headerSwit
 }
 
 // appendPolicyItem appends the item of RateLimit-Policy for a policy named
-// name (an sf-string) of limit per window: "name";q=limit;w=seconds, or
-// for window 0, an InFlight limiter's, limit requests at once:
+// name (an sf-string) of limit per length: "name";q=limit;w=seconds, or
+// for length 0, an InFlight limiter's, limit requests at once:
 // "name";q=limit;qu="concurrent-requests".
-func appendPolicyItem(b []byte, name string, limit int64, window time.Duration) []byte {
+func appendPolicyItem(b []byte, name string, limit int64, length time.Duration) []byte {
 	b = append(b, name...)
 	b = append(b, ";q="...)
 	b = strconv.AppendInt(b, limit, 10)
-	if window == 0 {
+	if length == 0 {
 		return append(b, `;qu="concurrent-requests"`...)
 	}
 	b = append(b, ";w="...)
-	return strconv.AppendInt(b, ceilDiv(window, time.Second), 10)
+	return strconv.AppendInt(b, window.CeilDiv(length, time.Second), 10)
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+
+	"github.com/gatewaykit/ratelimit/internal/window"
 )
 
 // ProblemDetails is a LimitReached for HTTPMiddleware that answers a
@@ -38,7 +40,7 @@ func problem(w http.ResponseWriter, r *http.Request) {
 		body.Violated = []string{d.Policy()}
 		body.Detail = "the " + strconv.Quote(d.Policy()) + " policy allows " + strconv.Itoa(d.Limit) + " per " + d.Window.String()
 		if d.RetryAfter > 0 {
-			body.Detail += "; retry after " + strconv.FormatInt(ceilDiv(d.RetryAfter, 1e9), 10) + " s"
+			body.Detail += "; retry after " + strconv.FormatInt(window.CeilDiv(d.RetryAfter, 1e9), 10) + " s"
 		}
 	}
 	w.Header().Set("Content-Type", "application/problem+json")

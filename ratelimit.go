@@ -187,12 +187,7 @@ type fiberDoor struct {
 
 func newFiberDoor(lim *Limiter, cfg Config) *fiberDoor {
 	w := &lim.wiring
-	if cfg.Cost != nil {
-		if err := w.CheckCost(); err != nil {
-			panic("ratelimit: " + err.Error())
-		}
-	}
-	if err := w.CheckSkip(cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests); err != nil {
+	if err := w.Check(cfg.Cost != nil, cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests); err != nil {
 		panic("ratelimit: " + err.Error())
 	}
 	d := &fiberDoor{lim: lim, next: cfg.Next, tenant: cfg.Tenant, cost: cfg.Cost,

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net/http"
 	"reflect"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gatewaykit/ratelimit/internal/testkit/httpresp"
+	"github.com/gatewaykit/ratelimit/internal/window"
 	"github.com/gofiber/fiber/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
@@ -799,20 +799,6 @@ func TestRefusalsLeakNothing(t *testing.T) {
 	}
 }
 
-func TestCeilDiv(t *testing.T) {
-	for _, tt := range []struct {
-		d    time.Duration
-		want int64
-	}{
-		{0, 0}, {time.Nanosecond, 1}, {time.Second, 1}, {time.Second + 1, 2},
-		{90 * time.Second, 90}, {math.MaxInt64, int64(math.MaxInt64/time.Second) + 1},
-	} {
-		if got := ceilDiv(tt.d, time.Second); got != tt.want {
-			t.Errorf("ceilDiv(%v, 1s) = %d, want %d", tt.d, got, tt.want)
-		}
-	}
-}
-
 // scripted answers every Incr with the same count and time left.
 type scripted struct {
 	mu    sync.Mutex
@@ -868,15 +854,15 @@ func FuzzHeaders(f *testing.F) {
 	f.Add("{x}", int64(1<<62), int64(1<<40), uint32(3), int64(1500))
 	f.Fuzz(func(t *testing.T, id string, count, ttlMs int64, limit32 uint32, windowMs int64) {
 		limit := int(limit32%(1<<31)) + 1
-		window := time.Duration(windowMs%int64(24*time.Hour/time.Millisecond)) * time.Millisecond
-		if window <= 0 {
-			window = -window + time.Millisecond
+		win := time.Duration(windowMs%int64(24*time.Hour/time.Millisecond)) * time.Millisecond
+		if win <= 0 {
+			win = -win + time.Millisecond
 		}
 		ttl := time.Duration(ttlMs%(1<<40)) * time.Millisecond
 		sc := &scripted{n: count, ttl: ttl}
 		app := fiber.New()
 		app.Use(RateLimitShared(Config{
-			Counter: scriptedStore{sc}, Limit: limit, Window: window,
+			Counter: scriptedStore{sc}, Limit: limit, Window: win,
 			Tenant: func(*fiber.Ctx) (string, bool) { return id, true },
 			Logger: slog.New(slog.DiscardHandler),
 		}))
@@ -896,7 +882,7 @@ func FuzzHeaders(f *testing.F) {
 		if got, want := get("X-RateLimit-Limit"), strconv.Itoa(limit); got != want {
 			t.Fatalf("X-RateLimit-Limit = %q, want %q", got, want)
 		}
-		if got, want := get("RateLimit-Policy"), fmt.Sprintf(`"default";q=%d;w=%d`, limit, ceilDiv(window, time.Second)); got != want {
+		if got, want := get("RateLimit-Policy"), fmt.Sprintf(`"default";q=%d;w=%d`, limit, window.CeilDiv(win, time.Second)); got != want {
 			t.Fatalf("RateLimit-Policy = %q, want %q", got, want)
 		}
 		status := resp.StatusCode
@@ -908,9 +894,9 @@ func FuzzHeaders(f *testing.F) {
 			return
 		}
 		remaining := max(int64(limit)-count, 0)
-		reset := ceilDiv(ttl, time.Second)
+		reset := window.CeilDiv(ttl, time.Second)
 		if ttl < 0 {
-			reset = ceilDiv(window, time.Second)
+			reset = window.CeilDiv(win, time.Second)
 		}
 		if got, want := get("X-RateLimit-Remaining"), strconv.FormatInt(remaining, 10); got != want {
 			t.Fatalf("X-RateLimit-Remaining = %q, want %q", got, want)

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
@@ -90,8 +91,7 @@ func NewRedisCounter(rdb redis.UniversalClient) *RedisCounter {
 
 // Incr bumps the counter for key and returns the count after the increment.
 func (c *RedisCounter) Incr(ctx context.Context, key string, window time.Duration) (int64, error) {
-	n, _, err := c.engine.Incr(ctx, key, window)
-	return n, err
+	return c.engine.Incr(ctx, key, window)
 }
 
 // Attach claims r's keys for its limiter: two limiters with the same Name
@@ -105,18 +105,30 @@ func (c *RedisCounter) Attach(r Request) (StoreInfo, error) {
 	return info, c.owners.claim(&r)
 }
 
-// server is the server of r's key.
-func (c *RedisCounter) server(r Request) (int, string) { return c.engine.Node(c.key(&r)) }
+// server is the server of r's key. The key is read in place: finding its
+// server keeps none of it.
+func (c *RedisCounter) server(r Request) (int, string) {
+	var buf [maxKeyLen + 1]byte
+	kb := appendRedisKey(&buf, &r)
+	return c.engine.Node(unsafe.String(unsafe.SliceData(kb), len(kb)))
+}
 
-// key is the key r counts under on Redis: a tenant with quotas counts in
-// its hash.
+// key is the key r counts under on Redis.
 func (c *RedisCounter) key(r *Request) string {
-	var buf [maxKeyLen]byte
-	kb := r.appendKey(buf[:0])
-	if len(r.Quotas) > 0 {
-		return quotaHash(kb)
+	var buf [maxKeyLen + 1]byte
+	return string(appendRedisKey(&buf, r))
+}
+
+// appendRedisKey writes into buf the key r counts under on Redis: its
+// key, or for a tenant with quotas the hash that holds its limits, its key
+// in braces (a sliding window's key has them already).
+func appendRedisKey(buf *[maxKeyLen + 1]byte, r *Request) []byte {
+	kb := r.appendKey(buf[1:1])
+	if len(r.Quotas) == 0 || kb[0] == '{' {
+		return kb
 	}
-	return string(kb)
+	buf[0] = '{'
+	return append(buf[:1+len(kb)], '}')
 }
 
 // Take decides r in one round trip, shared with other calls; a Take of
@@ -143,9 +155,7 @@ func (c *RedisCounter) Take(ctx context.Context, r Request) (a Answer, err error
 		return a, err
 	}
 	a.fill(&res, call.Quotas)
-	if res.ByTransaction {
-		a.byTransaction = true
-	}
+	a.byTransaction = res.ByTransaction
 	return a, nil
 }
 
@@ -156,8 +166,7 @@ func (c *RedisCounter) Give(ctx context.Context, r Request) error {
 	if err != nil {
 		return err
 	}
-	_, err = c.engine.Give(ctx, c.key(&r), &call, r.Deadline, r.wait())
-	return err
+	return c.engine.Give(ctx, c.key(&r), &call, r.Deadline, r.wait())
 }
 
 // Reset deletes r's keys, by name, scanning nothing.

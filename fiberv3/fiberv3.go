@@ -197,12 +197,7 @@ func New(lim *ratelimit.Limiter, config ...Config) fiber.Handler {
 	}
 	w := door.Of(lim)
 	cfg := configDefault(w, config...)
-	if cfg.Cost != nil {
-		if err := w.CheckCost(); err != nil {
-			panic("fiberv3: " + err.Error())
-		}
-	}
-	if err := w.CheckSkip(cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests); err != nil {
+	if err := w.Check(cfg.Cost != nil, cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests); err != nil {
 		panic("fiberv3: " + err.Error())
 	}
 	canGiveBack, inFlight := w.GiveErr == nil, w.InFlight

@@ -33,19 +33,14 @@ type Wiring struct {
 // package sets it when it is initialized: this package cannot import it.
 var Of func(lim any) *Wiring
 
-// CheckCost returns why a door with a cost function cannot count costs
-// with w's Limiter, naming the field, or nil.
-func (w *Wiring) CheckCost() error {
-	if w.CostErr != nil {
+// Check returns why a door cannot run as configured with w's Limiter,
+// naming the field, or nil: a cost function (cost) on a Limiter that
+// cannot count costs, or skip rules on a Limiter that cannot give back or
+// on an InFlight one, which gives back every request.
+func (w *Wiring) Check(cost, skipFailed, skipSuccessful bool) error {
+	if cost && w.CostErr != nil {
 		return errors.New("Cost: " + w.CostErr.Error())
 	}
-	return nil
-}
-
-// CheckSkip returns why a door cannot follow its skip rules with w's
-// Limiter, naming the rule, or nil: a Limiter that cannot give back, or an
-// InFlight one, which gives back every request.
-func (w *Wiring) CheckSkip(skipFailed, skipSuccessful bool) error {
 	field := "SkipFailedRequests"
 	switch {
 	case !skipFailed && !skipSuccessful:

@@ -112,9 +112,9 @@ func (f *flight) live(now int64) int64 {
 	return n
 }
 
-// give gives back the slots of id in f, and returns how many: 0 when
-// they are gone, their lease having ended.
-func (f *flight) give(id uint64) int64 {
+// give gives back the slots of id in f, unless they are gone, their lease
+// having ended.
+func (f *flight) give(id uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i, s := range f.slots {
@@ -123,10 +123,9 @@ func (f *flight) give(id uint64) int64 {
 			f.slots[i] = f.slots[last]
 			f.slots = f.slots[:last]
 			f.used -= s.cost
-			return s.cost
+			return
 		}
 	}
-	return 0
 }
 
 // flightOf returns key's flight at now, made when there is none or it has

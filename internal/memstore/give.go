@@ -10,50 +10,47 @@ import (
 // Give gives back what a call took, with c as Take was given it but for
 // Now, and Marks from Take's result: c.Cost in each limit whose window is
 // still the one its mark names (a window that has ended is left alone),
-// or, for an InFlight limit, the slots of c.Slot. It returns what the
-// main limit got back. A window is named exactly, by its end (a fixed
+// or, for an InFlight limit, the slots of c.Slot. A window is named exactly, by its end (a fixed
 // window), its start (a sliding one) or its period's start (a calendar
 // quota).
-func (m *Store) Give(key []byte, c *window.Call) (int64, error) {
+func (m *Store) Give(key []byte, c *window.Call) error {
 	if m.closed.Load() {
-		return 0, ErrClosed
+		return ErrClosed
 	}
 	w := m.peek(key)
 	if w == nil {
-		return 0, nil
+		return nil
 	}
 	switch k := c.Main.Kind; {
 	case k == window.InFlight:
 		if f := w.flight(); f != nil {
-			return f.give(c.Slot), nil
+			f.give(c.Slot)
 		}
 	case c.Quotas != nil:
 		if g := w.group(); g != nil {
-			return g.give(c), nil
+			g.give(c)
 		}
 	case w.group() != nil || w.flight() != nil:
 	case k == window.Sliding && w.width == int64(c.Main.Window) && w.start == c.Marks[0],
 		k == window.Fixed && w.width == 0 && w.end == c.Marks[0]:
-		return giveBack(&w.count, c.Cost), nil
+		giveBack(&w.count, c.Cost)
 	}
-	return 0, nil
+	return nil
 }
 
-// giveBack takes up to cost off count, never below 0, and returns how
-// much it took.
-func giveBack(count *atomic.Int64, cost int64) int64 {
+// giveBack takes up to cost off count, never below 0.
+func giveBack(count *atomic.Int64, cost int64) {
 	for {
 		n := count.Load()
-		back := min(n, cost)
-		if back <= 0 || count.CompareAndSwap(n, n-back) {
-			return max(back, 0)
+		if back := min(n, cost); back <= 0 || count.CompareAndSwap(n, n-back) {
+			return
 		}
 	}
 }
 
 // give gives back c's cost in each of g's windows that is still the one
-// c was counted in, and returns what the main limit got back.
-func (g *group) give(c *window.Call) int64 {
+// c was counted in.
+func (g *group) give(c *window.Call) {
 	ls, n := c.Limits()
 	wall := c.Now
 	now := Nanos(wall)
@@ -64,20 +61,13 @@ func (g *group) give(c *window.Call) int64 {
 		g.match(&ls, n)
 		g.set = set
 	}
-	var given int64
 	for j := range n {
 		s := &g.subs[j]
 		s.roll(&ls[j], now, wall)
-		if s.count == 0 || s.mark(&ls[j]) != c.Marks[j] {
-			continue
-		}
-		back := min(s.count, c.Cost)
-		s.count -= back
-		if j == 0 {
-			given = back
+		if s.count != 0 && s.mark(&ls[j]) == c.Marks[j] {
+			s.count -= min(s.count, c.Cost)
 		}
 	}
-	return given
 }
 
 // Read fills in r with what key holds of c's limits at c.Now, changing
@@ -131,11 +121,11 @@ func (m *Store) Read(key []byte, c *window.Call, r *window.Result) error {
 // Reset ends key's window, or its tenant's windows and slots, at once:
 // its next request starts afresh.
 func (m *Store) Reset(key []byte, at time.Time) error {
-	h, si, _, err := m.lookup(key, Nanos(at))
+	now := Nanos(at)
+	h, si, _, err := m.lookup(key, now)
 	if err != nil {
 		return err
 	}
-	now := Nanos(at)
 	s := &m.shards[si]
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -21,8 +21,8 @@ import (
 // of two; a key's shard is the top bits of its hash.
 const shards = 256
 
-// DefaultMaxKeys is the bound of a Store made with 0.
-const DefaultMaxKeys = 1_000_000
+// defaultMaxKeys is the bound of a Store made with 0.
+const defaultMaxKeys = 1_000_000
 
 // minShare is the fewest windows a shard's share of the bound holds: a
 // store bounded below shards × minShare uses fewer shards. Keys never
@@ -152,7 +152,7 @@ func (w *entry) keep() int64 {
 	return w.end
 }
 
-// Init bounds the empty store m to maxKeys windows (0: DefaultMaxKeys,
+// Init bounds the empty store m to maxKeys windows (0: defaultMaxKeys,
 // the zero value's bound), before its first use.
 func (m *Store) Init(maxKeys int) {
 	m.maxKeys = maxKeys
@@ -166,7 +166,7 @@ func (m *Store) Init(maxKeys int) {
 // bound is the most windows m holds.
 func (m *Store) bound() int {
 	if m.maxKeys == 0 {
-		return DefaultMaxKeys
+		return defaultMaxKeys
 	}
 	return m.maxKeys
 }
@@ -407,6 +407,3 @@ func (m *Store) Close() {
 		s.mu.Unlock()
 	}
 }
-
-// Closed reports whether Close has been called.
-func (m *Store) Closed() bool { return m.closed.Load() }

@@ -224,7 +224,7 @@ func (b *batcher) take(ctx context.Context, k opKey, cost int64, deadline time.T
 		if wait > 0 && isTimeout(err) {
 			// The round trip's deadline, the latest of its callers',
 			// passed on the socket before this caller's timer fired.
-			err = fmt.Errorf("%w (%w)", ErrTimedOut, err)
+			err = fmt.Errorf("%w (%w)", errTimedOut, err)
 		}
 		return nil, 0, err
 	}
@@ -232,7 +232,7 @@ func (b *batcher) take(ctx context.Context, k opKey, cost int64, deadline time.T
 }
 
 // await waits for bt's answer. When the wait or ctx ends first, it
-// withdraws the call and returns ErrTimedOut or ctx's error.
+// withdraws the call and returns errTimedOut or ctx's error.
 func (b *batcher) await(ctx context.Context, bt *batch, pos int, ord int64, deadline time.Time, wait time.Duration) error {
 	var late <-chan struct{} // nil: no wait but ctx's
 	own := false             // late is this caller's own timer
@@ -260,7 +260,7 @@ func (b *batcher) await(ctx context.Context, bt *batch, pos int, ord int64, dead
 			if b.leave(bt, pos, ord) {
 				return nil
 			}
-			return ErrTimedOut
+			return errTimedOut
 		case <-ctx.Done():
 			if b.leave(bt, pos, ord) {
 				return nil

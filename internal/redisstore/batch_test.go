@@ -234,8 +234,8 @@ func TestBatcherDropsABatchEveryoneLeft(t *testing.T) {
 
 	start := time.Now()
 	_, _, err := incrIn(b, context.Background(), "rl:a", 1000, start.Add(20*time.Millisecond), 20*time.Millisecond)
-	if !errors.Is(err, ErrTimedOut) {
-		t.Fatalf("a caller whose wait ended got %v, want ErrTimedOut", err)
+	if !errors.Is(err, errTimedOut) {
+		t.Fatalf("a caller whose wait ended got %v, want errTimedOut", err)
 	}
 	close(store.hold)
 	wg.Wait()
@@ -261,8 +261,8 @@ func TestBatcherLateJoinerWaitsItsOwnTime(t *testing.T) {
 		return incrIn(b, context.Background(), "rl:b", 1000, now.Add(wait+200*time.Millisecond), wait+200*time.Millisecond)
 	}()
 	wg.Wait()
-	if !errors.Is(firstErr, ErrTimedOut) {
-		t.Errorf("first caller: %v, want ErrTimedOut", firstErr)
+	if !errors.Is(firstErr, errTimedOut) {
+		t.Errorf("first caller: %v, want errTimedOut", firstErr)
 	}
 	if err != nil || n != 1 {
 		t.Errorf("late joiner = %d, %v; want 1: its deadline had not come when the store answered", n, err)
@@ -392,16 +392,16 @@ func TestBatcherJoinerAfterTheTimerWaitsItsOwnTime(t *testing.T) {
 	defer func() { close(store.hold); wg.Wait() }()
 
 	const first = 20 * time.Millisecond
-	if _, _, err := incrIn(b, context.Background(), "rl:a", 1000, time.Now().Add(first), first); !errors.Is(err, ErrTimedOut) {
-		t.Fatalf("first caller: %v, want ErrTimedOut", err)
+	if _, _, err := incrIn(b, context.Background(), "rl:a", 1000, time.Now().Add(first), first); !errors.Is(err, errTimedOut) {
+		t.Fatalf("first caller: %v, want errTimedOut", err)
 	}
 	time.Sleep(200 * time.Millisecond) // the batch's timer is long over
 
 	const wait = 50 * time.Millisecond
 	start := time.Now()
 	_, _, err := incrIn(b, context.Background(), "rl:b", 1000, start.Add(wait), wait)
-	if d := time.Since(start); !errors.Is(err, ErrTimedOut) || d < wait || d > 4*wait {
-		t.Errorf("a caller joining late: %v after %v; want ErrTimedOut after about %v", err, d, wait)
+	if d := time.Since(start); !errors.Is(err, errTimedOut) || d < wait || d > 4*wait {
+		t.Errorf("a caller joining late: %v after %v; want errTimedOut after about %v", err, d, wait)
 	}
 }
 

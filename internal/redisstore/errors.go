@@ -15,9 +15,9 @@ import (
 // (Fix, KeyOnly, RoundTrip) that the ratelimit package asks for by
 // interfaces of its own, so that it names no type of this package.
 
-// ErrTimedOut: the caller's wait ended before the answer came. It wraps
+// errTimedOut: the caller's wait ended before the answer came. It wraps
 // context.DeadlineExceeded, which is what it is.
-var ErrTimedOut = fmt.Errorf("no answer in time: %w", context.DeadlineExceeded)
+var errTimedOut = fmt.Errorf("no answer in time: %w", context.DeadlineExceeded)
 
 // errNeedsScripts: a sliding window, quotas, slots in flight or a give
 // back on a server that refuses scripts.
@@ -27,24 +27,24 @@ var errNeedsScripts = errors.New("a sliding window, quotas, InFlight and giving 
 // there.
 var errNotCounter = errors.New("the key holds something other than a count")
 
-// Misconfigured is an answer that says the store is set up wrong rather
+// misconfigured is an answer that says the store is set up wrong rather
 // than down (a wrong password, a missing permission, an unknown database,
 // a key that holds something else), with what to fix.
-type Misconfigured struct {
+type misconfigured struct {
 	err  error
 	hint string
 }
 
-func (e *Misconfigured) Error() string { return e.err.Error() }
-func (e *Misconfigured) Unwrap() error { return e.err }
+func (e *misconfigured) Error() string { return e.err.Error() }
+func (e *misconfigured) Unwrap() error { return e.err }
 
 // Fix says what to fix.
-func (e *Misconfigured) Fix() string { return e.hint }
+func (e *misconfigured) Fix() string { return e.hint }
 
-// keyMisconfigured is a Misconfigured that the server answered for one key
+// keyMisconfigured is a misconfigured that the server answered for one key
 // (a key of another type, a key of another node's slot): the server is
 // up, and serves other keys.
-type keyMisconfigured struct{ Misconfigured }
+type keyMisconfigured struct{ misconfigured }
 
 // KeyOnly says that the answer is about one key, not the server.
 func (*keyMisconfigured) KeyOnly() {}
@@ -93,7 +93,7 @@ var clusterAnswers = []string{"MOVED", "ASK", "CROSSSLOT"}
 // node.
 const fixClusterNode = "this server is a cluster node: use redis.NewClusterClient (or redis.NewUniversalClient with the cluster's addresses), which sends each key to its node"
 
-// classify returns err as a Misconfigured when it is an answer that means
+// classify returns err as a misconfigured when it is an answer that means
 // misconfiguration, and err as it is otherwise. cluster says that the
 // client follows a cluster, which handles the redirections of
 // clusterAnswers itself: from such a client they are a cluster changing
@@ -102,7 +102,7 @@ func classify(err error, cluster bool) error {
 	if err == nil {
 		return nil
 	}
-	if _, ok := errors.AsType[*Misconfigured](err); ok {
+	if _, ok := errors.AsType[*misconfigured](err); ok {
 		return err
 	}
 	if _, ok := errors.AsType[*keyMisconfigured](err); ok {
@@ -110,23 +110,23 @@ func classify(err error, cluster bool) error {
 	}
 	switch {
 	case errors.Is(err, errNotCounter) || redis.HasErrorPrefix(err, "WRONGTYPE"):
-		return &keyMisconfigured{Misconfigured{err, fixNotCounter}}
+		return &keyMisconfigured{misconfigured{err, fixNotCounter}}
 	case errors.Is(err, errNeedsScripts):
-		return &Misconfigured{err, "the server refuses scripts, which the sliding window, quotas, InFlight and Release need: grant the user " +
+		return &misconfigured{err, "the server refuses scripts, which the sliding window, quotas, InFlight and Release need: grant the user " +
 			ACLSliding + " (with quotas, " + ACLQuotas + "; for InFlight, " + ACLInFlight + "), or use FixedWindow without Quotas"}
 	}
 	msg := err.Error()
 	if !cluster {
 		for _, a := range clusterAnswers {
 			if redis.HasErrorPrefix(err, a) {
-				return &keyMisconfigured{Misconfigured{err, fixClusterNode}}
+				return &keyMisconfigured{misconfigured{err, fixClusterNode}}
 			}
 		}
 	}
 	for _, f := range fixes {
 		for _, w := range f.words {
 			if strings.Contains(msg, w) {
-				return &Misconfigured{err, f.fix}
+				return &misconfigured{err, f.fix}
 			}
 		}
 	}

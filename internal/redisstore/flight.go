@@ -21,9 +21,9 @@ var processToken = func() string {
 	return hex.EncodeToString(b[:])
 }()
 
-// Token is the member of a sorted set that names slot: the process's
+// slotToken is the member of a sorted set that names slot: the process's
 // token and the slot's number.
-func Token(slot uint64) string {
+func slotToken(slot uint64) string {
 	var b [len("0123456789abcdef:0123456789abcdef")]byte
 	return string(strconv.AppendUint(append(append(b[:0], processToken...), ':'), slot, 16))
 }

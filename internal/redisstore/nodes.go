@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -118,8 +117,7 @@ type nodes struct {
 	refused atomic.Pointer[error]
 
 	byClient atomic.Pointer[map[*redis.Client]*node] // replaced, never changed
-	byNumber atomic.Pointer[[]*node]                 // replaced, never changed
-	mu       sync.Mutex                              // held to replace byClient and byNumber
+	mu       sync.Mutex                              // held to replace byClient
 	byAddr   map[string]*node                        // every node but first, under mu
 }
 
@@ -150,7 +148,6 @@ func newNodes(rdb redis.UniversalClient) *nodes {
 	default:
 		ns.first = ns.newNode("")
 	}
-	ns.byNumber.Store(&[]*node{ns.first})
 	return ns
 }
 
@@ -196,8 +193,6 @@ func (ns *nodes) add(c *redis.Client) *node {
 	if !ok {
 		n = ns.newNode(addr)
 		ns.byAddr[addr] = n
-		list := append(slices.Clone(*ns.byNumber.Load()), n)
-		ns.byNumber.Store(&list)
 	}
 	ns.hook(n, c)
 	m := make(map[*redis.Client]*node, len(ns.byAddr))

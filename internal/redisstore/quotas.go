@@ -3,6 +3,7 @@ package redisstore
 import (
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -19,14 +20,21 @@ type quotaArgs struct {
 	args []any
 
 	// What it was made for, to tell a set reused for another.
-	quotas *window.Limit
-	main   string
-	kind   window.Kind
+	main string
+	kind window.Kind
 }
 
 // quotaSets keeps the arguments of each set of quotas met, by the slice
 // the calls carry: one limiter's quotas come in the same slice every time.
-var quotaSets sync.Map // *window.Limit → *quotaArgs
+// Sets come and go (a limiter's plans keep 256 at most, and make them
+// anew past that), so past maxQuotaSets the cache starts over: it never
+// holds more, nor keeps a set's slice alive for good.
+var quotaSets struct {
+	sync.Map // *window.Limit → *quotaArgs
+	n        atomic.Int64
+}
+
+const maxQuotaSets = 1024
 
 // argsOf returns the arguments of c's quotas.
 func argsOf(c *window.Call) *quotaArgs {
@@ -36,7 +44,7 @@ func argsOf(c *window.Call) *quotaArgs {
 			return a
 		}
 	}
-	a := &quotaArgs{n: 1 + len(c.Quotas), quotas: p, main: c.Main.Name, kind: c.Main.Kind}
+	a := &quotaArgs{n: 1 + len(c.Quotas), main: c.Main.Name, kind: c.Main.Kind}
 	k := kindOne[kindIndex(c.Main.Kind)]
 	a.args = append(a.args, k, c.Main.Name, hexArg(int64(len(c.Quotas))))
 	for _, q := range c.Quotas {
@@ -49,6 +57,9 @@ func argsOf(c *window.Call) *quotaArgs {
 		}
 		a.args = append(a.args, qk, strconv.FormatInt(q.Limit, 16), ms, q.Name)
 	}
-	quotaSets.Store(p, a)
+	if _, replaced := quotaSets.Swap(p, a); !replaced && quotaSets.n.Add(1) > maxQuotaSets {
+		quotaSets.Clear()
+		quotaSets.n.Store(0)
+	}
 	return a
 }

@@ -45,7 +45,7 @@ func (s *Store) ManyNodes() bool { return s.nodes.manyNodes() }
 // noscript.go).
 func (s *Store) ScriptRefusal() error {
 	if p := s.nodes.refused.Load(); p != nil {
-		return &Misconfigured{*p, "grant the user " + ACLFixed + " to decide in the store"}
+		return &misconfigured{*p, "grant the user " + ACLFixed + " to decide in the store"}
 	}
 	return nil
 }
@@ -58,21 +58,20 @@ var realEpoch = time.Now()
 func monoNow() int64 { return int64(time.Since(realEpoch)) }
 
 // Incr adds 1 to key's fixed window of width and returns the count after
-// it and the time the window has left, read in the same round trip. Redis
-// keeps expiries in milliseconds, so a width that is not a whole number of
-// milliseconds is rounded up to the next one.
-func (s *Store) Incr(ctx context.Context, key string, width time.Duration) (int64, time.Duration, error) {
+// it. Redis keeps expiries in milliseconds, so a width that is not a whole
+// number of milliseconds is rounded up to the next one.
+func (s *Store) Incr(ctx context.Context, key string, width time.Duration) (int64, error) {
 	c := window.Call{Cost: 1, Main: window.Limit{Limit: math.MaxInt64, Window: width}}
 	var r window.Result
 	deadline, _ := ctx.Deadline()
 	if err := s.Take(ctx, key, &c, deadline, 0, &r); err != nil {
-		return 0, 0, err
+		return 0, err
 	}
-	return r.Counts[0].N, r.Counts[0].Left, nil
+	return r.Counts[0].N, nil
 }
 
 // Take decides c for key in one round trip, shared with other calls,
-// giving up with ErrTimedOut after wait, when it is positive, which ends
+// giving up with errTimedOut after wait, when it is positive, which ends
 // at deadline. A tenant with quotas is decided in its hash, key. Each
 // limit is marked, for Give, on the process's monotonic clock by where the
 // script reported its window: a fixed window by when it is to end, a
@@ -147,18 +146,15 @@ func msWindow(w time.Duration) time.Duration {
 // sliding window has run), and gives back in a window whose offset is
 // within half its length of that. The next window of a key is a whole
 // length away, and the error, the round trips' latency, is far less.
-func (s *Store) Give(ctx context.Context, key string, c *window.Call, deadline time.Time, wait time.Duration) (int64, error) {
+func (s *Store) Give(ctx context.Context, key string, c *window.Call, deadline time.Time, wait time.Duration) error {
 	x := &opArgs{give: true}
 	if c.Main.Kind == window.InFlight {
-		x.token = Token(c.Slot)
+		x.token = slotToken(c.Slot)
 	} else {
 		x.offsets = offsets(c, monoNow())
 	}
-	op, _, err := s.send(ctx, key, c, x, deadline, wait, "give back to")
-	if err != nil {
-		return 0, err
-	}
-	return op.a, nil
+	_, _, err := s.send(ctx, key, c, x, deadline, wait, "give back to")
+	return err
 }
 
 // offsets are where c's windows should be now, as the script measures
@@ -187,7 +183,7 @@ func (s *Store) send(ctx context.Context, key string, c *window.Call, x *opArgs,
 		k.quotas = argsOf(c)
 	}
 	if c.Main.Kind == window.InFlight && x == nil {
-		k.x = &opArgs{token: Token(c.Slot)}
+		k.x = &opArgs{token: slotToken(c.Slot)}
 	}
 	op, rank, err := s.nodes.of(key).batch.take(ctx, k, c.Cost, deadline, wait)
 	if err != nil {
@@ -283,7 +279,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	check := func(ctx context.Context, c *redis.Client) error {
 		err := c.Ping(ctx).Err()
 		if err == nil && !cluster && clusterNode(ctx, c) {
-			err = &Misconfigured{errors.New("the server runs in cluster mode"), fixClusterNode}
+			err = &misconfigured{errors.New("the server runs in cluster mode"), fixClusterNode}
 		}
 		if err != nil {
 			return fmt.Errorf("redis at %s: %w", c.Options().Addr, classify(err, cluster))

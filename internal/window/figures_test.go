@@ -283,6 +283,8 @@ func TestCeilDiv(t *testing.T) {
 		{time.Millisecond + 1, time.Millisecond, 2},
 		{1500 * time.Millisecond, time.Second, 2},
 		{time.Minute, time.Second, 60},
+		{90 * time.Second, time.Second, 90},
+		{math.MaxInt64, time.Second, int64(math.MaxInt64/time.Second) + 1},
 		{-1500 * time.Millisecond, time.Second, -1}, // up is toward +∞
 		// math.MaxInt64 ns is 9223372036854.775807 ms: no overflow.
 		{math.MaxInt64, time.Millisecond, 9223372036855},

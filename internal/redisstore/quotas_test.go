@@ -1,0 +1,29 @@
+package redisstore
+
+import (
+	"testing"
+	"time"
+
+	"github.com/gatewaykit/ratelimit/internal/window"
+)
+
+// The arguments of a set of quotas are made once for its slice, and the
+// cache of them stays bounded however many sets come and go.
+func TestQuotaArgsAreCachedAndBounded(t *testing.T) {
+	call := func() *window.Call {
+		return &window.Call{Cost: 1, Main: window.Limit{Name: "default", Limit: 10, Window: time.Minute},
+			Quotas: []window.Limit{{Name: "day", Limit: 100, Calendar: window.Day}}}
+	}
+	c := call()
+	if a, b := argsOf(c), argsOf(c); a != b {
+		t.Error("the same set of quotas got its arguments made twice")
+	}
+	for range 3 * maxQuotaSets {
+		argsOf(call())
+	}
+	n := 0
+	quotaSets.Range(func(any, any) bool { n++; return true })
+	if n > maxQuotaSets {
+		t.Errorf("the cache holds %d sets of quotas, more than %d", n, maxQuotaSets)
+	}
+}
