@@ -64,13 +64,14 @@ import (
 // each server it sends to: a failed dial ends the round trips in flight
 // to that server with the dial's error.
 //
-// On a single server the round trips go through rdb itself when it has
-// ContextTimeoutEnabled; otherwise through a clone of it (WithTimeout) that
-// shares its connection pool and puts each round trip's deadline on the
-// socket, so that a call with no other in flight makes its round trip on
-// its own goroutine and still returns at its deadline. rdb's options stay
-// as they were. go-redis does not give such a clone rdb's hooks: to have a
-// tracing hook see the counter's round trips, set ContextTimeoutEnabled.
+// Every command goes through rdb itself, so that hooks added to it
+// (tracing, metrics), before NewRedisCounter or after, see each one; rdb's
+// options stay as they were. With ContextTimeoutEnabled, go-redis puts
+// each round trip's deadline on the socket, and a call with no other in
+// flight makes its round trip on its own goroutine; without it, go-redis
+// bounds a read by ReadTimeout, so the round trip runs on another
+// goroutine and the call waits for it no longer than its deadline, which
+// costs a lone call some latency (docs/benchmarks.md).
 type RedisCounter struct {
 	engine *redisstore.Store
 	rdb    redis.UniversalClient // the user's client, as given

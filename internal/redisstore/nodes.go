@@ -35,44 +35,18 @@ import (
 // however often asked, rather than waiting for its periodic reload (60 s
 // by default) or a redirect that a dead node never sends.
 
-// The client the round trips go through. A call that finds no round trip
-// in flight makes its round trip on its own goroutine, and still waits no
-// longer than its deadline, when that client puts the deadline of each
-// round trip's context on the socket (see batcher). Without that, go-redis
-// bounds a read by ReadTimeout (3 s by default), and the call must wait on
-// another goroutine's round trip, which costs a lone call a third to a half
-// again its latency.
-//
-// On a single server (a *redis.Client, Sentinel's failover client
-// included), a client with ContextTimeoutEnabled carries the round trips
-// itself. Any other is cloned with WithTimeout, which shares its connection
-// pool and so its dials (and the counter's dial watch), with
-// ContextTimeoutEnabled set on the clone's own options; the user's client
-// is left as it was. The clone does not run the hooks added to the user's
-// client (go-redis does not copy them), so tracing hooks see the counter's
-// round trips only on a client with ContextTimeoutEnabled.
-// docs/benchmarks.md ("Close to the floor") says what the clone costs: a round
-// trip whose deadline passes closes its connection, as on any client with
-// ContextTimeoutEnabled, where another goroutine would have read on.
-//
-// A cluster or a ring client carries its round trips itself: its nodes'
-// clients are its own to make. A call makes its round trip on its own
-// goroutine only when the client's options put deadlines on the socket.
-
-// sender returns the client that the round trips to c's server go through.
-func sender(c *redis.Client) *redis.Client {
-	o := c.Options() // as go-redis set them: a timeout of -1 makes no deadline calls
-	if socketDeadlines(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout, -1) {
-		return c
-	}
-	s := c.WithTimeout(max(o.ReadTimeout, 0))
-	// The clone's options are its own copy, which no goroutine has read
-	// yet. A timeout of 0 leaves the context's deadline alone on the socket.
-	so := s.Options()
-	so.WriteTimeout = max(o.WriteTimeout, 0)
-	so.ContextTimeoutEnabled = true
-	return s
-}
+// The client the round trips go through is the user's, always: its
+// hooks (tracing, metrics) see every command the counter sends, whether
+// they were added before the counter was made or after. A call that finds
+// no round trip in flight makes its round trip on its own goroutine only
+// when the client puts the deadline of each round trip's context on the
+// socket (ContextTimeoutEnabled; see batcher). Otherwise go-redis bounds a
+// read by ReadTimeout (3 s by default), not by the call's deadline, so the
+// round trip runs on a goroutine of the batcher's and the call waits for
+// it no longer than its deadline. That costs a lone call some latency (a
+// goroutine hand-off each way; docs/benchmarks.md says how much), which a
+// client with ContextTimeoutEnabled does not pay. The counter never clones
+// the client to save it: go-redis gives a clone none of the hooks.
 
 // socketDeadlines reports whether a client's options put a context's
 // deadline on the socket: ContextTimeoutEnabled, and both timeouts above
@@ -96,11 +70,10 @@ type node struct {
 // nodes routes a RedisCounter's keys to its nodes.
 type nodes struct {
 	rdb       redis.UniversalClient
-	send      redis.UniversalClient // the client round trips go through: rdb, or sender's clone of it
-	cluster   *redis.ClusterClient  // when rdb is one
-	ring      *redis.Ring           // when rdb is one
-	route     route                 // how a node's round trip maps onto script calls
-	deadlines bool                  // send puts contexts' deadlines on its sockets
+	cluster   *redis.ClusterClient // when rdb is one
+	ring      *redis.Ring          // when rdb is one
+	route     route                // how a node's round trip maps onto script calls
+	deadlines bool                 // rdb puts contexts' deadlines on its sockets
 
 	// first is the node of a single server, and the one that carries the
 	// calls of a cluster or ring whose node its client cannot name yet: a
@@ -122,10 +95,12 @@ type nodes struct {
 }
 
 func newNodes(rdb redis.UniversalClient) *nodes {
-	ns := &nodes{rdb: rdb, send: rdb, route: byKey, byAddr: map[string]*node{}}
+	ns := &nodes{rdb: rdb, route: byKey, byAddr: map[string]*node{}}
 	switch c := rdb.(type) {
 	case *redis.Client:
-		ns.send, ns.route, ns.deadlines = sender(c), allKeys, true
+		o := c.Options() // as go-redis set them: a timeout of -1 makes no deadline calls
+		ns.route = allKeys
+		ns.deadlines = socketDeadlines(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout, -1)
 	case *redis.Ring:
 		o := c.Options()
 		ns.ring, ns.route = c, byShard
@@ -212,7 +187,7 @@ func (ns *nodes) newNode(addr string) *node {
 	if ns.first != nil {
 		n.id = len(ns.byAddr) + 1
 	}
-	s := &scripter{rdb: ns.send, route: ns.route, ring: ns.ring, dials: n.dials, refused: &ns.refused}
+	s := &scripter{rdb: ns.rdb, route: ns.route, ring: ns.ring, dials: n.dials, refused: &ns.refused}
 	n.batch = newBatcher(func(ctx context.Context, cancel context.CancelFunc, ops []*takeOp) {
 		s.send(ctx, cancel, ops)
 		ns.learn(ops)
