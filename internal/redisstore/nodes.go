@@ -51,7 +51,7 @@ import (
 // is left as it was. The clone does not run the hooks added to the user's
 // client (go-redis does not copy them), so tracing hooks see the counter's
 // round trips only on a client with ContextTimeoutEnabled.
-// docs/benchmarks.md ("Close to the floor") says what the clone costs: a round
+// docs/benchmarks.md at 719ca7e ("Close to the floor") says what the clone costs: a round
 // trip whose deadline passes closes its connection, as on any client with
 // ContextTimeoutEnabled, where another goroutine would have read on.
 //
