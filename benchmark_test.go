@@ -167,7 +167,7 @@ func BenchmarkQuotasInMemory(b *testing.B) {
 // BenchmarkTakeSpread is Limiter.Take on a MemoryCounter over 10,000
 // tenants, with every goroutine walking all the tenants (each tenant's
 // window then passes between the cores) or each goroutine its own share
-// of them (each window stays on one core). docs/benchmarks.md compares
+// of them (each window stays on one core). docs/benchmarks.md at 719ca7e compares
 // the two on two cores.
 func BenchmarkTakeSpread(b *testing.B) {
 	keys := benchKeys(10000)

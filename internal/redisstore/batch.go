@@ -58,7 +58,7 @@ const runnerIdle = 250 * time.Millisecond
 // callers on two cores, four round trips in flight carried 3.3 keys per
 // script call against one's 4.1, and gave 2.2-2.3 × the raw MULTI/EXEC
 // loop's throughput against 3.5-3.7 × while another benchmark shared the
-// cores, 2.9 × against 3.15 × on quiet ones (docs/benchmarks.md). A round trip that has
+// cores, 2.9 × against 3.15 × on quiet ones (docs/benchmarks.md at 719ca7e). A round trip that has
 // been out for lateRound is late (a connection that lost a packet waits
 // 200 ms for its resend): the next batch then goes out beside it, on
 // another connection, up to rounds round trips in flight.

@@ -44,7 +44,7 @@ import (
 // read by ReadTimeout (3 s by default), not by the call's deadline, so the
 // round trip runs on a goroutine of the batcher's and the call waits for
 // it no longer than its deadline. That costs a lone call some latency (a
-// goroutine hand-off each way; docs/benchmarks.md says how much), which a
+// goroutine hand-off each way; docs/redis.md says how much), which a
 // client with ContextTimeoutEnabled does not pay. The counter never clones
 // the client to save it: go-redis gives a clone none of the hooks.
 

@@ -8,7 +8,8 @@
 -- window an INCRBY and a PTTL, as a plain counter does.
 --
 -- It runs on every round trip, so its common path is kept cheap for the
--- server, as measured in instructions per call (docs/benchmarks.md):
+-- server, as measured in instructions per call (docs/benchmarks.md at
+-- 719ca7e, "The script"):
 -- functions that use many locals are made only in a call that needs
 -- them, and a count of 1 goes to INCRBY as the string "1", since
 -- redis.call formats a number argument with printf, which costs more than

@@ -7,7 +7,11 @@
 // table of the issue's targets, each figure a ratio (or, for the flood,
 // Redis commands per request; for quotas in memory, allocations per
 // request; for InFlight, a throughput ratio) taken from the groups of
-// this output.
+// this output: the speed goals of past issues, for whoever works on speed
+// (docs/benchmarks.md, for users, states no goal). When the output holds
+// several rounds (run.sh's "# round N of M" lines), each target also
+// shows its figure in each round alone, which on a noisy machine moves
+// far more than the goals' margins.
 // With -svg FILE it also writes FILE, an SVG chart of the handler groups'
 // throughput ratios drawn from the same results (chart.go).
 //
@@ -17,6 +21,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"flag"
 	"fmt"
 	"io"
@@ -69,7 +74,17 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err := flags.Parse(args); err != nil {
 		return 2
 	}
-	groups, err := parse(stdin)
+	in, err := io.ReadAll(stdin)
+	if err != nil {
+		fmt.Fprintln(stderr, "ratios:", err)
+		return 1
+	}
+	groups, err := parse(bytes.NewReader(in))
+	if err != nil {
+		fmt.Fprintln(stderr, "ratios:", err)
+		return 1
+	}
+	rounds, err := parseRounds(in)
 	if err != nil {
 		fmt.Fprintln(stderr, "ratios:", err)
 		return 1
@@ -81,7 +96,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	for _, g := range groups {
 		print(stdout, g)
 	}
-	printTargets(stdout, groups)
+	printTargets(stdout, groups, rounds)
 	if *svgFile != "" {
 		if err := writeChart(*svgFile, groups, stderr); err != nil {
 			fmt.Fprintln(stderr, "ratios:", err)
@@ -154,6 +169,34 @@ func parse(r io.Reader) ([]*group, error) {
 		}
 	}
 	return groups, sc.Err()
+}
+
+// parseRounds parses each round of the output on its own: the text after
+// each "# round" line that run.sh writes. It returns nil for output of
+// fewer than two rounds.
+func parseRounds(in []byte) ([][]*group, error) {
+	var texts [][]byte
+	for line := range bytes.Lines(in) {
+		if bytes.HasPrefix(line, []byte("# round ")) {
+			texts = append(texts, nil)
+			continue
+		}
+		if len(texts) > 0 {
+			texts[len(texts)-1] = append(texts[len(texts)-1], line...)
+		}
+	}
+	if len(texts) < 2 {
+		return nil, nil
+	}
+	rounds := make([][]*group, len(texts))
+	for i, text := range texts {
+		groups, err := parse(bytes.NewReader(text))
+		if err != nil {
+			return nil, fmt.Errorf("round %d: %w", i+1, err)
+		}
+		rounds[i] = groups
+	}
+	return rounds, nil
 }
 
 // isCount reports whether s is a benchmark's iteration count.
@@ -422,8 +465,9 @@ func quotaTarget(where, pattern string, goal float64) target {
 
 // printTargets prints the issue's targets that the groups have figures
 // for: ratelimit's figure in each matching group, the goal, and whether
-// this run meets it.
-func printTargets(w io.Writer, groups []*group) {
+// this run meets it; with rounds, also the figure in each round alone
+// ("–" where a round lacks it).
+func printTargets(w io.Writer, groups []*group, rounds [][]*group) {
 	var rows []string
 	for _, t := range targets {
 		for _, g := range groups {
@@ -438,15 +482,35 @@ func printTargets(w io.Writer, groups []*group) {
 			if t.met(v) {
 				met = "yes"
 			}
-			rows = append(rows, fmt.Sprintf("| %s | %s | %s | %s | %s | %s |", t.what, g.name, fmt.Sprintf(t.format, v), t.goal, met, note))
+			row := fmt.Sprintf("| %s | %s | %s | %s | %s | %s |", t.what, g.name, fmt.Sprintf(t.format, v), t.goal, met, note)
+			if rounds != nil {
+				var each []string
+				for _, round := range rounds {
+					i := slices.IndexFunc(round, func(rg *group) bool { return rg.name == g.name })
+					figure := "–"
+					if i >= 0 {
+						if v, _, ok := t.figure(round[i]); ok {
+							figure = strings.TrimSuffix(fmt.Sprintf(t.format, v), " ×")
+						}
+					}
+					each = append(each, figure)
+				}
+				row += " " + strings.Join(each, " ") + " |"
+			}
+			rows = append(rows, row)
 		}
 	}
 	if rows == nil {
 		return
 	}
 	fmt.Fprintf(w, "\n### Targets: ratelimit's figures in this run\n\n")
-	fmt.Fprintln(w, "| target | group | ratelimit | goal | met | detail |")
-	fmt.Fprintln(w, "|---|---|--:|--:|---|---|")
+	if rounds != nil {
+		fmt.Fprintln(w, "| target | group | ratelimit | goal | met | detail | each round |")
+		fmt.Fprintln(w, "|---|---|--:|--:|---|---|---|")
+	} else {
+		fmt.Fprintln(w, "| target | group | ratelimit | goal | met | detail |")
+		fmt.Fprintln(w, "|---|---|--:|--:|---|---|")
+	}
 	for _, r := range rows {
 		fmt.Fprintln(w, r)
 	}

@@ -220,3 +220,37 @@ BenchmarkHandlerLone/redis/opts=default/raw-multi-exec-2 	 10000 	 44000 ns/op 	
 		}
 	}
 }
+
+// Output of several rounds gives each target its figure in each round
+// alone, beside the figure of the rounds' medians; output of one round
+// has no such column.
+func TestTargetsRoundByRound(t *testing.T) {
+	in := `=== RUN   TestAccuracy
+--- PASS: TestAccuracy (0.61s)
+# round 1 of 3
+BenchmarkHandler/redis/opts=default/tenants=10000/ratelimit-2 	 100000 	 10000 ns/op 	 0 failopen 	 900 B/op 	 3 allocs/op
+BenchmarkHandler/redis/opts=default/tenants=10000/raw-multi-exec-2 	 40000 	 20000 ns/op 	 1000 B/op 	 27 allocs/op
+# round 2 of 3
+BenchmarkHandler/redis/opts=default/tenants=10000/ratelimit-2 	 100000 	 5000 ns/op 	 0 failopen 	 900 B/op 	 3 allocs/op
+BenchmarkHandler/redis/opts=default/tenants=10000/raw-multi-exec-2 	 40000 	 25000 ns/op 	 1000 B/op 	 27 allocs/op
+# round 3 of 3
+BenchmarkHandler/redis/opts=default/tenants=10000/raw-multi-exec-2 	 40000 	 30000 ns/op 	 1000 B/op 	 27 allocs/op
+`
+	out, _ := runRatios(t, in)
+	for _, want := range []string{
+		"| target | group | ratelimit | goal | met | detail | each round |",
+		// medians: ratelimit 7500, raw 25000; round 3 lacks ratelimit
+		"| throughput ÷ raw-multi-exec's, 64 callers | BenchmarkHandler/redis/opts=default/tenants=10000 | 3.33 × | ≥ 3 | yes | 7500 vs 25000 ns/op | 2.00 5.00 – |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no line %q in:\n%s", want, out)
+		}
+	}
+	one, _ := runRatios(t, `# round 1 of 1
+BenchmarkHandler/redis/opts=default/tenants=10000/ratelimit-2 	 100000 	 10000 ns/op 	 900 B/op 	 3 allocs/op
+BenchmarkHandler/redis/opts=default/tenants=10000/raw-multi-exec-2 	 40000 	 20000 ns/op 	 1000 B/op 	 27 allocs/op
+`)
+	if strings.Contains(one, "each round") || !strings.Contains(one, "| 2.00 × | ≥ 3 | no | 10000 vs 20000 ns/op |\n") {
+		t.Errorf("one round: want the targets without a column of rounds:\n%s", one)
+	}
+}
