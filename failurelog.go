@@ -23,7 +23,10 @@ type throttledLog struct {
 	logger     *slog.Logger // nil: slog.Default()
 	gate       gate
 	suppressed atomic.Int64 // lines since the last one that were not written
-	failures   bool         // the counter's failures: shares go-redis's second
+
+	// For the counter's failures, how long after one go-redis's lines are
+	// held back for the next (see redisLines); 0 for the other kinds.
+	holds time.Duration
 }
 
 // gate lets a line through at most once a second, on its clock.
@@ -39,10 +42,12 @@ func newThrottledLog(logger *slog.Logger, clk clock) *throttledLog {
 	return l
 }
 
-// newFailureLog is the throttled log of a limiter's counter failures.
-func newFailureLog(logger *slog.Logger, clk clock) *throttledLog {
+// newFailureLog is the throttled log of a limiter's counter failures,
+// whose breaker probes every cooldown: for twice that after a failure,
+// the next failure's line is due to carry go-redis's lines.
+func newFailureLog(logger *slog.Logger, clk clock, cooldown time.Duration) *throttledLog {
 	l := newThrottledLog(logger, clk)
-	l.failures = true
+	l.holds = 2 * cooldown
 	return l
 }
 
@@ -58,7 +63,7 @@ func (g *gate) pass(now int64) bool {
 // also carries go-redis's last line that was held back, if any.
 func (f *throttledLog) record(level slog.Level, msg string, attrs ...slog.Attr) {
 	g, r := &f.gate, (*redisLines)(nil)
-	if f.failures {
+	if f.holds > 0 {
 		if r = goRedisLines.Load(); r != nil && r.log.sameLogger(f) {
 			g = &r.log.gate
 		} else {
@@ -67,7 +72,7 @@ func (f *throttledLog) record(level slog.Level, msg string, attrs ...slog.Attr) 
 	}
 	now := int64(g.clock.elapsed())
 	if r != nil {
-		r.failed.Store(now)
+		r.until.Store(now + int64(f.holds))
 	}
 	if !g.pass(now) {
 		f.suppressed.Add(1)
@@ -75,7 +80,7 @@ func (f *throttledLog) record(level slog.Level, msg string, attrs ...slog.Attr) 
 	}
 	attrs = append(attrs, slog.Int64("suppressed", f.suppressed.Swap(0)))
 	if r != nil {
-		if h := r.held.Swap(nil); h != nil && now-h.at < int64(redisQuiet) {
+		if h := r.held.Swap(nil); h != nil && now-h.at < int64(f.holds) {
 			attrs = append(attrs, slog.String("go-redis", h.line))
 		}
 	}
@@ -101,14 +106,15 @@ func (f *throttledLog) sameLogger(o *throttledLog) bool { return f.output() == o
 // redisLines are go-redis's own lines, as RedisLogger writes them: one a
 // second at most, in the second that the counter failures of the
 // limiters writing to the same logger share. While such a limiter fails
-// (it did within redisQuiet), go-redis's lines are held back rather than
-// written: the limiter's next line carries the last of them, as go-redis's
-// last words on the failure it names. Otherwise they are written as they
-// come, throttled.
+// (it did within twice its breaker's cool-down, so that the line of each
+// probe of an open breaker carries the words of its dial), go-redis's
+// lines are held back rather than written: the limiter's next line
+// carries the last of them, as go-redis's last words on the failure it
+// names. Otherwise they are written as they come, throttled.
 type redisLines struct {
-	log    *throttledLog
-	held   atomic.Pointer[heldLine] // the last line held back; nil when none
-	failed atomic.Int64             // when a limiter's counter last failed, on log's clock
+	log   *throttledLog
+	held  atomic.Pointer[heldLine] // the last line held back; nil when none
+	until atomic.Int64             // on log's clock, when go-redis's lines are no longer held back
 }
 
 // heldLine is a line of go-redis's held back, and when.
@@ -117,20 +123,12 @@ type heldLine struct {
 	at   int64
 }
 
-// redisQuiet is how long after a limiter's counter failure go-redis's
-// lines wait for its next line: twice the breaker's default cool-down, so
-// that the line of each probe of an open breaker carries the words of its
-// dial.
-const redisQuiet = 2 * time.Second
-
 // goRedisLines are the lines of the RedisLogger made last, which is the
 // one go-redis has: redis.SetLogger keeps one logger for the process.
 var goRedisLines atomic.Pointer[redisLines]
 
 func newRedisLines(logger *slog.Logger, clk clock) *redisLines {
-	r := &redisLines{log: newThrottledLog(logger, clk)}
-	r.failed.Store(-int64(redisQuiet))
-	return r
+	return &redisLines{log: newThrottledLog(logger, clk)}
 }
 
 // say writes go-redis's line, or holds it back: while a limiter's counter
@@ -138,7 +136,7 @@ func newRedisLines(logger *slog.Logger, clk clock) *redisLines {
 func (r *redisLines) say(line string) {
 	g := &r.log.gate
 	now := int64(g.clock.elapsed())
-	if now-r.failed.Load() < int64(redisQuiet) || !g.pass(now) {
+	if now < r.until.Load() || !g.pass(now) {
 		r.held.Store(&heldLine{line: line, at: now})
 		r.log.suppressed.Add(1)
 		return
