@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
 	"github.com/valyala/fasthttp"
 
 	"github.com/gatewaykit/ratelimit/internal/testkit/redistest"
@@ -1214,4 +1216,84 @@ func startChaosRedis(t *testing.T, port int) *redistest.Server {
 			t.Fatal(err)
 		}
 	}
+}
+
+// During an outage a replica writes one line a second, go-redis's own
+// included when RedisLogger writes to the limiter's logger: the counter's
+// line carries go-redis's last words (its failed dial), and the breaker's
+// lines as it opens and as it closes stay. The limiter and go-redis's
+// lines run on one fake clock, which moves 10 ms a request through 3 s of
+// a killed server and on until the server, started again, closes the
+// breaker.
+func TestOutageLogsOneLineASecond(t *testing.T) {
+	srv := startChaosRedis(t, 0)
+	_, portText, _ := net.SplitHostPort(srv.Addr())
+	port, _ := strconv.Atoi(portText)
+	clk := newFakeClock()
+	clk.Advance(time.Since(clk.Now())) // real time, so that the store's deadlines are near the real ones
+	rec := newLogRecorder()
+	logger := slog.New(&clockStamp{Handler: rec, now: clk.Now})
+	redis.SetLogger(newRedisLogger(logger, newClock(clk.Now)))
+	t.Cleanup(func() {
+		logging.Enable() // go-redis's own logger again
+		goRedisLines.Store(nil)
+	})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialerRetries: 1, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	lim := newLimiter(Options{Counter: NewRedisCounter(rdb), Limit: 1000, Window: time.Minute, Logger: logger}, clk.Now)
+	ctx := context.Background()
+	if d := lim.Take(ctx, "acme"); d.By != ByCounter {
+		t.Fatalf("before the outage: %+v; want decided by the counter", d)
+	}
+	srv.Stop()
+	start := clk.Now()
+	for clk.Now().Sub(start) < 3*time.Second {
+		lim.Take(ctx, "acme")
+		clk.Advance(10 * time.Millisecond)
+	}
+	startChaosRedis(t, port)
+	for i := 0; len(rec.withMsg("ratelimit: circuit breaker closed")) == 0; i++ {
+		if i == 500 {
+			t.Fatalf("the breaker did not close within 5 s of fake time after the server came back; log %v", rec.lines())
+		}
+		lim.Take(ctx, "acme")
+		clk.Advance(10 * time.Millisecond)
+	}
+
+	var last time.Time
+	var carried, opened, closed int
+	for _, l := range rec.lines() {
+		switch l.msg {
+		case "ratelimit: circuit breaker open":
+			opened++
+			continue
+		case "ratelimit: circuit breaker closed":
+			closed++
+			continue
+		}
+		at := l.attrs["at"].Time()
+		if !last.IsZero() && at.Sub(last) < time.Second {
+			t.Errorf("%q at %v, %v after the line before; want a second at least between lines (log %v)", l.msg, at.Sub(start), at.Sub(last), rec.lines())
+		}
+		last = at
+		if strings.HasPrefix(l.msg, "ratelimit: counter failed") && strings.Contains(l.str("go-redis"), "dial") {
+			carried++
+		}
+	}
+	if opened != 1 || closed != 1 || carried == 0 {
+		t.Errorf("%d open lines, %d closed lines, %d counter lines with go-redis's failed dial; want 1, 1, and some (log %v)",
+			opened, closed, carried, rec.lines())
+	}
+}
+
+// clockStamp is a handler that adds the time of a clock to each record,
+// under "at".
+type clockStamp struct {
+	slog.Handler
+	now func() time.Time
+}
+
+func (c *clockStamp) Handle(ctx context.Context, r slog.Record) error {
+	r.AddAttrs(slog.Time("at", c.now()))
+	return c.Handler.Handle(ctx, r)
 }

@@ -85,7 +85,7 @@ func newLimiter(opts Options, now func() time.Time) *Limiter {
 	l := &Limiter{
 		opts:     opts,
 		rule:     timeRule{timeout: opts.StoreTimeout},
-		failures: newThrottledLog(opts.Logger, clk),
+		failures: newFailureLog(opts.Logger, clk, opts.BreakerCooldown),
 		mistakes: newThrottledLog(opts.Logger, clk),
 		shadowed: newThrottledLog(opts.Logger, clk),
 		clock:    clk,

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -331,5 +332,120 @@ func TestPlainClientOnAClusterNode(t *testing.T) {
 	lines := rec.withMsg("ratelimit: the counter is misconfigured")
 	if len(lines) != 1 || !strings.Contains(lines[0].str("fix"), "redis.NewClusterClient") {
 		t.Errorf("log %v; want one misconfiguration line saying to use redis.NewClusterClient", rec.lines())
+	}
+}
+
+// A server that wants a password answers an unauthenticated client NOAUTH,
+// and a call of more than 10 arguments (a batch of several keys, a tenant's
+// quotas) "ERR Protocol error: unauthenticated multibulk length", closing
+// the connection. Either is a misconfiguration with the password's fix, on
+// every kind of call: logged and counted so, never as the store failing;
+// Usage, which neither logs nor counts, answers it.
+// The script calls are held back until 16 requests wait, each of its own
+// limiter (so that each logs its line) on one counter, so that most of
+// them share one call, which gets the protocol error.
+func TestUnauthenticatedClient(t *testing.T) {
+	srv := startChaosRedis(t, 0)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { admin.Close() })
+	ctx := context.Background()
+	if err := admin.ConfigSet(ctx, "requirepass", "secret").Err(); err != nil {
+		t.Fatal(err)
+	}
+	const requests = 16
+	for _, kind := range []struct {
+		name  string
+		opts  Options
+		usage bool
+		big   bool // some calls have more than 10 arguments
+	}{
+		{"fixed window", Options{}, false, true},
+		{"sliding window", Options{Algorithm: SlidingWindow}, false, true},
+		{"quotas", Options{Quotas: []Quota{{Name: "day", Limit: 100, Calendar: CalendarDay}}}, false, true},
+		{"in flight", Options{Algorithm: InFlight}, false, true},
+		{"usage", Options{}, true, false}, // a read of one key, outside any batch
+		{"usage with quotas", Options{Quotas: []Quota{{Name: "day", Limit: 100, Calendar: CalendarDay}}}, true, true},
+	} {
+		t.Run(kind.name, func(t *testing.T) {
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+			t.Cleanup(func() { rdb.Close() })
+			held := &heldScripts{release: make(chan struct{})}
+			rdb.AddHook(held)
+			counter := NewRedisCounter(rdb)
+			rec := newLogRecorder()
+			metrics := make([]*Metrics, requests)
+			errs := make([]error, requests)
+			var wg sync.WaitGroup
+			for i := range requests {
+				o := kind.opts
+				o.Counter, o.Limit, o.Window, o.Logger, o.StoreTimeout = counter, 10, time.Minute, rec.logger(), 10*time.Second
+				metrics[i] = &Metrics{}
+				o.Metrics = metrics[i]
+				lim := NewLimiter(o)
+				tenant := "t" + strconv.Itoa(i)
+				wg.Go(func() {
+					if kind.usage {
+						_, errs[i] = lim.Usage(ctx, tenant)
+						return
+					}
+					errs[i] = lim.Take(ctx, tenant).Err
+				})
+			}
+			time.Sleep(300 * time.Millisecond) // the requests reach the batcher
+			close(held.release)
+			wg.Wait()
+
+			protocol := 0
+			for i, err := range errs {
+				if err == nil || !strings.Contains(fixOf(err), "Password") {
+					t.Errorf("request %d: %v (fix %q); want a misconfiguration whose fix is the client's Password", i, err, fixOf(err))
+				}
+				if err != nil && strings.Contains(err.Error(), "unauthenticated multibulk length") {
+					protocol++
+				}
+			}
+			if kind.big && protocol == 0 {
+				t.Fatalf("no request's call got the protocol error (%v); the test needs one call of more than 10 arguments", errs)
+			}
+			if kind.usage {
+				return // Usage answers its error, and neither logs nor counts it
+			}
+			for i, m := range metrics {
+				if s := m.Snapshot(); s.StoreErrors.Configuration != 1 || s.StoreErrors.Other != 0 {
+					t.Errorf("request %d: store errors %v; want one of cause configuration", i, s.StoreErrors)
+				}
+			}
+			lines := rec.withMsg("ratelimit: the counter is misconfigured")
+			if len(lines) != requests || len(rec.withMsg("ratelimit: counter failed")) != 0 {
+				t.Fatalf("log %v; want %d lines saying the counter is misconfigured, none that it failed", rec.lines(), requests)
+			}
+			for _, l := range lines {
+				if !strings.Contains(l.str("fix"), "Password") {
+					t.Errorf("line %v; want the fix to name the client's Password", l)
+				}
+			}
+		})
+	}
+}
+
+// heldScripts is a hook that holds every script call until release is
+// closed.
+type heldScripts struct{ release chan struct{} }
+
+func (h *heldScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *heldScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+			<-h.release
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *heldScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		<-h.release
+		return next(ctx, cmds)
 	}
 }

@@ -91,3 +91,43 @@ func TestServerWithoutScripting(t *testing.T) {
 		})
 	}
 }
+
+// On a server that refuses scripts, a key that holds something else (here
+// a list) is an answer about that key, as it is on the script's path: its
+// tenant's requests are logged and counted as a misconfiguration, and the
+// breaker stays closed, so the other tenants are still counted.
+func TestServerWithoutScriptingKeyOfAnotherType(t *testing.T) {
+	admin := newRedisClient(t)
+	user, password := noScriptUser(t, admin)
+	opt := redisOptions(t)
+	opt.Username, opt.Password = user, password
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	listed, other := uniqueTenant(t)+":listed", uniqueTenant(t)+":other"
+	if err := admin.RPush(ctx, tenantKey(listed), "not a count").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Del(ctx, tenantKey(listed), tenantKey(other)) })
+	rec := newLogRecorder()
+	m := &Metrics{}
+	lim := NewLimiter(Options{Counter: NewRedisCounter(rdb), Limit: 10, Window: time.Minute, BreakerFailures: 2,
+		Logger: rec.logger(), Metrics: m})
+	const tries = 5
+	for i := range tries {
+		d := lim.Take(ctx, listed)
+		if d.By != ByNone || !d.Allowed || d.Err == nil || !strings.Contains(d.Err.Error(), "WRONGTYPE") {
+			t.Fatalf("request %d of the tenant whose key holds a list: %+v; want failed open, with the server's WRONGTYPE", i+1, d)
+		}
+	}
+	if d := lim.Take(ctx, other); d.By != ByCounter || !d.Allowed {
+		t.Fatalf("another tenant after %d WRONGTYPE answers: %+v; want decided by the counter, the breaker closed", tries, d)
+	}
+	if s := m.Snapshot(); s.StoreErrors.Configuration != tries || s.Breaker != "closed" {
+		t.Fatalf("metrics: store errors %v, breaker %v; want %d of cause configuration, closed", s.StoreErrors, s.Breaker, tries)
+	}
+	lines := rec.withMsg("ratelimit: the counter is misconfigured")
+	if len(lines) == 0 || !strings.Contains(lines[0].str("fix"), "Name") || len(rec.withMsg("ratelimit: circuit breaker")) != 0 {
+		t.Fatalf("log %v; want the key logged as a misconfiguration, with its fix, and no breaker line", rec.lines())
+	}
+}

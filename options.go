@@ -130,7 +130,8 @@ type Options struct {
 
 	// Logger receives one line per second at most while the counter fails,
 	// with the error, the key and how many failures went unlogged, and a
-	// line each time the breaker changes state.
+	// line each time the breaker changes state. When RedisLogger writes to
+	// the same logger, go-redis's lines share that second (see RedisLogger).
 	//
 	// Optional. Default: slog.Default(), read when a line is written
 	Logger *slog.Logger

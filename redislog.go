@@ -12,15 +12,27 @@ import (
 // prints to the standard error, several a second while Redis is down. Set
 // it with redis.SetLogger(ratelimit.RedisLogger(logger)): the lines then go
 // to logger at warn level, one a second at most (with how many were held
-// back), beside the limiter's own. A nil logger is slog.Default().
+// back). A limiter whose Options.Logger is the same logger shares that
+// second: while its counter fails, go-redis's lines are not written on
+// their own, and its failure line carries the last of them (attribute
+// "go-redis"), so that an outage is one line a second. A nil logger is
+// slog.Default().
 func RedisLogger(logger *slog.Logger) interface {
 	Printf(ctx context.Context, format string, v ...any)
 } {
-	return &redisLogger{log: newThrottledLog(logger, clock{})}
+	return newRedisLogger(logger, clock{})
 }
 
-type redisLogger struct{ log *throttledLog }
+// newRedisLogger is RedisLogger on clk; it becomes the one whose second
+// the limiters share.
+func newRedisLogger(logger *slog.Logger, clk clock) *redisLogger {
+	l := &redisLogger{lines: newRedisLines(logger, clk)}
+	goRedisLines.Store(l.lines)
+	return l
+}
+
+type redisLogger struct{ lines *redisLines }
 
 func (l *redisLogger) Printf(_ context.Context, format string, v ...any) {
-	l.log.record(slog.LevelWarn, "ratelimit: go-redis says", slog.String("line", strings.TrimSpace(fmt.Sprintf(format, v...))))
+	l.lines.say(strings.TrimSpace(fmt.Sprintf(format, v...)))
 }

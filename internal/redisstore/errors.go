@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -69,7 +71,11 @@ var fixes = []struct {
 	words []string
 	fix   string
 }{
-	{[]string{"NOAUTH"}, "the server wants a password: set the client's Password (and Username, for an ACL user)"},
+	// An unauthenticated client gets NOAUTH, or, for a call of more than 10
+	// arguments or an argument of more than 16 KiB (a batch of keys, a
+	// tenant's quotas), a protocol error, after which the server closes
+	// the connection.
+	{[]string{"NOAUTH", "Protocol error: unauthenticated"}, fixPassword},
 	{[]string{"WRONGPASS"}, "the username or password is wrong: check the client's Username and Password"},
 	{[]string{"NOPERM", "can't run this command", "no permissions to run"},
 		"the ACL user lacks a permission: grant it, for a fixed window, " + ACLFixed + "; for a sliding window, " + ACLSliding +
@@ -81,6 +87,8 @@ var fixes = []struct {
 	{[]string{"DB index is out of range"}, "the database does not exist: the client's DB (the number at the end of the URL) must be below the server's databases setting, 16 by default"},
 	{[]string{"SELECT is not allowed in cluster mode"}, "a cluster has only database 0: drop the client's DB"},
 }
+
+const fixPassword = "the server wants a password: set the client's Password (and Username, for an ACL user)"
 
 const fixNotCounter = "a key under rl: holds something other than a count, which another program wrote: give the limiter a Name of its own, or delete the key"
 
@@ -129,6 +137,34 @@ func classify(err error, cluster bool) error {
 				return &misconfigured{err, f.fix}
 			}
 		}
+	}
+	return err
+}
+
+// unauthenticated remembers that a server refused a client as
+// unauthenticated. After the protocol error the server closes the
+// connection, which go-redis keeps in its pool, having read an answer on
+// it: the next call on it fails with EOF, or a reset, rather than with an
+// answer. On such a server that failure is the same misconfiguration.
+type unauthenticated struct{ refused atomic.Bool }
+
+// name returns err, a round trip's classified failure, as a
+// misconfiguration when it is a closed connection of a server that
+// refused the client as unauthenticated; and remembers whether err is
+// such a refusal. nil, an answer, forgets it.
+func (u *unauthenticated) name(err error) error {
+	if err == nil {
+		if u.refused.Load() { // a load, not a store, on the hot path
+			u.refused.Store(false)
+		}
+		return nil
+	}
+	if m, ok := errors.AsType[*misconfigured](err); ok && m.hint == fixPassword {
+		u.refused.Store(true)
+		return err
+	}
+	if u.refused.Load() && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
+		return &misconfigured{fmt.Errorf("%w (the server closed the connection, having refused the client as unauthenticated)", err), fixPassword}
 	}
 	return err
 }

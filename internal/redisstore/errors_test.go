@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"strings"
 	"testing"
 )
@@ -15,6 +17,8 @@ func TestMisconfiguredAnswersAreRecognised(t *testing.T) {
 		fix     string // a word of it; "" for not a misconfiguration
 	}{
 		{"NOAUTH Authentication required.", false, "Password"},
+		{"ERR Protocol error: unauthenticated multibulk length", false, "Password"}, // a call of more than 10 arguments, unauthenticated
+		{"ERR Protocol error: unauthenticated bulk length", false, "Password"},      // an argument of more than 16 KiB, unauthenticated
 		{"NOPERM this user has no permissions to run the 'evalsha' command", false, ACLFixed},
 		{"The user executing the script can't run this command or subcommand", false, ACLFixed},                                         // Redis 6, in a script
 		{"ERR The user executing the script can't run this command or subcommand script: 105e, on @user_script:53.", false, ACLSliding}, // Redis 7
@@ -49,3 +53,23 @@ type serverAnswer string
 
 func (e serverAnswer) Error() string { return string(e) }
 func (serverAnswer) RedisError()     {}
+
+// After refusing a client as unauthenticated, the server closes the
+// connection, and the next call on it fails with EOF: on that server, the
+// same misconfiguration, until an answer comes.
+func TestClosedConnectionAfterUnauthenticated(t *testing.T) {
+	var u unauthenticated
+	closed := fmt.Errorf("round trip: %w", io.EOF)
+	if _, ok := errors.AsType[*misconfigured](u.name(closed)); ok {
+		t.Fatal("EOF from a server that refused nothing taken for a misconfiguration")
+	}
+	u.name(classify(serverAnswer("ERR Protocol error: unauthenticated multibulk length"), false))
+	err := u.name(closed)
+	if m, ok := errors.AsType[*misconfigured](err); !ok || m.Fix() != fixPassword || !errors.Is(err, io.EOF) {
+		t.Fatalf("EOF after the protocol error: %v; want a misconfiguration with the password's fix, wrapping the EOF", err)
+	}
+	u.name(nil) // an answer
+	if _, ok := errors.AsType[*misconfigured](u.name(closed)); ok {
+		t.Fatal("EOF after an answer taken for a misconfiguration")
+	}
+}

@@ -63,6 +63,7 @@ type node struct {
 	addr  string // the server's address, for the log
 	batch *batcher
 	dials *dialWatch
+	auth  unauthenticated // the server refused the client as unauthenticated
 
 	hooked *redis.Client // the client the dial watch is hooked into
 }

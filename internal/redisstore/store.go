@@ -185,10 +185,12 @@ func (s *Store) send(ctx context.Context, key string, c *window.Call, x *opArgs,
 	if c.Main.Kind == window.InFlight && x == nil {
 		k.x = &opArgs{token: slotToken(c.Slot)}
 	}
-	op, rank, err := s.nodes.of(key).batch.take(ctx, k, c.Cost, deadline, wait)
+	n := s.nodes.of(key)
+	op, rank, err := n.batch.take(ctx, k, c.Cost, deadline, wait)
 	if err != nil {
-		return nil, 0, fmt.Errorf("%s rate limit key %s: %w", verb, key, classify(err, s.nodes.cluster != nil))
+		return nil, 0, fmt.Errorf("%s rate limit key %s: %w", verb, key, n.auth.name(classify(err, s.nodes.cluster != nil)))
 	}
+	n.auth.name(nil)
 	return op, rank, nil
 }
 
@@ -252,9 +254,9 @@ func (s *Store) eval(ctx context.Context, key string, args []any) ([]int64, erro
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cut := &roundTrip{cancel: cancel}
-	dials := s.nodes.of(key).dials
-	dials.add(cut)
-	defer dials.remove(cut)
+	n := s.nodes.of(key)
+	n.dials.add(cut)
+	defer n.dials.remove(cut)
 
 	rdb := s.nodes.rdb
 	cmd := rdb.EvalSha(ctx, takeScriptSHA, []string{key}, args...)
@@ -266,8 +268,9 @@ func (s *Store) eval(ctx context.Context, key string, args []any) ([]int64, erro
 		err = c
 	}
 	if err != nil {
-		return nil, classify(err, s.nodes.cluster != nil)
+		return nil, n.auth.name(classify(err, s.nodes.cluster != nil))
 	}
+	n.auth.name(nil)
 	return vals, nil
 }
 
