@@ -793,6 +793,19 @@ var cases = []struct {
 		}
 		r.expect("/ after them", send(request{tenant: tenant}), 200, map[string]string{"X-RateLimit-Remaining": "3"})
 		r.checkCount(global.Counter, "rl:global#"+tenant, 2)
+
+		// Without a skip rule, the 503 alone gives the earlier count back.
+		global = r.opts(5)
+		global.Name = "global"
+		route.Counter = r.store.failing(r.t)
+		tenant += "-noskip"
+		send = r.serve(Settings{Options: global, Then: &route, ThenOnly: "/expensive"})
+		r.expect("/ first, no skip rule", send(request{tenant: tenant}), 200, map[string]string{"X-RateLimit-Remaining": "4"})
+		for i := range 3 {
+			r.expect("/expensive "+strconv.Itoa(i+1)+", fail closed, no skip rule", send(request{tenant: tenant, path: "/expensive"}), 503, nil)
+		}
+		r.expect("/ after them, no skip rule", send(request{tenant: tenant}), 200, map[string]string{"X-RateLimit-Remaining": "3"})
+		r.checkCount(global.Counter, "rl:global#"+tenant, 2)
 	}},
 	{"InFlight: never more at once than the limit, every slot given back", func(r *run) {
 		const limit, requests = 3, 20
