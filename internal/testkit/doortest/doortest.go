@@ -807,6 +807,53 @@ var cases = []struct {
 		r.expect("/ after them, no skip rule", send(request{tenant: tenant}), 200, map[string]string{"X-RateLimit-Remaining": "3"})
 		r.checkCount(global.Counter, "rl:global#"+tenant, 2)
 	}},
+	{"two limits tied on what is left: the headers name the one that resets last", func(r *run) {
+		// Stacked, in both orders: an hour's limit and a minute's, brought
+		// to the same units left. A limiter's own quotas alike, its main
+		// limit the longer or the shorter.
+		for _, hourFirst := range []bool{true, false} {
+			hour := r.opts(5)
+			hour.Name, hour.Window = r.name+"-hour", time.Hour
+			minute := r.opts(5)
+			minute.Name = r.name + "-minute"
+			first, then := hour, minute
+			if !hourFirst {
+				first, then = minute, hour
+			}
+			then.Limit = 3
+			// Two requests that only the first decides leave it 3; the
+			// third, to /both, leaves each 2.
+			send := r.serve(Settings{Options: first, Then: &then, ThenOnly: "/both"})
+			tenant := first.Name // a tenant per order: on Redis both count on one server
+			for i := range 2 {
+				r.expect(fmt.Sprintf("%s first, request %d", first.Name, i+1), send(request{tenant: tenant}), 200, nil)
+			}
+			limit := strconv.Itoa(first.Limit)
+			if !hourFirst {
+				limit = strconv.Itoa(then.Limit)
+			}
+			resp := send(request{tenant: tenant, path: "/both"})
+			r.expect(first.Name+" first, tied", resp, 200, map[string]string{"X-RateLimit-Limit": limit, "X-RateLimit-Remaining": "2"})
+			if reset, err := strconv.Atoi(resp.Header.Get("X-RateLimit-Reset")); err != nil || reset <= 60 {
+				r.t.Errorf("%s first, tied: X-RateLimit-Reset = %q, want the hour's, past 60 seconds", first.Name, resp.Header.Get("X-RateLimit-Reset"))
+			}
+		}
+		for _, mainHour := range []bool{true, false} {
+			o := r.opts(3)
+			o.Name += "-quotas"
+			q := ratelimit.Quota{Name: "hour", Limit: 3, Window: time.Hour}
+			if mainHour {
+				o.Name += "-hour"
+				o.Window, q.Name, q.Window = time.Hour, "minute", time.Minute
+			}
+			o.Quotas = []ratelimit.Quota{q}
+			resp := r.serve(Settings{Options: o})(request{tenant: "acme"})
+			r.expect(o.Name, resp, 200, map[string]string{"X-RateLimit-Limit": "3", "X-RateLimit-Remaining": "2"})
+			if reset, err := strconv.Atoi(resp.Header.Get("X-RateLimit-Reset")); err != nil || reset <= 60 {
+				r.t.Errorf("%s: X-RateLimit-Reset = %q, want the hour's, past 60 seconds", o.Name, resp.Header.Get("X-RateLimit-Reset"))
+			}
+		}
+	}},
 	{"InFlight: never more at once than the limit, every slot given back", func(r *run) {
 		const limit, requests = 3, 20
 		o := r.opts(limit)
