@@ -303,6 +303,54 @@ func TestHTTPRefusalThroughOtherWriters(t *testing.T) {
 	}
 }
 
+// Three net/http doors on one request: a refusal by the last, 429 or the
+// 503 of FailClosed, gives back in both earlier ones, not only in the
+// nearest.
+func TestHTTPRefusalGivesBackInEveryEarlierDoor(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		last   Options
+		status []int
+		want   int // what each earlier limiter has counted at the end
+	}{
+		{"429", Options{Limit: 1}, []int{200, 429, 429}, 1},
+		{"503", Options{Limit: 5, Counter: closedMemoryCounter(), FailClosed: true, Logger: slog.New(slog.DiscardHandler)},
+			[]int{503, 503, 503}, 0},
+	} {
+		counter := NewMemoryCounter()
+		first := NewLimiter(Options{Counter: counter, Name: "first", Limit: 5, Window: time.Minute})
+		second := NewLimiter(Options{Counter: counter, Name: "second", Limit: 5, Window: time.Minute})
+		c.last.Name, c.last.Window = "last", time.Minute
+		if c.last.Counter == nil {
+			c.last.Counter = counter
+		}
+		cfg := HTTPConfig{Tenant: func(*http.Request) (string, bool) { return "acme", true }}
+		var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write(okBody) })
+		h = HTTPMiddleware(NewLimiter(c.last), cfg)(h)
+		h = HTTPMiddleware(second, cfg)(h)
+		h = HTTPMiddleware(first, cfg)(h)
+		for i, status := range c.status {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+			if rec.Code != status {
+				t.Errorf("%s: request %d: status %d, want %d", c.name, i+1, rec.Code, status)
+			}
+		}
+		for _, lim := range []*Limiter{first, second} {
+			if n := used(t, lim, "acme")[0]; n != c.want {
+				t.Errorf("%s: the %s limiter counted %d, want %d", c.name, lim.policy.policy, n, c.want)
+			}
+		}
+	}
+}
+
+// closedMemoryCounter is a MemoryCounter that fails every call.
+func closedMemoryCounter() *MemoryCounter {
+	m := NewMemoryCounter()
+	m.Close()
+	return m
+}
+
 // FiberMiddleware takes the skip rules, and names them among the fields it
 // takes when given one it does not.
 func TestFiberMiddlewareTakesSkipRules(t *testing.T) {

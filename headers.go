@@ -7,6 +7,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/gatewaykit/ratelimit/internal/headerfield"
 	"github.com/gatewaykit/ratelimit/internal/window"
 
 	"github.com/valyala/fasthttp"
@@ -99,6 +100,10 @@ func (v *fieldValues) constant(i uint, p *policyHeaders) (b []byte, s string, ok
 // restrictive of them, the fewest requests left and of those the latest
 // reset, compared through the X-RateLimit-* fields already in the
 // response (so with DisableLegacyHeaders each Retry-After is its own).
+// Only limits of one kind compare: of a rate and an InFlight limit, the
+// fields report the rate, the InFlight limit only when it refused the
+// request; which kind the fields in the response are of, RateLimit-Policy
+// says (headerfield.InFlight), and without it they count as a rate's.
 // When nothing counted the request, only the limit and the policy are
 // known. A limiter in shadow mode writes nothing.
 func plan[T string | []byte](d *Decision, buf []byte, earlier func(i int) T) (fieldValues, []byte) {
@@ -174,13 +179,22 @@ func planAll[T string | []byte](d *Decision, buf []byte, earlier func(i int) T) 
 	}
 	figures := false // X-RateLimit-Remaining and -Reset report d's figures
 	if p.legacy {
-		switch prev, ok := parseCount(earlier(fRemaining)); {
+		prevLimit := earlier(fLimit)
+		switch prev, ok := headerfield.Count(earlier(fRemaining)); {
 		case remaining < 0:
-			if len(earlier(fLimit)) == 0 {
+			if len(prevLimit) == 0 {
 				limit()
 			}
+		case len(prevLimit) != 0 && p.inFlight != headerfield.InFlight(prevLimit, earlier(fPolicy)):
+			// A rate's fields and a limit in flight's: slots are no measure
+			// of requests per window, so the fields report the rate, the
+			// limit in flight only when it refused the request.
+			if !p.inFlight || !d.Allowed {
+				limit()
+				figures = true
+			}
 		case ok && earlierWins(prev, earlier(fReset), remaining, reset):
-			earlierRetry, _ = parseCount(earlier(fReset))
+			earlierRetry, _ = headerfield.Count(earlier(fReset))
 		default:
 			limit()
 			figures = true
@@ -294,7 +308,9 @@ func (d *Decision) setFastHTTPHeaders(h *fasthttp.ResponseHeader, buf []byte) {
 //
 // When an earlier limiter has written its fields into h, d's item is
 // appended to RateLimit-Policy and RateLimit, and X-RateLimit-* and
-// Retry-After keep reporting the more restrictive of the two.
+// Retry-After keep reporting the more restrictive of the two; of a rate
+// and an InFlight limit, the rate, unless the InFlight limit refused the
+// request.
 func (d *Decision) SetHeaders(h http.Header) {
 	var buf [256]byte
 	v, b := plan(d, buf[:0], func(i int) string { return first(h[fieldNames[i]]) })
@@ -345,7 +361,7 @@ func earlierWins[T string | []byte](prevRemaining int64, prevReset T, remaining,
 	if prevRemaining != remaining {
 		return prevRemaining < remaining
 	}
-	r, _ := parseCount(prevReset)
+	r, _ := headerfield.Count(prevReset)
 	return r >= reset
 }
 
@@ -392,9 +408,10 @@ func first(v []string) string {
 }
 
 // appendCount appends n, a count or a number of seconds (never negative),
-// in decimal, as parseCount reads it: strconv.AppendInt's result, at about
-// half its cost, which formatting three figures a response makes felt. The
-// digits go straight into b's room, which the writers' buffers have.
+// in decimal, as headerfield.Count reads it: strconv.AppendInt's result,
+// at about half its cost, which formatting three figures a response makes
+// felt. The digits go straight into b's room, which the writers' buffers
+// have.
 func appendCount(b []byte, n int64) []byte {
 	const pairs = "00010203040506070809101112131415161718192021222324252627282930313233343536373839" +
 		"40414243444546474849505152535455565758596061626364656667686970717273747576777879" +
@@ -431,23 +448,6 @@ func appendCount(b []byte, n int64) []byte {
 // pow10[i] is 10^i.
 var pow10 = [...]uint64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
 	1e16, 1e17, 1e18, 1e19}
-
-// parseCount parses a header value of decimal digits, as the setters write
-// them.
-func parseCount[T string | []byte](b T) (int64, bool) {
-	if len(b) == 0 || len(b) > 18 {
-		return 0, false
-	}
-	var n int64
-	for i := 0; i < len(b); i++ {
-		c := b[i]
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int64(c-'0')
-	}
-	return n, true
-}
 
 // policyItems returns the items of RateLimit-Policy of s's quotas, each
 // after ", ", for the figures lims (of a Decision: the main limit's

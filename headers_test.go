@@ -144,24 +144,106 @@ func TestHeadersOverEarlierFields(t *testing.T) {
 		},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var fh fasthttp.ResponseHeader
-			hh := http.Header{}
-			for k, v := range tt.earlier {
-				fh.Set(k, v)
-				hh.Set(k, v)
-			}
-			d.SetFastHTTPHeaders(&fh)
-			d.SetHeaders(hh)
-			for _, name := range fieldNames {
-				if got := string(fh.Peek(name)); got != tt.want[name] {
-					t.Errorf("fasthttp: %s = %q, want %q", name, got, tt.want[name])
-				}
-				if got := hh.Get(name); got != tt.want[name] {
-					t.Errorf("http.Header: %s = %q, want %q", name, got, tt.want[name])
-				}
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { checkOverEarlier(t, &d, tt.earlier, tt.want) })
+	}
+}
+
+// checkOverEarlier checks that d, written through each writer over the
+// fields earlier, leaves the fields want.
+func checkOverEarlier(t *testing.T, d *Decision, earlier, want map[string]string) {
+	t.Helper()
+	var fh fasthttp.ResponseHeader
+	hh := http.Header{}
+	for k, v := range earlier {
+		fh.Set(k, v)
+		hh.Set(k, v)
+	}
+	d.SetFastHTTPHeaders(&fh)
+	d.SetHeaders(hh)
+	for _, name := range fieldNames {
+		if got := string(fh.Peek(name)); got != want[name] {
+			t.Errorf("fasthttp: %s = %q, want %q", name, got, want[name])
+		}
+		if got := hh.Get(name); got != want[name] {
+			t.Errorf("http.Header: %s = %q, want %q", name, got, want[name])
+		}
+	}
+}
+
+// A rate and an InFlight limit on one request: X-RateLimit-* and
+// Retry-After report the rate, unless the InFlight limit refused the
+// request, whichever wrote first; the kind of an earlier limiter's fields
+// is read from RateLimit-Policy, by the item of its X-RateLimit-Limit.
+func TestHeadersOfRateAndInFlight(t *testing.T) {
+	ctx := context.Background()
+	atOnce := NewLimiter(Options{Name: "at-once", Limit: 2, Window: time.Minute, Algorithm: InFlight})
+	held := atOnce.Take(ctx, "acme") // 1 free
+	full := NewLimiter(Options{Name: "at-once", Limit: 1, Window: time.Minute, Algorithm: InFlight})
+	full.Take(ctx, "acme")
+	refused := full.Take(ctx, "acme")
+	rate := NewLimiter(Options{Name: "rate", Limit: 100, Window: time.Minute}).Take(ctx, "acme") // 99 left
+	const (
+		heldPolicy = `"at-once";q=2;qu="concurrent-requests"`
+		heldItem   = `"at-once";r=1;t=1`
+	)
+	// A rate's fields, 9 left of 10.
+	rateFields := map[string]string{hLimit: "10", hRemaining: "9", hReset: "60", hPolicy: `"r";q=10;w=60`, hRateLimit: `"r";r=9;t=60`}
+	tests := []struct {
+		name    string
+		d       *Decision
+		earlier map[string]string
+		want    map[string]string
+	}{
+		{
+			name: "in flight, allowed, after a rate", d: &held, earlier: rateFields,
+			want: map[string]string{hLimit: "10", hRemaining: "9", hReset: "60",
+				hPolicy: `"r";q=10;w=60, ` + heldPolicy, hRateLimit: `"r";r=9;t=60, ` + heldItem},
+		},
+		{
+			name: "in flight, refused, after a rate", d: &refused, earlier: rateFields,
+			want: map[string]string{hLimit: "1", hRemaining: "0", hReset: "1", hRetryAfter: "1",
+				hPolicy:    `"r";q=10;w=60, "at-once";q=1;qu="concurrent-requests"`,
+				hRateLimit: `"r";r=9;t=60, "at-once";r=0;t=1`},
+		},
+		{
+			name: "in flight, allowed, after a rate that counted nothing", d: &held,
+			earlier: map[string]string{hLimit: "10", hPolicy: `"r";q=10;w=60`},
+			want:    map[string]string{hLimit: "10", hPolicy: `"r";q=10;w=60, ` + heldPolicy, hRateLimit: heldItem},
+		},
+		{
+			name: "in flight, allowed, after fields without RateLimit-Policy", d: &held,
+			earlier: map[string]string{hLimit: "10", hRemaining: "9", hReset: "60"},
+			want:    map[string]string{hLimit: "10", hRemaining: "9", hReset: "60", hPolicy: heldPolicy, hRateLimit: heldItem},
+		},
+		{
+			name: "in flight, allowed, after a rate and a limit in flight of the same limit", d: &held,
+			earlier: map[string]string{hLimit: "2", hRemaining: "2", hReset: "60",
+				hPolicy: `"o";q=2;qu="concurrent-requests", "r";q=2;w=60`},
+			want: map[string]string{hLimit: "2", hRemaining: "2", hReset: "60",
+				hPolicy: `"o";q=2;qu="concurrent-requests", "r";q=2;w=60, ` + heldPolicy, hRateLimit: heldItem},
+		},
+		{
+			name: "in flight after in flight: the fewer slots free", d: &held,
+			earlier: map[string]string{hLimit: "5", hRemaining: "4", hReset: "1", hPolicy: `"o";q=5;qu="concurrent-requests"`},
+			want: map[string]string{hLimit: "2", hRemaining: "1", hReset: "1",
+				hPolicy: `"o";q=5;qu="concurrent-requests", ` + heldPolicy, hRateLimit: heldItem},
+		},
+		{
+			name: "a rate after a limit in flight", d: &rate,
+			earlier: map[string]string{hLimit: "2", hRemaining: "0", hReset: "1", hPolicy: heldPolicy, hRateLimit: `"at-once";r=0;t=1`},
+			want: map[string]string{hLimit: "100", hRemaining: "99", hReset: "60",
+				hPolicy: heldPolicy + `, "rate";q=100;w=60`, hRateLimit: `"at-once";r=0;t=1, "rate";r=99;t=60`},
+		},
+		{
+			// A name may hold what looks like a rate's parameters.
+			name: "a rate after a limit in flight whose name looks like a rate", d: &rate,
+			earlier: map[string]string{hLimit: "2", hRemaining: "0", hReset: "1", hPolicy: `"x;q=2;w=60, y";q=2;qu="concurrent-requests"`},
+			want: map[string]string{hLimit: "100", hRemaining: "99", hReset: "60",
+				hPolicy: `"x;q=2;w=60, y";q=2;qu="concurrent-requests", "rate";q=100;w=60`, hRateLimit: `"rate";r=99;t=60`},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { checkOverEarlier(t, tt.d, tt.earlier, tt.want) })
 	}
 }
 

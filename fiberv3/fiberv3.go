@@ -28,15 +28,16 @@
 // Several handlers may decide one request, a global one from app.Use and a
 // stricter one on a route, each from a Limiter with its own Options.Name:
 // each adds its item to RateLimit-Policy and RateLimit, and X-RateLimit-*
-// report the most restrictive. A request that a later one refuses (429,
-// or the 503 of FailClosed) spends nothing in the earlier ones either: the
-// refusing handler marks the request (in c.Locals, under a key of its
-// own), and each earlier handler gives back what it took
-// (ratelimit.Limiter.Release) once c.Next() returns. That is not atomic
-// across limiters: an earlier limiter's count stands from its decision
-// until the refusal has come back up the chain and one round trip to its
-// counter more, and a request of the same tenant decided meanwhile sees
-// it.
+// report the most restrictive (of a rate and an InFlight limit, the rate,
+// unless the InFlight limit refused the request). A request that a later
+// one refuses (429, or the 503 of FailClosed) spends nothing in the
+// earlier ones either: the refusing handler marks the request (in
+// c.Locals, under a key of its own), and each earlier handler gives back
+// what it took (ratelimit.Limiter.Release) once c.Next() returns. That is
+// not atomic across limiters: an earlier limiter's count stands from its
+// decision until the refusal has come back up the chain and one round
+// trip to its counter more, and a request of the same tenant decided
+// meanwhile sees it.
 //
 // # Giving back
 //
