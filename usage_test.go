@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 	"time"
@@ -20,5 +21,37 @@ func TestUsageJSON(t *testing.T) {
 	}
 	if b, err := json.Marshal(&us[0]); err != nil || string(b) != month {
 		t.Errorf("json.Marshal(&Usage) = %s (%v), want %s", b, err, month)
+	}
+}
+
+// A limit with nothing counted reports Reset 0, not a window's length: a
+// tenant never seen, and one whose only request was given back. Its
+// window is its whole length.
+func TestUsageWithNothingCountedResetsAtZero(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		quotas []Quota
+	}{{"alone", nil}, {"with a quota", []Quota{{Name: "hour", Limit: 50, Window: time.Hour}}}} {
+		t.Run(c.name, func(t *testing.T) {
+			eachTakeSubject(t, Options{Limit: 3, Window: time.Minute, Quotas: c.quotas}, func(t *testing.T, lim *Limiter, tenant string, _ func(time.Duration)) {
+				check := func(when string) {
+					t.Helper()
+					us, err := lim.Usage(context.Background(), tenant)
+					if err != nil {
+						t.Fatalf("Usage %s: %v", when, err)
+					}
+					for _, u := range us {
+						if u.Used != 0 || u.Remaining != u.Limit || u.Reset != 0 || u.Window != time.Minute && u.Window != time.Hour {
+							t.Errorf("Usage %s: %+v; want nothing used, Reset 0, the window's whole length", when, u)
+						}
+					}
+				}
+				check("of a tenant never seen")
+				if err := lim.Release(context.Background(), takeExpect(t, lim, tenant, true, "")); err != nil {
+					t.Fatal(err)
+				}
+				check("after its only request was given back")
+			})
+		})
 	}
 }
