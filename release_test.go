@@ -100,6 +100,42 @@ func TestReleaseLeavesAnEndedWindowAlone(t *testing.T) {
 	}
 }
 
+// Each limit of a tenant with quotas tells its own window from the others':
+// a Release after the main window has ended but not the quota's gives
+// back in the quota alone, and after the quota's has ended but not the
+// main one's, in the main one alone. The quota is the tighter limit, so
+// that it, not the main one, names the decision.
+func TestReleaseTellsEachLimitsWindowApart(t *testing.T) {
+	const short = 400 * time.Millisecond
+	for _, c := range []struct {
+		name string
+		opts Options
+	}{
+		{"the main window ended", Options{Limit: 10, Window: short, Quotas: []Quota{{Name: "long", Limit: 5, Window: time.Hour}}}},
+		{"the quota's window ended", Options{Limit: 10, Window: time.Hour, Quotas: []Quota{{Name: "short", Limit: 5, Window: short}}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			eachTakeSubject(t, c.opts, func(t *testing.T, lim *Limiter, tenant string, advance func(time.Duration)) {
+				old := takeExpect(t, lim, tenant, true, "")
+				if old.Policy() != c.opts.Quotas[0].Name {
+					t.Fatalf("the decision is named by %q, want the quota", old.Policy())
+				}
+				// Past the short window, and for a sliding one past the next
+				// too, so that the old count weighs nothing.
+				advance(2*short + 50*time.Millisecond)
+				takeExpect(t, lim, tenant, true, "")
+				takeExpect(t, lim, tenant, true, "")
+				if err := lim.Release(context.Background(), old); err != nil {
+					t.Fatalf("Release: %v", err)
+				}
+				// The ended window keeps the two of its own; the running one
+				// gives the old request back, 3 less 1.
+				expectUsed(t, lim, tenant, 2, 2)
+			})
+		})
+	}
+}
+
 // A decision decided by the fallback is given back in the fallback.
 func TestReleaseInTheFallback(t *testing.T) {
 	fb := NewMemoryCounter()
