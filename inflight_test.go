@@ -112,7 +112,8 @@ func TestInFlightSlots(t *testing.T) {
 }
 
 // A slot never given back is free again when its lease ends, and Metrics
-// counts it as expired.
+// counts it as expired. Usage reports it free but leaves it for the next
+// take to drop and count.
 func TestInFlightLeaseEnds(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	eachFlightSubject(t, Options{Limit: 2, Window: lease}, func(t *testing.T, lim *Limiter, tenant string, advance func(time.Duration)) {
@@ -122,6 +123,7 @@ func TestInFlightLeaseEnds(t *testing.T) {
 			t.Fatalf("want 2 slots taken, then none left")
 		}
 		advance(lease + 50*time.Millisecond)
+		expectUsed(t, lim, tenant, 0)
 		d := lim.Take(ctx, tenant)
 		if !d.Allowed || d.Remaining != 1 {
 			t.Fatalf("after the lease: %+v; want allowed, 1 left", d)

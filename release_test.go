@@ -100,6 +100,107 @@ func TestReleaseLeavesAnEndedWindowAlone(t *testing.T) {
 	}
 }
 
+// On Redis a window is recognised by where it should be now, told from the
+// mark that the replica set when the take's answer came (see
+// redisstore.Store.Give): a slow answer makes the mark late by as much.
+// Within half a window of late, a Release after the window rolled over,
+// less than a window later, still leaves the new window alone, alone and
+// with quotas; the quotas, still running, give the request back. A
+// quarter of a window late stands in for the slow answer: a whole
+// window's tolerance would take it for the new window.
+func TestReleaseWithALateMarkLeavesTheNewWindowAlone(t *testing.T) {
+	const window, late = 500 * time.Millisecond, 500 * time.Millisecond / 4
+	for _, c := range releaseCases {
+		t.Run(c.name, func(t *testing.T) {
+			opts := Options{Limit: 5, Window: window, Quotas: c.quotas}
+			eachTakeSubject(t, opts, func(t *testing.T, lim *Limiter, tenant string, _ func(time.Duration)) {
+				if lim.info.Local {
+					t.Skip("a MemoryCounter names its windows exactly: no mark is late")
+				}
+				ctx := context.Background()
+				used(t, lim, tenant) // the clients connected
+				// The old request early in a window of the server's clock (the
+				// machine's), so that it is that sliding window's and its fixed
+				// window ends early in the next, and answered at once, so that
+				// its mark is late by no more than this test makes it. A take
+				// that was not tries again in the next window.
+				var old Decision
+				var back time.Time
+				for try := 0; ; try++ {
+					start := time.Now().Truncate(window).Add(window)
+					time.Sleep(time.Until(start.Add(20 * time.Millisecond)))
+					sent := time.Now()
+					old = takeExpect(t, lim, tenant, true, "")
+					if back = time.Now(); back.Sub(sent) < window/10 && back.Sub(start) < window/4 {
+						break
+					}
+					if err := lim.Release(ctx, old); err != nil || try == 2 {
+						t.Fatalf("the take took %v and came back %v into its window (%v): the machine is too slow for this test",
+							back.Sub(sent), back.Sub(start), err)
+					}
+				}
+				// Its window has rolled over: a fixed one ended, a sliding one
+				// is the one before. The new window's first requests come.
+				time.Sleep(time.Until(back.Add(window + 30*time.Millisecond)))
+				takeExpect(t, lim, tenant, true, "")
+				takeExpect(t, lim, tenant, true, "")
+				before := used(t, lim, tenant)
+				for j := range old.marks {
+					old.marks[j] += int64(late)
+				}
+				if err := lim.Release(ctx, old); err != nil {
+					t.Fatalf("Release: %v", err)
+				}
+				after := used(t, lim, tenant)
+				if after[0] != before[0] {
+					t.Fatalf("used %v before the Release of the old window's request, %v after: the new window gave it back", before, after)
+				}
+				for j := 1; j < len(after); j++ {
+					if after[j] != before[j]-1 {
+						t.Fatalf("used %v before the Release, %v after; want each quota, still running, to give it back", before, after)
+					}
+				}
+			})
+		})
+	}
+}
+
+// Each limit of a tenant with quotas tells its own window from the others':
+// a Release after the main window has ended but not the quota's gives
+// back in the quota alone, and after the quota's has ended but not the
+// main one's, in the main one alone. The quota is the tighter limit, so
+// that it, not the main one, names the decision.
+func TestReleaseTellsEachLimitsWindowApart(t *testing.T) {
+	const short = 400 * time.Millisecond
+	for _, c := range []struct {
+		name string
+		opts Options
+	}{
+		{"the main window ended", Options{Limit: 10, Window: short, Quotas: []Quota{{Name: "long", Limit: 5, Window: time.Hour}}}},
+		{"the quota's window ended", Options{Limit: 10, Window: time.Hour, Quotas: []Quota{{Name: "short", Limit: 5, Window: short}}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			eachTakeSubject(t, c.opts, func(t *testing.T, lim *Limiter, tenant string, advance func(time.Duration)) {
+				old := takeExpect(t, lim, tenant, true, "")
+				if old.Policy() != c.opts.Quotas[0].Name {
+					t.Fatalf("the decision is named by %q, want the quota", old.Policy())
+				}
+				// Past the short window, and for a sliding one past the next
+				// too, so that the old count weighs nothing.
+				advance(2*short + 50*time.Millisecond)
+				takeExpect(t, lim, tenant, true, "")
+				takeExpect(t, lim, tenant, true, "")
+				if err := lim.Release(context.Background(), old); err != nil {
+					t.Fatalf("Release: %v", err)
+				}
+				// The ended window keeps the two of its own; the running one
+				// gives the old request back, 3 less 1.
+				expectUsed(t, lim, tenant, 2, 2)
+			})
+		})
+	}
+}
+
 // A decision decided by the fallback is given back in the fallback.
 func TestReleaseInTheFallback(t *testing.T) {
 	fb := NewMemoryCounter()

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -39,6 +40,27 @@ type Usage struct {
 	// a fixed window has left (0 when none runs), until a calendar period
 	// ends, or until a sliding window's count has fallen by one.
 	Reset time.Duration
+}
+
+// MarshalJSON encodes u as an object with the keys name, limit, used,
+// remaining, window and reset, the last two in whole seconds, rounded up
+// as the RateLimit header fields round them:
+//
+//	{"name":"month","limit":100,"used":3,"remaining":97,"window":2678400,"reset":1209600}
+//
+// It is what a gateway answers a tenant that asks for its usage. Usage
+// has no UnmarshalJSON: the seconds are rounded, so the object does not
+// give the Usage back. Decode it into a struct of one's own; decoded
+// into a Usage, window and reset would be read as nanoseconds.
+func (u Usage) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Name      string `json:"name"`
+		Limit     int    `json:"limit"`
+		Used      int    `json:"used"`
+		Remaining int    `json:"remaining"`
+		Window    int64  `json:"window"`
+		Reset     int64  `json:"reset"`
+	}{u.Name, u.Limit, u.Used, u.Remaining, window.CeilDiv(u.Window, time.Second), window.CeilDiv(u.Reset, time.Second)})
 }
 
 // Usage returns what tenant has used of each of its limits (by its plan),

@@ -5,14 +5,15 @@
 // acme on "pro", 10,000 (the months of the UTC calendar).
 //
 // GET /usage answers the calling tenant's use of each of its limits, as a
-// JSON array of objects, one a limit ("global", "month", "expensive"):
+// JSON array of objects, one a limit ("global", "month", "expensive"), as
+// ratelimit.Usage encodes them:
 //
-//	name            the limit's name, as the RateLimit header fields give it
-//	limit           requests allowed per window
-//	window_seconds  its window, or the length of the month now running
-//	used            requests counted in the window now
-//	remaining       requests left in it
-//	reset_seconds   until more than remaining is available (0: no window runs)
+//	name       the limit's name, as the RateLimit header fields give it
+//	limit      requests allowed per window
+//	used       requests counted in the window now
+//	remaining  requests left in it
+//	window     its window, or the length of the month now running
+//	reset      until more than remaining is available (0: no window runs)
 //
 // Both durations are in whole seconds, rounded up as the headers round
 // them. A request without a known API key gets 401.
@@ -142,7 +143,7 @@ func newApp(s demo.Settings, store *demo.Store, logger *slog.Logger) (*fiber.App
 		// its context lets it.
 		ctx, cancel := context.WithTimeout(c.UserContext(), time.Second)
 		defer cancel()
-		var limits []usage
+		var limits []ratelimit.Usage
 		for _, l := range []*ratelimit.Limiter{globalLimiter, expensiveLimiter} {
 			us, err := l.Usage(ctx, tenant)
 			if err != nil {
@@ -151,29 +152,13 @@ func newApp(s demo.Settings, store *demo.Store, logger *slog.Logger) (*fiber.App
 				logger.Error("gateway: /usage failed", "err", err)
 				return c.Status(fiber.StatusServiceUnavailable).JSON(fiber.Map{"error": "usage is unavailable, try again"})
 			}
-			for _, u := range us {
-				limits = append(limits, usage{Name: u.Name, Limit: u.Limit, Window: seconds(u.Window),
-					Used: u.Used, Remaining: u.Remaining, Reset: seconds(u.Reset)})
-			}
+			limits = append(limits, us...)
 		}
 		return c.JSON(limits)
 	})
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendString("ok\n") })
 	return app, nil
 }
-
-// usage is one limit in the answer of /usage (see the package doc).
-type usage struct {
-	Name      string `json:"name"`
-	Limit     int    `json:"limit"`
-	Window    int64  `json:"window_seconds"`
-	Used      int    `json:"used"`
-	Remaining int    `json:"remaining"`
-	Reset     int64  `json:"reset_seconds"`
-}
-
-// seconds is d in whole seconds, rounded up.
-func seconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
 
 // resolveTenant stores the tenant of the request's API key where the
 // limiter's default Tenant looks for it, c.Locals("tenant"). A missing or

@@ -68,6 +68,20 @@ func monthSeconds(now time.Time) int64 {
 	return int64(start.AddDate(0, 1, 0).Sub(start) / time.Second)
 }
 
+// usage is one limit in the answer of /usage, as ratelimit.Usage encodes
+// it (see the package doc).
+type usage struct {
+	Name      string `json:"name"`
+	Limit     int    `json:"limit"`
+	Used      int    `json:"used"`
+	Remaining int    `json:"remaining"`
+	Window    int64  `json:"window"`
+	Reset     int64  `json:"reset"`
+}
+
+// seconds is d in whole seconds, rounded up.
+func seconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
+
 func TestUsageListsEveryLimit(t *testing.T) {
 	app := newTestApp(t, 5)
 	for range 3 {
@@ -82,8 +96,15 @@ func TestUsageListsEveryLimit(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/json" {
 		t.Fatalf("GET /usage: %s, Content-Type %q, %s", resp.Status, resp.Header.Get("Content-Type"), body)
 	}
+	// The keys as the package doc spells them (the decoder below would
+	// match any case).
+	if head := `[{"name":"global","limit":5,"used":4,"remaining":1,"window":60,"reset":`; !strings.HasPrefix(body, head) {
+		t.Errorf("GET /usage: %s, want it to start %s", body, head)
+	}
 	var got []usage
-	if err := json.Unmarshal([]byte(body), &got); err != nil {
+	dec := json.NewDecoder(strings.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&got); err != nil {
 		t.Fatalf("GET /usage: %v in %s", err, body)
 	}
 
@@ -93,7 +114,7 @@ func TestUsageListsEveryLimit(t *testing.T) {
 	// The month's reset is read after the request, the test's before.
 	month := got[1]
 	if lo, hi := seconds(untilNextMonth(after)), seconds(untilNextMonth(before)); month.Reset < lo || month.Reset > hi {
-		t.Errorf("month's reset_seconds = %d, want %d to %d, until the 1st of next month", month.Reset, lo, hi)
+		t.Errorf("month's reset = %d, want %d to %d, until the 1st of next month", month.Reset, lo, hi)
 	}
 	want := []usage{
 		{Name: "global", Limit: 5, Window: 60, Used: 4, Remaining: 1, Reset: got[0].Reset},
@@ -107,7 +128,7 @@ func TestUsageListsEveryLimit(t *testing.T) {
 	}
 	for _, i := range []int{0, 2} {
 		if got[i].Reset < 59 || got[i].Reset > 60 {
-			t.Errorf("%s's reset_seconds = %d, want about 60", got[i].Name, got[i].Reset)
+			t.Errorf("%s's reset = %d, want about 60", got[i].Name, got[i].Reset)
 		}
 	}
 }
