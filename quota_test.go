@@ -377,7 +377,7 @@ func TestQuotaSetup(t *testing.T) {
 		{"window and calendar", Options{Quotas: []Quota{{Name: "q", Limit: 1, Window: time.Second, Calendar: CalendarDay}}}, "exactly one of Window and Calendar"},
 		{"neither", Options{Quotas: []Quota{{Name: "q", Limit: 1}}}, "exactly one of Window and Calendar"},
 		{"a long window", Options{Quotas: []Quota{{Name: "q", Limit: 1, Window: 48 * time.Hour}}}, "Window must be between"},
-		{"a calendar of no kind", Options{Quotas: []Quota{{Name: "q", Limit: 1, Calendar: 7}}}, "Calendar must be CalendarDay or CalendarMonth"},
+		{"a calendar of no kind", Options{Quotas: []Quota{{Name: "q", Limit: 1, Calendar: CalendarYear + 1}}}, "Calendar must be CalendarDay, CalendarWeek, CalendarMonth or CalendarYear, got 5"},
 		{"too many", Options{Quotas: []Quota{{Name: "a", Limit: 1, Calendar: 1}, {Name: "b", Limit: 1, Calendar: 1},
 			{Name: "c", Limit: 1, Calendar: 1}, {Name: "d", Limit: 1, Calendar: 1}, {Name: "e", Limit: 1, Calendar: 1}}}, "at most 4 quotas"},
 		{"a Counter of your own", Options{Counter: &fakeCounter{}, Quotas: []Quota{month}}, "Quotas need Counter to be a Store"},
