@@ -528,3 +528,58 @@ func TestQuotaHashThatIsNotAHash(t *testing.T) {
 		t.Errorf("the breaker opened: %v", lines)
 	}
 }
+
+// A week's and a year's quota report their periods in the headers: the
+// length in RateLimit-Policy (w), the time to the period's end in
+// RateLimit (t), and the figures of the quota that refused in the
+// X-RateLimit fields and Retry-After. The memory clock starts on Thursday
+// 1 January 2026, four days before the week ends and a year before the
+// year does; on Redis the periods are the server's now.
+func TestQuotaWeekAndYearHeaders(t *testing.T) {
+	opts := Options{Limit: 100, Window: time.Minute,
+		Quotas: []Quota{{Name: "week", Limit: 3, Calendar: CalendarWeek}, {Name: "year", Limit: 1000, Calendar: CalendarYear}}}
+	eachTakeSubject(t, opts, func(t *testing.T, lim *Limiter, tenant string, _ func(time.Duration)) {
+		now, slack := time.Now(), 5*time.Second
+		if lim.clock.now != nil {
+			now, slack = lim.clock.Now(), 0
+		}
+		weekStart, weekEnd := CalendarWeek.period(now)
+		yearStart, yearEnd := CalendarYear.period(now)
+		if lim.clock.now != nil && (weekEnd.Sub(now) != 4*24*time.Hour || yearEnd.Sub(now) != 365*24*time.Hour) {
+			t.Fatalf("at %v the week ends in %v and the year in %v; want 4 days (a Thursday) and 365 days",
+				now, weekEnd.Sub(now), yearEnd.Sub(now))
+		}
+		secs := func(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
+		near := func(field string, got string, want time.Duration) {
+			t.Helper()
+			n, err := strconv.ParseInt(got, 10, 64)
+			if err != nil || float64(n) < (want-slack).Seconds() || float64(n) > (want+slack+time.Second).Seconds() {
+				t.Errorf("%s = %q, want about %d s", field, got, secs(want))
+			}
+		}
+		for range 3 {
+			takeExpect(t, lim, tenant, true, "")
+		}
+		d := takeExpect(t, lim, tenant, false, "week")
+		h := http.Header{}
+		d.SetHeaders(h)
+		policy := fmt.Sprintf(`"default";q=100;w=60, "week";q=3;w=604800, "year";q=1000;w=%d`, secs(yearEnd.Sub(yearStart)))
+		if weekEnd.Sub(weekStart) != 7*24*time.Hour || h.Get(hPolicy) != policy {
+			t.Errorf("%s: %q, want %q", hPolicy, h.Get(hPolicy), policy)
+		}
+		items := strings.Split(h.Get(hRateLimit), ", ")
+		if len(items) != 3 || !strings.HasPrefix(items[1], `"week";r=0;t=`) || !strings.HasPrefix(items[2], `"year";r=997;t=`) {
+			t.Fatalf("%s: %q, want the week's with 0 left and the year's with 997", hRateLimit, h.Get(hRateLimit))
+		}
+		near(hRateLimit+" of the week", strings.TrimPrefix(items[1], `"week";r=0;t=`), weekEnd.Sub(now))
+		near(hRateLimit+" of the year", strings.TrimPrefix(items[2], `"year";r=997;t=`), yearEnd.Sub(now))
+		if h.Get(hLimit) != "3" || h.Get(hRemaining) != "0" {
+			t.Errorf("X-RateLimit: limit %q, remaining %q; want the week's 3 and 0", h.Get(hLimit), h.Get(hRemaining))
+		}
+		near(hReset, h.Get(hReset), weekEnd.Sub(now))
+		near(hRetryAfter, h.Get(hRetryAfter), weekEnd.Sub(now))
+		if d.Window != 7*24*time.Hour {
+			t.Errorf("Decision.Window = %v, want the week's 168h", d.Window)
+		}
+	})
+}
