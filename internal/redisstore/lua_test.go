@@ -3,6 +3,8 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -228,4 +230,67 @@ func takeSliding(t *testing.T, s *Store, key string, l window.Limit, costs []int
 		wg.Wait()
 	}
 	return answers
+}
+
+// scriptAt is takeScript on a clock stopped at ms: its clock function,
+// which reads the server's TIME, returns ms instead, so that a test can
+// put a request at an exact instant.
+func scriptAt(t *testing.T, ms int64) string {
+	t.Helper()
+	const clock = "  local t = redis.call('TIME')\n  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+	if strings.Count(takeScript, clock) != 1 {
+		t.Fatal("take.lua's clock function is not as this test knows it: mend scriptAt")
+	}
+	return strings.Replace(takeScript, clock, "  return "+strconv.FormatInt(ms, 10)+"\n", 1)
+}
+
+// A quota's window ends at its end instant, as in memstore (a window
+// ends when now >= its end) and window.Period (a period holds its start,
+// not its end): a request at exactly the end of a quota's fixed window
+// counts in a new window, and one at the first instant of a calendar
+// period in the new period. The script runs on a stopped clock
+// (scriptAt), one request of cost 1 per call.
+func TestQuotaWindowEndsAtItsEnd(t *testing.T) {
+	rdb := redistest.Client(t)
+	ctx := context.Background()
+	// 12:00:00 UTC on Sunday 7 January 2024; the week ends at midnight.
+	noon := time.Date(2024, 1, 7, 12, 0, 0, 0, time.UTC)
+	_, weekEnd := window.Period(window.Week, noon)
+	main := window.Limit{Name: "default", Limit: 100, Window: 48 * time.Hour}
+	for _, tt := range []struct {
+		name  string
+		quota window.Limit
+		start time.Time // the first request's instant
+		end   time.Time // the quota's window's or period's end
+	}{
+		{"a fixed window of a second", window.Limit{Name: "q", Limit: 1, Window: time.Second}, noon, noon.Add(time.Second)},
+		{"a fixed window of an hour", window.Limit{Name: "q", Limit: 1, Window: time.Hour}, noon, noon.Add(time.Hour)},
+		{"a week", window.Limit{Name: "q", Limit: 1, Calendar: window.Week}, weekEnd.Add(-time.Second), weekEnd},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			key := "{" + uniqueKey(t, "end") + "}"
+			c := &window.Call{Cost: 1, Main: main, Quotas: []window.Limit{tt.quota}}
+			args := limitArgs("g", c)
+			// take returns the quota's count after a request at at, or
+			// -count-1 for a refusal, and the ms the script says are left
+			// of its window or period.
+			take := func(at time.Time) (count, left int64) {
+				t.Helper()
+				vals, err := rdb.Eval(ctx, scriptAt(t, at.UnixMilli()), []string{key}, args...).Int64Slice()
+				if err != nil || len(vals) != 6 {
+					t.Fatalf("at %v: %v, %v; want 6 values", at, vals, err)
+				}
+				return vals[5], vals[2]
+			}
+			if n, left := take(tt.start); n != 1 || left != tt.end.Sub(tt.start).Milliseconds() {
+				t.Fatalf("the first request: count %d, %d ms left; want 1, %d ms", n, left, tt.end.Sub(tt.start).Milliseconds())
+			}
+			if n, left := take(tt.end.Add(-time.Millisecond)); n != -2 || left != 1 {
+				t.Errorf("a millisecond before the end: count %d, %d ms left; want refused (-2) with 1 ms left", n, left)
+			}
+			if n, _ := take(tt.end); n != 1 {
+				t.Errorf("at the end instant: count %d; want 1, in a new window (-2: refused by the one that ended)", n)
+			}
+		})
+	}
 }
