@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"fmt"
 	"strconv"
 	"time"
 )
@@ -67,3 +68,19 @@ const (
 	minWindow = time.Millisecond
 	maxWindow = 24 * time.Hour
 )
+
+// windowOutOfBounds says why w cannot be a window (Options.Window, a
+// Plan's, a Quota's), or "" when it can. A window past a day is a budget
+// per week, month or year, which is what a Quota with a Calendar counts:
+// the message says so.
+func windowOutOfBounds(w time.Duration) string {
+	bounds := fmt.Sprintf("Window must be between %v and %v, got %v", minWindow, maxWindow, w)
+	switch {
+	case w > maxWindow:
+		return bounds + ": for a budget per day, week, month or year, give the limiter a Quota with a Calendar " +
+			"(CalendarDay, CalendarWeek, CalendarMonth or CalendarYear) in Options.Quotas or Plan.Quotas"
+	case w < minWindow:
+		return bounds
+	}
+	return ""
+}

@@ -223,7 +223,9 @@ func withDefaults(opts Options) Options {
 	if opts.Limit <= 0 || opts.Limit > maxLimit {
 		panic(fmt.Sprintf("ratelimit: Limit must be between 1 and 2^53, got %d", opts.Limit))
 	}
-	checkDuration("Window", opts.Window, minWindow, maxWindow, false)
+	if why := windowOutOfBounds(opts.Window); why != "" {
+		panic("ratelimit: " + why)
+	}
 	if opts.Algorithm != FixedWindow && opts.Algorithm != SlidingWindow && opts.Algorithm != InFlight {
 		panic(fmt.Sprintf("ratelimit: Algorithm must be FixedWindow, SlidingWindow or InFlight, got %d", int(opts.Algorithm)))
 	}

@@ -40,8 +40,8 @@ func (p Plan) check() error {
 	if p.Limit < 0 || p.Limit > maxLimit {
 		return fmt.Errorf("ratelimit: plan {Limit:%d Window:%v}: Limit must be between 1 and 2^53, or 0 for Options.Limit", p.Limit, p.Window)
 	}
-	if p.Window != 0 && (p.Window < minWindow || p.Window > maxWindow) {
-		return fmt.Errorf("ratelimit: plan {Limit:%d Window:%v}: Window must be between %v and %v", p.Limit, p.Window, minWindow, maxWindow)
+	if why := windowOutOfBounds(p.Window); p.Window != 0 && why != "" {
+		return fmt.Errorf("ratelimit: plan {Limit:%d Window:%v}: %s", p.Limit, p.Window, why)
 	}
 	return nil
 }

@@ -191,8 +191,8 @@ func (q Quota) check() error {
 		return fmt.Errorf("quota %q: Limit must be between 1 and 2^53, got %d", q.Name, q.Limit)
 	case q.Window != 0 && q.Calendar != 0, q.Window == 0 && q.Calendar == 0:
 		return fmt.Errorf("quota %q: set exactly one of Window and Calendar", q.Name)
-	case q.Window != 0 && (q.Window < minWindow || q.Window > maxWindow):
-		return fmt.Errorf("quota %q: Window must be between %v and %v, got %v", q.Name, minWindow, maxWindow, q.Window)
+	case q.Window != 0 && windowOutOfBounds(q.Window) != "":
+		return fmt.Errorf("quota %q: %s", q.Name, windowOutOfBounds(q.Window))
 	case q.Calendar < 0 || q.Calendar > CalendarYear:
 		return fmt.Errorf("quota %q: Calendar must be CalendarDay, CalendarWeek, CalendarMonth or CalendarYear, got %d",
 			q.Name, int(q.Calendar))
