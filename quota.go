@@ -35,8 +35,9 @@ type Quota struct {
 	Limit int
 
 	// Window is the quota's window, between 1ms and 24h, counted by
-	// Options.Algorithm as the main limit is. Exactly one of Window and
-	// Calendar is set.
+	// Options.Algorithm (FixedWindow or SlidingWindow) as the main limit
+	// is. Exactly one of Window and Calendar is set: a longer period is a
+	// Calendar.
 	Window time.Duration
 
 	// Calendar is the quota's period of the UTC calendar: CalendarDay,
