@@ -581,6 +581,16 @@ func TestQuotaWeekAndYearHeaders(t *testing.T) {
 		if d.Window != 7*24*time.Hour {
 			t.Errorf("Decision.Window = %v, want the week's 168h", d.Window)
 		}
+		expectUsed(t, lim, tenant, 3, 3, 3)
+		us, err := lim.Usage(context.Background(), tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w, y := us[1], us[2]; w.Window != 7*24*time.Hour || y.Window != yearEnd.Sub(yearStart) ||
+			(w.Reset-weekEnd.Sub(now)).Abs() > slack+time.Second || (y.Reset-yearEnd.Sub(now)).Abs() > slack+time.Second {
+			t.Errorf("Usage: week %+v, year %+v; want their periods' lengths, and the time to their ends (%v, %v)",
+				w, y, weekEnd.Sub(now), yearEnd.Sub(now))
+		}
 	})
 }
 
