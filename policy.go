@@ -46,8 +46,10 @@ func (p Plan) check() error {
 	if p.Limit < 0 || p.Limit > maxLimit {
 		return fmt.Errorf("ratelimit: plan {Limit:%d Window:%v}: Limit must be between 1 and 2^53, or 0 for Options.Limit", p.Limit, p.Window)
 	}
-	if why := windowOutOfBounds(p.Window); p.Window != 0 && why != "" {
-		return fmt.Errorf("ratelimit: plan {Limit:%d Window:%v}: %s", p.Limit, p.Window, why)
+	if p.Window != 0 {
+		if why := windowOutOfBounds(p.Window); why != "" {
+			return fmt.Errorf("ratelimit: plan {Limit:%d Window:%v}: %s", p.Limit, p.Window, why)
+		}
 	}
 	return nil
 }
