@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"fmt"
 	"strconv"
 	"time"
 )
@@ -67,3 +68,20 @@ const (
 	minWindow = time.Millisecond
 	maxWindow = 24 * time.Hour
 )
+
+// windowOutOfBounds says why w cannot be a window (Options.Window, a
+// Plan's, a Quota's), or "" when it can. A window past a day is a budget
+// per week, month or year, which is what a Quota with a Calendar counts:
+// the message says so. It runs for every request with a plan, so a
+// window within bounds costs no formatting.
+func windowOutOfBounds(w time.Duration) string {
+	if w >= minWindow && w <= maxWindow {
+		return ""
+	}
+	why := fmt.Sprintf("Window must be between %v and %v, got %v", minWindow, maxWindow, w)
+	if w > maxWindow {
+		why += ": for a budget per day, week, month or year, give the limiter a Quota with a Calendar " +
+			"(CalendarDay, CalendarWeek, CalendarMonth or CalendarYear) in Options.Quotas or Plan.Quotas"
+	}
+	return why
+}

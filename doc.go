@@ -14,9 +14,10 @@
 // new limit first.
 //
 // Options.Quotas (or a Plan's Quotas) add further limits, by their own
-// window or by the UTC day or month ("10 a second, 10,000 a day, 1,000,000
-// a month"), decided together with the main one: a request is allowed only
-// when it fits in every limit, and a refused one spends nothing in any.
+// window or by the UTC day, ISO week, month or year ("10 a second, 10,000
+// a day, 1,000,000 a month"), decided together with the main one: a
+// request is allowed only when it fits in every limit, and a refused one
+// spends nothing in any.
 // Limiter.Usage reports what a tenant has used of each limit, spending
 // nothing, and Limiter.Reset gives it its whole budget back.
 //

@@ -4,6 +4,7 @@ import (
 	"go/ast"
 	"go/doc"
 	"go/printer"
+	"go/token"
 	"regexp"
 	"strings"
 	"testing"
@@ -89,4 +90,81 @@ func declared(d ast.Decl) []*ast.Ident {
 		return ids
 	}
 	return nil
+}
+
+// A configuration field whose type is one of the package's enumerations
+// (Algorithm, Calendar) names, in its doc or its line comment, every
+// constant of that type, so that a reader of Options, Config, HTTPConfig,
+// Plan or Quota learns every value it takes where it is set.
+// (fiberv3.Config, in a module of its own, has no such field.)
+func TestConfigFieldsNameEveryValue(t *testing.T) {
+	_, files := parsePackage(t)
+	consts := map[string][]string{} // a type's constants, by the type's name
+	structs := map[string]*ast.StructType{}
+	for _, f := range files {
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok {
+				continue
+			}
+			typ := "" // in a block of iota, a spec without a type has the last one's
+			for _, s := range g.Specs {
+				switch s := s.(type) {
+				case *ast.ValueSpec:
+					switch {
+					case s.Type != nil:
+						typ = ""
+						if id, ok := s.Type.(*ast.Ident); ok {
+							typ = id.Name
+						}
+					case len(s.Values) > 0: // a constant of no named type
+						typ = ""
+					}
+					if g.Tok == token.CONST && typ != "" {
+						for _, n := range s.Names {
+							if n.IsExported() {
+								consts[typ] = append(consts[typ], n.Name)
+							}
+						}
+					}
+				case *ast.TypeSpec:
+					if st, ok := s.Type.(*ast.StructType); ok {
+						structs[s.Name.Name] = st
+					}
+				}
+			}
+		}
+	}
+	for _, typ := range []string{"Algorithm", "Calendar"} {
+		if len(consts[typ]) < 3 {
+			t.Fatalf("found the constants %v of %s: the test no longer reads the declarations right", consts[typ], typ)
+		}
+	}
+	word := regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
+	checked := 0
+	for _, name := range []string{"Options", "Config", "HTTPConfig", "Plan", "Quota"} {
+		st := structs[name]
+		if st == nil {
+			t.Fatalf("no struct %s", name)
+		}
+		for _, field := range st.Fields.List {
+			id, ok := field.Type.(*ast.Ident)
+			if !ok || consts[id.Name] == nil {
+				continue
+			}
+			checked++
+			said := map[string]bool{}
+			for _, w := range word.FindAllString(field.Doc.Text()+" "+field.Comment.Text(), -1) {
+				said[w] = true
+			}
+			for _, c := range consts[id.Name] {
+				if !said[c] {
+					t.Errorf("%s.%s's doc does not name %s, a value of %s", name, field.Names[0].Name, c, id.Name)
+				}
+			}
+		}
+	}
+	if checked < 3 { // Options.Algorithm, Config.Algorithm, Quota.Calendar
+		t.Errorf("checked %d fields, want at least 3", checked)
+	}
 }

@@ -49,6 +49,10 @@ func goldenCases() []goldenCase {
 		{Name: "day", Limit: 1000, Calendar: CalendarDay},
 		{Name: "month", Limit: 100000, Calendar: CalendarMonth},
 	}
+	weekYear := []Quota{
+		{Name: "week", Limit: 500, Calendar: CalendarWeek},
+		{Name: "year", Limit: 100000, Calendar: CalendarYear},
+	}
 	plans := func(tenant string) Plan {
 		switch tenant {
 		case "gold":
@@ -110,6 +114,15 @@ func goldenCases() []goldenCase {
 				t.Fatal(err)
 			}
 		}},
+		{"quotas-week-year", Options{Limit: 10, Window: time.Minute, Quotas: weekYear}, func(ctx context.Context, t *testing.T, lim *Limiter) {
+			take("acme", "acme")(ctx, t, lim)
+			lim.TakeN(ctx, "beta", 4)
+			if err := lim.Release(ctx, lim.TakeN(ctx, "beta", 2)); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"quotas-week-year-sliding", Options{Name: "api", Limit: 10, Window: time.Minute, Algorithm: SlidingWindow, Quotas: weekYear},
+			take("acme", "acme")},
 		{"in-flight", Options{Limit: 5, Window: time.Minute, Algorithm: InFlight}, func(ctx context.Context, t *testing.T, lim *Limiter) {
 			lim.Take(ctx, "acme")
 			lim.TakeN(ctx, "acme", 3)
@@ -327,7 +340,9 @@ func ttlClass(ttl time.Duration) string {
 // hashValue is a field of a tenant's hash of limits: a count as it is, a
 // time (a window's start or end, a calendar period's start, the hash's
 // expiry) as what it is, after checking that it is near the server's now;
-// when fuzzy, as a time, earlier or later.
+// when fuzzy, as a time, earlier or later. The quotas of goldenCases
+// named for a calendar period (day, week, month, year) are of that
+// period: their start must be the start of the one that holds now.
 func hashValue(t *testing.T, field, v string, nowMs int64, fuzzy bool) string {
 	if !strings.HasSuffix(field, ":s") && field != "e" {
 		return v
@@ -340,6 +355,12 @@ func hashValue(t *testing.T, field, v string, nowMs int64, fuzzy bool) string {
 	day := int64(24 * time.Hour / time.Millisecond)
 	switch d := ms - nowMs; {
 	case ms%day == 0 && ms <= nowMs:
+		periods := map[string]Calendar{"day": CalendarDay, "week": CalendarWeek, "month": CalendarMonth, "year": CalendarYear}
+		if c, ok := periods[strings.TrimSuffix(field, ":s")]; ok {
+			if start, _ := c.period(time.UnixMilli(nowMs)); start.UnixMilli() != ms {
+				t.Errorf("field %s = %v, not the start of the %v that holds now (%v)", field, time.UnixMilli(ms).UTC(), c, start)
+			}
+		}
 		return "<period start>"
 	case fuzzy && d > -2*day:
 		return "<time>"

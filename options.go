@@ -45,7 +45,8 @@ type Options struct {
 	// Window is the length of a window. In a fixed window, a tenant's
 	// window starts at its first request and lasts Window; the count then
 	// starts again. See Algorithm for the sliding window. For InFlight it
-	// is the lease: the longest a request holds its slots.
+	// is the lease: the longest a request holds its slots. A budget per
+	// day, week, month or year is a Quota with a Calendar (see Quotas).
 	//
 	// Required: between 1ms and 24h.
 	Window time.Duration
@@ -80,7 +81,9 @@ type Options struct {
 	PlanFor func(tenant string) Plan
 
 	// Quotas are further limits, each of Limit requests (or units of
-	// cost) per Window or per UTC day or month (Quota.Calendar), that
+	// cost) per Window or per UTC day, ISO week, month or year
+	// (Quota.Calendar: CalendarDay, CalendarWeek, CalendarMonth,
+	// CalendarYear), that
 	// every request is decided against together with Limit per Window:
 	// "10 a second, 10,000 a day, 1,000,000 a month". A request is allowed
 	// only when its cost fits in every limit, and a refused one spends
@@ -164,7 +167,7 @@ type Options struct {
 	// one failure. While it is open, requests are decided at once without the
 	// counter (by Fallback, or failing open or closed). A MemoryCounter,
 	// which never waits and fails only once closed, is called directly,
-	// without breaker or timer.
+	// without breaker or timer. At least 1 (0 takes the default).
 	//
 	// Optional. Default: 5
 	BreakerFailures int
@@ -179,7 +182,9 @@ type Options struct {
 	// Fallback decides requests while the counter fails or the breaker is
 	// open, typically a MemoryCounter: an outage then means approximate
 	// limiting instead of none. A Fallback is local to each replica, so N
-	// replicas admit up to N × FallbackLimit per window between them.
+	// replicas admit up to N × FallbackLimit per window between them. Any
+	// Counter will do, but one that counts by Incr alone cannot take a
+	// SlidingWindow or InFlight Algorithm, Quotas or costs (see Counter).
 	//
 	// Optional. Default: nil (fail open, or closed with FailClosed)
 	Fallback Counter
@@ -187,7 +192,8 @@ type Options struct {
 	// FallbackLimit is the budget per window that Fallback enforces on each
 	// replica. Set it to Limit divided by the number of replicas to keep the
 	// total near Limit during an outage. Requires Fallback. When Fallback
-	// decides, the headers report this budget.
+	// decides, the headers report this budget. Between 1 and 2^53 (0
+	// takes the default).
 	//
 	// Optional. Default: Limit
 	FallbackLimit int
@@ -224,7 +230,9 @@ func withDefaults(opts Options) Options {
 	if opts.Limit <= 0 || opts.Limit > maxLimit {
 		panic(fmt.Sprintf("ratelimit: Limit must be between 1 and 2^53, got %d", opts.Limit))
 	}
-	checkDuration("Window", opts.Window, minWindow, maxWindow, false)
+	if why := windowOutOfBounds(opts.Window); why != "" {
+		panic("ratelimit: " + why)
+	}
 	if opts.Algorithm != FixedWindow && opts.Algorithm != SlidingWindow && opts.Algorithm != InFlight {
 		panic(fmt.Sprintf("ratelimit: Algorithm must be FixedWindow, SlidingWindow or InFlight, got %d", int(opts.Algorithm)))
 	}

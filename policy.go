@@ -17,7 +17,13 @@ import (
 // requests (or units of cost) per Window, and Quotas. A zero field takes
 // the Options field of the same name.
 type Plan struct {
-	Limit  int
+	// Limit is the tenant's requests (or units of cost) per Window:
+	// between 1 and 2^53, or 0 for Options.Limit.
+	Limit int
+
+	// Window is the tenant's window: between 1ms and 24h, or 0 for
+	// Options.Window. A plan sold by the day, week, month or year gives
+	// that budget as Quotas with a Calendar.
 	Window time.Duration
 
 	// Quotas, when not nil, replace Options.Quotas for the tenant: a plan
@@ -40,8 +46,10 @@ func (p Plan) check() error {
 	if p.Limit < 0 || p.Limit > maxLimit {
 		return fmt.Errorf("ratelimit: plan {Limit:%d Window:%v}: Limit must be between 1 and 2^53, or 0 for Options.Limit", p.Limit, p.Window)
 	}
-	if p.Window != 0 && (p.Window < minWindow || p.Window > maxWindow) {
-		return fmt.Errorf("ratelimit: plan {Limit:%d Window:%v}: Window must be between %v and %v", p.Limit, p.Window, minWindow, maxWindow)
+	if p.Window != 0 {
+		if why := windowOutOfBounds(p.Window); why != "" {
+			return fmt.Errorf("ratelimit: plan {Limit:%d Window:%v}: %s", p.Limit, p.Window, why)
+		}
 	}
 	return nil
 }

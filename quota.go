@@ -35,12 +35,14 @@ type Quota struct {
 	Limit int
 
 	// Window is the quota's window, between 1ms and 24h, counted by
-	// Options.Algorithm as the main limit is. Exactly one of Window and
-	// Calendar is set.
+	// Options.Algorithm (FixedWindow or SlidingWindow) as the main limit
+	// is. Exactly one of Window and Calendar is set: a longer period is a
+	// Calendar.
 	Window time.Duration
 
-	// Calendar is the quota's period of the UTC calendar: CalendarDay or
-	// CalendarMonth. Exactly one of Window and Calendar is set.
+	// Calendar is the quota's period of the UTC calendar: CalendarDay,
+	// CalendarWeek, CalendarMonth or CalendarYear. Exactly one of Window
+	// and Calendar is set.
 	Calendar Calendar
 }
 
@@ -54,17 +56,27 @@ const (
 	// CalendarMonth is the calendar month, of 28 to 31 days: it starts at
 	// 00:00 UTC on its first day.
 	CalendarMonth
+	// CalendarWeek is the ISO week, of 7 days: it starts at 00:00 UTC on
+	// Monday.
+	CalendarWeek
+	// CalendarYear is the calendar year, of 365 or 366 days: it starts at
+	// 00:00 UTC on 1 January.
+	CalendarYear
 )
 
-// String returns "day", "month" or "none".
+// String returns "day", "week", "month", "year" or "none".
 func (c Calendar) String() string {
 	switch c {
 	case 0:
 		return "none"
 	case CalendarDay:
 		return "day"
+	case CalendarWeek:
+		return "week"
 	case CalendarMonth:
 		return "month"
+	case CalendarYear:
+		return "year"
 	}
 	return "Calendar(" + strconv.Itoa(int(c)) + ")"
 }
@@ -180,10 +192,11 @@ func (q Quota) check() error {
 		return fmt.Errorf("quota %q: Limit must be between 1 and 2^53, got %d", q.Name, q.Limit)
 	case q.Window != 0 && q.Calendar != 0, q.Window == 0 && q.Calendar == 0:
 		return fmt.Errorf("quota %q: set exactly one of Window and Calendar", q.Name)
-	case q.Window != 0 && (q.Window < minWindow || q.Window > maxWindow):
-		return fmt.Errorf("quota %q: Window must be between %v and %v, got %v", q.Name, minWindow, maxWindow, q.Window)
-	case q.Calendar < 0 || q.Calendar > CalendarMonth:
-		return fmt.Errorf("quota %q: Calendar must be CalendarDay or CalendarMonth, got %d", q.Name, int(q.Calendar))
+	case q.Window != 0 && windowOutOfBounds(q.Window) != "":
+		return fmt.Errorf("quota %q: %s", q.Name, windowOutOfBounds(q.Window))
+	case q.Calendar < 0 || q.Calendar > CalendarYear:
+		return fmt.Errorf("quota %q: Calendar must be CalendarDay, CalendarWeek, CalendarMonth or CalendarYear, got %d",
+			q.Name, int(q.Calendar))
 	}
 	return nil
 }

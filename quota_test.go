@@ -376,8 +376,8 @@ func TestQuotaSetup(t *testing.T) {
 		{"no limit", Options{Quotas: []Quota{{Name: "q", Calendar: CalendarDay}}}, "Limit must be between"},
 		{"window and calendar", Options{Quotas: []Quota{{Name: "q", Limit: 1, Window: time.Second, Calendar: CalendarDay}}}, "exactly one of Window and Calendar"},
 		{"neither", Options{Quotas: []Quota{{Name: "q", Limit: 1}}}, "exactly one of Window and Calendar"},
-		{"a long window", Options{Quotas: []Quota{{Name: "q", Limit: 1, Window: 48 * time.Hour}}}, "Window must be between"},
-		{"a calendar of no kind", Options{Quotas: []Quota{{Name: "q", Limit: 1, Calendar: 7}}}, "Calendar must be CalendarDay or CalendarMonth"},
+		{"a long window", Options{Quotas: []Quota{{Name: "q", Limit: 1, Window: 48 * time.Hour}}}, "Window must be between 1ms and 24h0m0s, got 48h0m0s: for a budget per day"},
+		{"a calendar of no kind", Options{Quotas: []Quota{{Name: "q", Limit: 1, Calendar: CalendarYear + 1}}}, "Calendar must be CalendarDay, CalendarWeek, CalendarMonth or CalendarYear, got 5"},
 		{"too many", Options{Quotas: []Quota{{Name: "a", Limit: 1, Calendar: 1}, {Name: "b", Limit: 1, Calendar: 1},
 			{Name: "c", Limit: 1, Calendar: 1}, {Name: "d", Limit: 1, Calendar: 1}, {Name: "e", Limit: 1, Calendar: 1}}}, "at most 4 quotas"},
 		{"a Counter of your own", Options{Counter: &fakeCounter{}, Quotas: []Quota{month}}, "Quotas need Counter to be a Store"},
@@ -526,5 +526,113 @@ func TestQuotaHashThatIsNotAHash(t *testing.T) {
 	}
 	if lines := rec.withMsg("ratelimit: circuit breaker open"); len(lines) != 0 {
 		t.Errorf("the breaker opened: %v", lines)
+	}
+}
+
+// A week's and a year's quota report their periods in the headers: the
+// length in RateLimit-Policy (w), the time to the period's end in
+// RateLimit (t), and the figures of the quota that refused in the
+// X-RateLimit fields and Retry-After. The memory clock starts on Thursday
+// 1 January 2026, four days before the week ends and a year before the
+// year does; on Redis the periods are the server's now.
+func TestQuotaWeekAndYearHeaders(t *testing.T) {
+	opts := Options{Limit: 100, Window: time.Minute,
+		Quotas: []Quota{{Name: "week", Limit: 3, Calendar: CalendarWeek}, {Name: "year", Limit: 1000, Calendar: CalendarYear}}}
+	eachTakeSubject(t, opts, func(t *testing.T, lim *Limiter, tenant string, _ func(time.Duration)) {
+		now, slack := time.Now(), 5*time.Second
+		if lim.clock.now != nil {
+			now, slack = lim.clock.Now(), 0
+		}
+		weekStart, weekEnd := CalendarWeek.period(now)
+		yearStart, yearEnd := CalendarYear.period(now)
+		if lim.clock.now != nil && (weekEnd.Sub(now) != 4*24*time.Hour || yearEnd.Sub(now) != 365*24*time.Hour) {
+			t.Fatalf("at %v the week ends in %v and the year in %v; want 4 days (a Thursday) and 365 days",
+				now, weekEnd.Sub(now), yearEnd.Sub(now))
+		}
+		secs := func(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
+		near := func(field string, got string, want time.Duration) {
+			t.Helper()
+			n, err := strconv.ParseInt(got, 10, 64)
+			if err != nil || float64(n) < (want-slack).Seconds() || float64(n) > (want+slack+time.Second).Seconds() {
+				t.Errorf("%s = %q, want about %d s", field, got, secs(want))
+			}
+		}
+		for range 3 {
+			takeExpect(t, lim, tenant, true, "")
+		}
+		d := takeExpect(t, lim, tenant, false, "week")
+		h := http.Header{}
+		d.SetHeaders(h)
+		policy := fmt.Sprintf(`"default";q=100;w=60, "week";q=3;w=604800, "year";q=1000;w=%d`, secs(yearEnd.Sub(yearStart)))
+		if weekEnd.Sub(weekStart) != 7*24*time.Hour || h.Get(hPolicy) != policy {
+			t.Errorf("%s: %q, want %q", hPolicy, h.Get(hPolicy), policy)
+		}
+		items := strings.Split(h.Get(hRateLimit), ", ")
+		if len(items) != 3 || !strings.HasPrefix(items[1], `"week";r=0;t=`) || !strings.HasPrefix(items[2], `"year";r=997;t=`) {
+			t.Fatalf("%s: %q, want the week's with 0 left and the year's with 997", hRateLimit, h.Get(hRateLimit))
+		}
+		near(hRateLimit+" of the week", strings.TrimPrefix(items[1], `"week";r=0;t=`), weekEnd.Sub(now))
+		near(hRateLimit+" of the year", strings.TrimPrefix(items[2], `"year";r=997;t=`), yearEnd.Sub(now))
+		if h.Get(hLimit) != "3" || h.Get(hRemaining) != "0" {
+			t.Errorf("X-RateLimit: limit %q, remaining %q; want the week's 3 and 0", h.Get(hLimit), h.Get(hRemaining))
+		}
+		near(hReset, h.Get(hReset), weekEnd.Sub(now))
+		near(hRetryAfter, h.Get(hRetryAfter), weekEnd.Sub(now))
+		if d.Window != 7*24*time.Hour {
+			t.Errorf("Decision.Window = %v, want the week's 168h", d.Window)
+		}
+		expectUsed(t, lim, tenant, 3, 3, 3)
+		us, err := lim.Usage(context.Background(), tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w, y := us[1], us[2]; w.Window != 7*24*time.Hour || y.Window != yearEnd.Sub(yearStart) ||
+			(w.Reset-weekEnd.Sub(now)).Abs() > slack+time.Second || (y.Reset-yearEnd.Sub(now)).Abs() > slack+time.Second {
+			t.Errorf("Usage: week %+v, year %+v; want their periods' lengths, and the time to their ends (%v, %v)",
+				w, y, weekEnd.Sub(now), yearEnd.Sub(now))
+		}
+	})
+}
+
+// A window past 24 hours is a budget per week, month or year, which a
+// Quota with a Calendar counts: Options.Window's setup panic, a quota's,
+// and a plan's error say so and name the periods. A window of exactly
+// 24 hours is one; one below a millisecond is refused without the hint.
+func TestWindowPastADayPointsToCalendarQuotas(t *testing.T) {
+	hint := "give the limiter a Quota with a Calendar (CalendarDay, CalendarWeek, CalendarMonth or CalendarYear) in Options.Quotas or Plan.Quotas"
+	panicOf := func(o Options) string {
+		var msg string
+		func() {
+			defer func() { msg = fmt.Sprint(recover()) }()
+			NewLimiter(o)
+		}()
+		return msg
+	}
+	week := 7 * 24 * time.Hour
+	for _, c := range []struct {
+		name string
+		opts Options
+		want string
+	}{
+		{"Options.Window", Options{Limit: 10, Window: week}, "ratelimit: Window must be between 1ms and 24h0m0s, got 168h0m0s: for a budget per day, week, month or year, " + hint},
+		{"Options.Window a nanosecond past a day", Options{Limit: 10, Window: 24*time.Hour + 1},
+			"ratelimit: Window must be between 1ms and 24h0m0s, got 24h0m0.000000001s: for a budget per day, week, month or year, " + hint},
+		{"a quota's Window", Options{Limit: 10, Window: time.Second, Quotas: []Quota{{Name: "w", Limit: 1, Window: week}}},
+			`ratelimit: Quotas[0]: quota "w": Window must be between 1ms and 24h0m0s, got 168h0m0s: for a budget per day, week, month or year, ` + hint},
+		{"Options.Window below a millisecond", Options{Limit: 10, Window: time.Microsecond}, "ratelimit: Window must be between 1ms and 24h0m0s, got 1µs"},
+	} {
+		if got := panicOf(c.opts); got != c.want {
+			t.Errorf("%s: panic %q, want %q", c.name, got, c.want)
+		}
+	}
+	if got := panicOf(Options{Limit: 10, Window: 24 * time.Hour}); got != "<nil>" {
+		t.Errorf("Options.Window of 24h: panic %q, want none", got)
+	}
+	lim := NewLimiter(Options{Limit: 10, Window: time.Minute, Logger: newLogRecorder().logger(),
+		PlanFor: func(string) Plan { return Plan{Limit: 100, Window: week} }})
+	d := lim.Take(context.Background(), "acme")
+	if want := "ratelimit: plan {Limit:100 Window:168h0m0s}: Window must be between 1ms and 24h0m0s, got 168h0m0s: " +
+		"for a budget per day, week, month or year, " + hint; d.By != ByNone || fmt.Sprint(d.Err) != want {
+		t.Errorf("a plan of a week's window: %v (%v), want the error %q", d.Err, d.By, want)
 	}
 }

@@ -120,24 +120,24 @@ type Config struct {
 
 	// The fields of Options, each with the meaning and default documented
 	// on the Options field of the same name.
-	Counter               Counter                  // where requests count; default: a new MemoryCounter
+	Counter               Counter                  // where requests count: a MemoryCounter, a RedisCounter or a Store of your own; default: a new MemoryCounter
 	Name                  string                   // the limiter's keys and policy name; default: ""
-	Limit                 int                      // required: requests per tenant per window
-	Window                time.Duration            // required: the window, 1ms to 24h
-	Algorithm             Algorithm                // FixedWindow (default) or SlidingWindow
+	Limit                 int                      // required: requests per tenant per window, 1 to 2^53
+	Window                time.Duration            // required: the window, 1ms to 24h (longer: a Quota with a Calendar)
+	Algorithm             Algorithm                // FixedWindow (default), SlidingWindow or InFlight
 	PlanFor               func(tenant string) Plan // a tenant's own budget; default: nil
-	Quotas                []Quota                  // further limits, by the day or month; default: nil
+	Quotas                []Quota                  // further limits, per Window or per day, week, month or year (Quota.Calendar); default: nil
 	Shadow                bool                     // count and decide, but never refuse
-	IPv6Prefix            int                      // how anonymous IPv6 clients are keyed; default: 64
+	IPv6Prefix            int                      // how anonymous IPv6 clients are keyed, 1 to 128; default: 64
 	FailClosed            bool                     // 503 rather than let through when nothing counts
 	Logger                *slog.Logger             // failure lines, one per second at most; default: slog.Default()
 	DisableLegacyHeaders  bool                     // no X-RateLimit-*
 	DisableDraftHeaders   bool                     // no RateLimit-Policy, RateLimit
-	StoreTimeout          time.Duration            // the most a request waits for Counter; default: 100ms
-	BreakerFailures       int                      // failures in a row that open the breaker; default: 5
-	BreakerCooldown       time.Duration            // how long the breaker stays open; default: 1s
+	StoreTimeout          time.Duration            // the most a request waits for Counter, 1ms to 1m; default: 100ms
+	BreakerFailures       int                      // failures in a row that open the breaker, at least 1; default: 5
+	BreakerCooldown       time.Duration            // how long the breaker stays open, 1ms to 1h; default: 1s
 	Fallback              Counter                  // decides while Counter fails; default: nil
-	FallbackLimit         int                      // Fallback's budget per replica; default: Limit
+	FallbackLimit         int                      // Fallback's budget per replica, 1 to 2^53; default: Limit
 	Metrics               *Metrics                 // counts decisions; default: nil
 	DisableOverLimitCache bool                     // ask Counter even for a tenant already over Limit
 }

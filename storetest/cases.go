@@ -23,6 +23,7 @@ var cases = []testCase{
 	{"a sliding window decides by its estimate", slidingEstimate},
 	{"a sliding window weighs the window before", slidingWeighs},
 	{"calendar periods end at the UTC day's and month's ends", calendarPeriods},
+	{"calendar weeks start on Monday, years on 1 January, at 00:00 UTC", weeksAndYears},
 	{"a read spends nothing and starts no window", readSpendsNothing},
 	{"a give-back returns the cost in the window it was taken in only", giveBackSameWindow},
 	{"a give-back with quotas returns the cost in every limit", giveBackQuotas},
@@ -193,6 +194,60 @@ func calendarPeriods(s *subject) {
 	s.expect("Feb 29, 2: the month's quota is spent", s.take(r), false, 3, 1, 3)
 	s.now = time.Date(2028, 3, 1, 0, 0, 0, 0, time.UTC)
 	s.expect("Mar 1", s.take(r), true, 1, 1, 1)
+}
+
+func weeksAndYears(s *subject) {
+	quotas := []ratelimit.Quota{{Name: "week", Limit: 2, Calendar: ratelimit.CalendarWeek}, {Name: "year", Limit: 3, Calendar: ratelimit.CalendarYear}}
+	if s.own {
+		// The periods are the server's: check that the store reports the
+		// ones that hold now.
+		r := s.req(tenant(s.t, "weeks"), ratelimit.FixedWindow, 1, 10, time.Minute, quotas...)
+		a := s.take(r)
+		now := time.Now()
+		for j, q := range quotas {
+			start, end := window.Period(window.Calendar(q.Calendar), now)
+			c := a.Counts[j+1]
+			if c.Length != end.Sub(start) || math.Abs(float64(c.Left-end.Sub(now))) > float64(5*time.Second) {
+				s.t.Errorf("%s: Left %v of Length %v, want about %v of %v", q.Name, c.Left, c.Length, end.Sub(now), end.Sub(start))
+			}
+		}
+		return
+	}
+	const day = 24 * time.Hour
+	// Sunday 24 December 2028, its last moment: the week ends, the year
+	// (a leap year) runs on.
+	s.now = time.Date(2028, 12, 24, 23, 59, 59, 900e6, time.UTC)
+	r := s.req(tenant(s.t, "weeks"), ratelimit.FixedWindow, 1, 10, time.Minute, quotas...)
+	s.expect("Sunday, 1", s.take(r), true, 1, 1, 1)
+	a := s.take(r)
+	s.expect("Sunday, 2", a, true, 2, 2, 2)
+	if c := a.Counts[1]; c.Length != 7*day || c.Left != 100*time.Millisecond {
+		s.t.Errorf("the week: Left %v of Length %v, want 100ms of 7 days", c.Left, c.Length)
+	}
+	if c := a.Counts[2]; c.Length != 366*day || c.Left != 7*day+100*time.Millisecond {
+		s.t.Errorf("the year 2028: Left %v of Length %v, want 7 days 100ms of 366 days", c.Left, c.Length)
+	}
+	s.expect("Sunday, 3: the week's quota is spent", s.take(r), false, 2, 2, 2)
+	s.advance(200 * time.Millisecond) // Monday 25 December
+	s.expect("Monday, 1", s.take(r), true, 3, 1, 3)
+	s.expect("Monday, 2: the year's quota is spent", s.take(r), false, 3, 1, 3)
+	// Sunday 31 December, the same week: the year's quota is still spent.
+	s.now = time.Date(2028, 12, 31, 23, 59, 59, 0, time.UTC)
+	s.expect("Sunday 31 December", s.take(r), false, 0, 1, 3)
+	// Monday 1 January 2029 starts a week and a year.
+	s.now = time.Date(2029, 1, 1, 0, 0, 0, 0, time.UTC)
+	a = s.take(r)
+	s.expect("1 January 2029", a, true, 1, 1, 1)
+	if c := a.Counts[2]; c.Length != 365*day || c.Left != 365*day {
+		s.t.Errorf("the year 2029: Left %v of Length %v, want all of 365 days", c.Left, c.Length)
+	}
+	// Monday 31 December 2029 starts a week that the year's end cuts in
+	// two: on Tuesday the year starts again, the week runs on.
+	s.now = time.Date(2029, 12, 31, 12, 0, 0, 0, time.UTC)
+	s.expect("Monday 31 December 2029", s.take(r), true, 1, 1, 2)
+	s.now = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	s.expect("Tuesday 1 January 2030", s.take(r), true, 1, 2, 1)
+	s.expect("Tuesday, 2: the week's quota is spent", s.take(r), false, 1, 2, 1)
 }
 
 func readSpendsNothing(s *subject) {

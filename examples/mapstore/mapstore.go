@@ -180,9 +180,16 @@ func (l limit) fits(c ratelimit.Count, cost int64) bool {
 // period returns the period of the UTC calendar that holds now.
 func period(c ratelimit.Calendar, now time.Time) (start, end time.Time) {
 	y, m, d := now.UTC().Date()
-	if c == ratelimit.CalendarDay {
+	switch c {
+	case ratelimit.CalendarDay:
 		start = time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
 		return start, start.AddDate(0, 0, 1)
+	case ratelimit.CalendarWeek: // from Monday; Weekday counts from Sunday
+		start = time.Date(y, m, d-(int(now.UTC().Weekday())+6)%7, 0, 0, 0, 0, time.UTC)
+		return start, start.AddDate(0, 0, 7)
+	case ratelimit.CalendarYear:
+		start = time.Date(y, 1, 1, 0, 0, 0, 0, time.UTC)
+		return start, start.AddDate(1, 0, 0)
 	}
 	start = time.Date(y, m, 1, 0, 0, 0, 0, time.UTC)
 	return start, start.AddDate(0, 1, 0)

@@ -3,6 +3,8 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,24 +18,32 @@ import (
 // The Lua that mirrors the window package, run on a real server beside
 // the Go it mirrors, on the same inputs.
 
+// calendarKinds are the periods calendar.lua knows, as take.lua names
+// them, and window.Period's of the same.
+var calendarKinds = [...]struct {
+	lua string
+	c   window.Calendar
+}{{"d", window.Day}, {"w", window.Week}, {"m", window.Month}, {"y", window.Year}}
+
 // calendarDays runs calendar.lua's period for the days from first on, n
 // of them, each at its first and its last millisecond: for each of those
-// instants, the day's start and end, then the month's, in ms.
+// instants, the start and end in ms of each period of ARGV[3] on.
 const calendarDays = `
 local first, n, out = tonumber(ARGV[1]), tonumber(ARGV[2]), {}
 for day = first, first + n - 1 do
   local t0 = day * 86400000
   for _, t in ipairs({t0, t0 + 86399999}) do
-    local ds, de = period('d', t)
-    local ms, me = period('m', t)
-    out[#out+1], out[#out+2], out[#out+3], out[#out+4] = ds, de, ms, me
+    for k = 3, #ARGV do
+      local s, e = period(ARGV[k], t)
+      out[#out+1], out[#out+2] = s, e
+    end
   end
 end
 return out
 `
 
-// calendar.lua finds the same day and month as window.Period for every
-// day from 1970 to 2100, at its first and its last millisecond.
+// calendar.lua finds the same day, week, month and year as window.Period
+// for every day from 1970 to 2100, at its first and its last millisecond.
 func TestCalendarLuaIsGos(t *testing.T) {
 	rdb := redistest.Client(t)
 	ctx := context.Background()
@@ -41,39 +51,44 @@ func TestCalendarLuaIsGos(t *testing.T) {
 	const msPerDay = 24 * 60 * 60 * 1000
 	first := time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli() / msPerDay
 	end := time.Date(2101, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli() / msPerDay
-	// Days per script call: a reply of 4000 × 8 integers keeps each call
+	args := []any{0, 0}
+	for _, k := range calendarKinds {
+		args = append(args, k.lua)
+	}
+	// Days per script call: a reply of 2000 × 16 integers keeps each call
 	// short on the server, which serves no one else meanwhile.
-	const chunk = 4000
+	const chunk = 2000
+	const per = 2 * len(calendarKinds) // values per instant
 	days, mismatches := 0, 0
 	for from := first; from < end; from += chunk {
 		n := min(chunk, end-from)
-		vals, err := rdb.Eval(ctx, script, nil, from, n).Int64Slice()
+		args[0], args[1] = from, n
+		vals, err := rdb.Eval(ctx, script, nil, args...).Int64Slice()
 		if err != nil {
 			t.Fatalf("days %d to %d: %v", from, from+n-1, err)
 		}
-		if len(vals) != int(n)*8 {
-			t.Fatalf("days %d to %d: %d values, want %d", from, from+n-1, len(vals), n*8)
+		if len(vals) != int(n)*2*per {
+			t.Fatalf("days %d to %d: %d values, want %d", from, from+n-1, len(vals), int(n)*2*per)
 		}
 		for i := range n * 2 {
 			ms := (from+i/2)*msPerDay + i%2*(msPerDay-1)
 			now := time.UnixMilli(ms).UTC()
-			ds, de := window.Period(window.Day, now)
-			mstart, mend := window.Period(window.Month, now)
-			want := [4]int64{ds.UnixMilli(), de.UnixMilli(), mstart.UnixMilli(), mend.UnixMilli()}
-			got := [4]int64(vals[4*i : 4*i+4])
-			if got != want {
-				mismatches++
-				if mismatches <= 10 {
-					t.Errorf("at %v: Lua says day [%v, %v), month [%v, %v); Go says day [%v, %v), month [%v, %v)",
-						now, utcMilli(got[0]), utcMilli(got[1]), utcMilli(got[2]), utcMilli(got[3]),
-						ds, de, mstart, mend)
+			for j, k := range calendarKinds {
+				start, end := window.Period(k.c, now)
+				got := vals[int(i)*per+2*j : int(i)*per+2*j+2]
+				if got[0] != start.UnixMilli() || got[1] != end.UnixMilli() {
+					mismatches++
+					if mismatches <= 10 {
+						t.Errorf("at %v: Lua says period %s is [%v, %v); Go says [%v, %v)",
+							now, k.lua, utcMilli(got[0]), utcMilli(got[1]), start, end)
+					}
 				}
 			}
 		}
 		days += int(n)
 	}
 	if mismatches > 0 {
-		t.Errorf("%d of %d instants differ", mismatches, 2*days)
+		t.Errorf("%d of %d periods differ", mismatches, 2*days*len(calendarKinds))
 	}
 	// 1970 to 2100: 131 years, 32 of them leap (2000 is, 2100 is not).
 	if want := 131*365 + 32; days != want {
@@ -215,4 +230,67 @@ func takeSliding(t *testing.T, s *Store, key string, l window.Limit, costs []int
 		wg.Wait()
 	}
 	return answers
+}
+
+// scriptAt is takeScript on a clock stopped at ms: its clock function,
+// which reads the server's TIME, returns ms instead, so that a test can
+// put a request at an exact instant.
+func scriptAt(t *testing.T, ms int64) string {
+	t.Helper()
+	const clock = "  local t = redis.call('TIME')\n  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+	if strings.Count(takeScript, clock) != 1 {
+		t.Fatal("take.lua's clock function is not as this test knows it: mend scriptAt")
+	}
+	return strings.Replace(takeScript, clock, "  return "+strconv.FormatInt(ms, 10)+"\n", 1)
+}
+
+// A quota's window ends at its end instant, as in memstore (a window
+// ends when now >= its end) and window.Period (a period holds its start,
+// not its end): a request at exactly the end of a quota's fixed window
+// counts in a new window, and one at the first instant of a calendar
+// period in the new period. The script runs on a stopped clock
+// (scriptAt), one request of cost 1 per call.
+func TestQuotaWindowEndsAtItsEnd(t *testing.T) {
+	rdb := redistest.Client(t)
+	ctx := context.Background()
+	// 12:00:00 UTC on Sunday 7 January 2024; the week ends at midnight.
+	noon := time.Date(2024, 1, 7, 12, 0, 0, 0, time.UTC)
+	_, weekEnd := window.Period(window.Week, noon)
+	main := window.Limit{Name: "default", Limit: 100, Window: 48 * time.Hour}
+	for _, tt := range []struct {
+		name  string
+		quota window.Limit
+		start time.Time // the first request's instant
+		end   time.Time // the quota's window's or period's end
+	}{
+		{"a fixed window of a second", window.Limit{Name: "q", Limit: 1, Window: time.Second}, noon, noon.Add(time.Second)},
+		{"a fixed window of an hour", window.Limit{Name: "q", Limit: 1, Window: time.Hour}, noon, noon.Add(time.Hour)},
+		{"a week", window.Limit{Name: "q", Limit: 1, Calendar: window.Week}, weekEnd.Add(-time.Second), weekEnd},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			key := "{" + uniqueKey(t, "end") + "}"
+			c := &window.Call{Cost: 1, Main: main, Quotas: []window.Limit{tt.quota}}
+			args := limitArgs("g", c)
+			// take returns the quota's count after a request at at, or
+			// -count-1 for a refusal, and the ms the script says are left
+			// of its window or period.
+			take := func(at time.Time) (count, left int64) {
+				t.Helper()
+				vals, err := rdb.Eval(ctx, scriptAt(t, at.UnixMilli()), []string{key}, args...).Int64Slice()
+				if err != nil || len(vals) != 6 {
+					t.Fatalf("at %v: %v, %v; want 6 values", at, vals, err)
+				}
+				return vals[5], vals[2]
+			}
+			if n, left := take(tt.start); n != 1 || left != tt.end.Sub(tt.start).Milliseconds() {
+				t.Fatalf("the first request: count %d, %d ms left; want 1, %d ms", n, left, tt.end.Sub(tt.start).Milliseconds())
+			}
+			if n, left := take(tt.end.Add(-time.Millisecond)); n != -2 || left != 1 {
+				t.Errorf("a millisecond before the end: count %d, %d ms left; want refused (-2) with 1 ms left", n, left)
+			}
+			if n, _ := take(tt.end); n != 1 {
+				t.Errorf("at the end instant: count %d; want 1, in a new window (-2: refused by the one that ended)", n)
+			}
+		})
+	}
 }

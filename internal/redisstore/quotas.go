@@ -12,8 +12,9 @@ import (
 
 // quotaArgs is a set of quotas as take.lua reads it, made once: the main
 // limit's kind (f a fixed window, s a sliding one) and name, how many
-// quotas, and for each its kind (f, s, d a day, m a month), its limit in
-// hexadecimal, its window in milliseconds (0 for a period) and its name.
+// quotas, and for each its kind (f, s, or a calendar period: d a day, w
+// a week, m a month, y a year), its limit in hexadecimal, its window in
+// milliseconds (0 for a period) and its name.
 // A script call gives it once for all its keys of the set.
 type quotaArgs struct {
 	n    int // the limits: the main one and the quotas
@@ -52,8 +53,12 @@ func argsOf(c *window.Call) *quotaArgs {
 		switch q.Calendar {
 		case window.Day:
 			qk, ms = "d", int64(0)
+		case window.Week:
+			qk, ms = "w", int64(0)
 		case window.Month:
 			qk, ms = "m", int64(0)
+		case window.Year:
+			qk, ms = "y", int64(0)
 		}
 		a.args = append(a.args, qk, strconv.FormatInt(q.Limit, 16), ms, q.Name)
 	}

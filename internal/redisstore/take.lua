@@ -133,10 +133,11 @@ if ARGV[1] == 'Q' then
     now = now or clock()
     local t = now
     if not set.ps then
-      -- The set's calendar periods, once per call.
+      -- The set's calendar periods (every kind but f and s), once per
+      -- call.
       set.ps, set.pe = {}, {}
       for j = 2, set.n do
-        if sk[j] == 'd' or sk[j] == 'm' then set.ps[j], set.pe[j] = period(sk[j], t) end
+        if sk[j] ~= 'f' and sk[j] ~= 's' then set.ps[j], set.pe[j] = period(sk[j], t) end
       end
     end
     local ps, pe, fc, fs, fp = set.ps, set.pe, set.fc, set.fs, set.fp
@@ -359,7 +360,7 @@ for ki = 1, #KEYS do
       else
         for j = 1, nl do
           local span = set.ms[j]
-          if set.k[j] == 'd' or set.k[j] == 'm' then span = gb[j] end
+          if set.k[j] ~= 'f' and set.k[j] ~= 's' then span = gb[j] end
           if not ch[j] and cur[j] > 0 and 2 * math.abs(ga[j] - tonumber(ARGV[offs+j])) < span then
             local back = math.min(cur[j], c)
             if j == 1 then given = back end

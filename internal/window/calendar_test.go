@@ -87,3 +87,51 @@ func TestPeriod(t *testing.T) {
 		})
 	}
 }
+
+// Weeks and years at their edges. A week runs from 00:00 UTC on Monday to
+// the next Monday, across the turn of a month and of a year; a year is of
+// 365 or 366 days. The weekdays are written out (1 January 2024 was a
+// Monday, 1 January 1970 a Thursday), not computed.
+func TestPeriodWeekAndYear(t *testing.T) {
+	utc := func(y int, m time.Month, d, h, min, s, ns int) time.Time {
+		return time.Date(y, m, d, h, min, s, ns, time.UTC)
+	}
+	east := time.FixedZone("UTC+10", 10*60*60)
+	for _, tt := range []struct {
+		name       string
+		c          Calendar
+		now        time.Time
+		start, end time.Time
+	}{
+		{"a week, at its first instant", Week, utc(2024, 1, 1, 0, 0, 0, 0), utc(2024, 1, 1, 0, 0, 0, 0), utc(2024, 1, 8, 0, 0, 0, 0)},
+		{"a week, its Sunday's last nanosecond", Week, utc(2024, 1, 7, 23, 59, 59, 999999999), utc(2024, 1, 1, 0, 0, 0, 0), utc(2024, 1, 8, 0, 0, 0, 0)},
+		{"a week, the next Monday", Week, utc(2024, 1, 8, 0, 0, 0, 0), utc(2024, 1, 8, 0, 0, 0, 0), utc(2024, 1, 15, 0, 0, 0, 0)},
+		{"a week across the turn of the year", Week, utc(2025, 1, 1, 12, 0, 0, 0), utc(2024, 12, 30, 0, 0, 0, 0), utc(2025, 1, 6, 0, 0, 0, 0)},
+		{"a week across February's end", Week, utc(2024, 2, 29, 0, 0, 0, 0), utc(2024, 2, 26, 0, 0, 0, 0), utc(2024, 3, 4, 0, 0, 0, 0)},
+		{"a week, 1970's first day", Week, utc(1970, 1, 1, 0, 0, 0, 0), utc(1969, 12, 29, 0, 0, 0, 0), utc(1970, 1, 5, 0, 0, 0, 0)},
+		// 05:00 on Monday east of UTC is 19:00 on Sunday in UTC.
+		{"a week, east of UTC", Week, time.Date(2024, 1, 8, 5, 0, 0, 0, east), utc(2024, 1, 1, 0, 0, 0, 0), utc(2024, 1, 8, 0, 0, 0, 0)},
+		{"a year, at its first instant", Year, utc(2024, 1, 1, 0, 0, 0, 0), utc(2024, 1, 1, 0, 0, 0, 0), utc(2025, 1, 1, 0, 0, 0, 0)},
+		{"a year, its last nanosecond", Year, utc(2023, 12, 31, 23, 59, 59, 999999999), utc(2023, 1, 1, 0, 0, 0, 0), utc(2024, 1, 1, 0, 0, 0, 0)},
+		{"a year, in February", Year, utc(2100, 2, 28, 12, 0, 0, 0), utc(2100, 1, 1, 0, 0, 0, 0), utc(2101, 1, 1, 0, 0, 0, 0)},
+		{"a year, before 1970", Year, utc(1969, 7, 1, 0, 0, 0, 0), utc(1969, 1, 1, 0, 0, 0, 0), utc(1970, 1, 1, 0, 0, 0, 0)},
+		{"a year, east of UTC", Year, time.Date(2024, 1, 1, 5, 0, 0, 0, east), utc(2023, 1, 1, 0, 0, 0, 0), utc(2024, 1, 1, 0, 0, 0, 0)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			start, end := Period(tt.c, tt.now)
+			if !start.Equal(tt.start) || !end.Equal(tt.end) {
+				t.Errorf("Period(%d, %v) = [%v, %v), want [%v, %v)", tt.c, tt.now, start, end, tt.start, tt.end)
+			}
+			if start.Location() != time.UTC || end.Location() != time.UTC {
+				t.Errorf("Period(%d, %v) is in %v and %v, want UTC", tt.c, tt.now, start.Location(), end.Location())
+			}
+		})
+	}
+	// The lengths of years: 2000 and 2024 leap, 1900, 2023 and 2100 not.
+	for y, days := range map[int]int{2000: 366, 2024: 366, 1900: 365, 2023: 365, 2100: 365} {
+		start, end := Period(Year, time.Date(y, 6, 1, 0, 0, 0, 0, time.UTC))
+		if got := end.Sub(start); got != time.Duration(days)*24*time.Hour {
+			t.Errorf("the year %d lasts %v, want %d days", y, got, days)
+		}
+	}
+}
