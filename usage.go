@@ -102,9 +102,12 @@ func (l *Limiter) Reset(ctx context.Context, tenant string) error {
 		return err
 	}
 	err = l.store.Reset(ctx, r)
+	var buf [maxKeyLen]byte
 	if l.refusals != nil {
-		var buf [maxKeyLen]byte
 		l.refusals.forget(r.appendKey(buf[:0]))
+	}
+	if l.usage != nil {
+		l.usage.forget(r.appendKey(buf[:0]))
 	}
 	if l.fallback != nil {
 		f := l.fallbackRequest(ctx, &r)
