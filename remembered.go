@@ -121,7 +121,9 @@ func (u *usageMemory) learn(key []byte, r *Request, a *Answer, now time.Duration
 	if len(s.m) >= s.share {
 		u.makeRoom(s, now)
 	}
-	s.m[string(key)] = &e
+	held := new(learned) // e itself stays on the stack
+	*held = e
+	s.m[string(key)] = held
 	u.metrics.rememberedChanged(1, 0)
 }
 

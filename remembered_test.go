@@ -257,3 +257,25 @@ func TestPingWarnsOfARedisWithoutPersistence(t *testing.T) {
 		})
 	}
 }
+
+// Learning from the store's answer costs a key already held no
+// allocation: it runs on every answer while the store is up.
+func TestLearningAllocatesNothing(t *testing.T) {
+	if testing.CoverMode() != "" {
+		t.Skip("allocations are counted without -cover")
+	}
+	month := []Quota{{Name: "month", Limit: 100, Calendar: CalendarMonth}}
+	lim := NewLimiter(Options{Counter: newWindowFake(newFakeClock()), Limit: 10, Window: time.Minute, Quotas: month,
+		Fallback: NewMemoryCounter(), Logger: slog.New(slog.DiscardHandler)})
+	r := lim.base
+	r.Tenant = "acme"
+	var buf [maxKeyLen]byte
+	key := r.appendKey(buf[:0])
+	var a Answer
+	a.Counts[0] = Count{N: 3, Fits: true, Left: time.Minute, Length: time.Minute}
+	a.Counts[1] = Count{N: 40, Fits: true, Left: time.Hour, Length: 30 * 24 * time.Hour}
+	lim.usage.learn(key, &r, &a, 0)
+	if n := testing.AllocsPerRun(200, func() { lim.usage.learn(key, &r, &a, time.Second) }); n != 0 {
+		t.Errorf("%.1f allocations a learning, want none", n)
+	}
+}
