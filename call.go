@@ -59,6 +59,9 @@ func (l *Limiter) takeFromStore(ctx context.Context, d *Decision, r *Request) {
 	if err == nil && !a.Allowed && l.refusals != nil {
 		l.refusals.add(kb, r, &a, since)
 	}
+	if err == nil && l.usage != nil {
+		l.usage.learn(kb, r, &a, since)
+	}
 	if a.byTransaction {
 		l.countsByTransaction()
 	}
@@ -159,6 +162,16 @@ func (l *Limiter) failed(ctx context.Context, d *Decision, r *Request, err error
 	}
 	if l.fallback != nil {
 		f := l.fallbackRequest(ctx, r)
+		if l.usage != nil && f.Cost <= f.Limit {
+			var buf [maxKeyLen]byte
+			if a, spent := l.usage.lower(r.appendKey(buf[:0]), r, &f, l.clock.since(r.Now), l.fallbackShare); spent {
+				// Less than its cost is this replica's to spend: refused,
+				// with what the store last reported.
+				l.counted(d, &l.policy, ByFallback, r, &a, err)
+				l.decided(d, r)
+				return
+			}
+		}
 		a, ferr := l.askFallback(ctx, &f)
 		if ferr == nil {
 			l.counted(d, &l.fallbackPolicy, ByFallback, &f, &a, err)
@@ -210,6 +223,18 @@ func (l *Limiter) fallbackLimit(limit int64) int64 {
 	}
 	scaled := math.Ceil(float64(limit) * float64(l.opts.FallbackLimit) / float64(l.opts.Limit))
 	return int64(min(max(scaled, 1), maxLimit))
+}
+
+// fallbackShare is this replica's share of left, what the store last
+// reported a tenant had left of a limit: FallbackLimit's proportion of
+// it (see fallbackLimit), rounded down, so that replicas whose
+// FallbackLimits add up to Limit spend no more than left between them,
+// and never more than left.
+func (l *Limiter) fallbackShare(left int64) int64 {
+	if l.opts.FallbackLimit >= l.opts.Limit {
+		return left
+	}
+	return int64(math.Floor(float64(left) * float64(l.opts.FallbackLimit) / float64(l.opts.Limit)))
 }
 
 // countsByTransaction says once, at warning level, that the store counts

@@ -204,6 +204,10 @@ type StoreInfo struct {
 	// scriptRefusal says why a store counts by transactions (see
 	// Answer.byTransaction), with what to fix; a built-in store's only.
 	scriptRefusal func() error
+
+	// volatile returns the servers, by address, that keep nothing across
+	// a restart (see Limiter.Ping); a built-in store's only.
+	volatile func(ctx context.Context) []string
 }
 
 // ErrClosed is returned by a MemoryCounter's methods after its Close.

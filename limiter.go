@@ -40,11 +40,16 @@ type Limiter struct {
 	failures, mistakes, shadowed *throttledLog
 	refusals                     *refusals // nil when off, or for a local store
 
+	// What the store last reported of each tenant's usage, for the
+	// fallback; nil without one, for a local store, or for InFlight.
+	usage *usageMemory
+
 	// Read once per request.
 	clock clock
 
-	// The store counts by transactions, and the limiter has said so.
-	byTransaction atomic.Bool
+	// The store counts by transactions, and the limiter has said so; its
+	// Redis keeps nothing across a restart, and Ping has said so.
+	byTransaction, saidVolatile atomic.Bool
 
 	// The throttled log of each type of tenant that a door cannot read.
 	unreadableTypes sync.Map // reflect.Type → *throttledLog
@@ -109,6 +114,9 @@ func newLimiter(opts Options, now func() time.Time) *Limiter {
 	// the next request, so InFlight caches none.
 	if !l.info.Local && !opts.DisableOverLimitCache && opts.Algorithm != InFlight {
 		l.refusals = newRefusals()
+	}
+	if !l.info.Local && l.fallback != nil && opts.Algorithm != InFlight {
+		l.usage = newUsageMemory(keysBound(opts.Fallback), opts.Metrics)
 	}
 	if !l.info.Local {
 		// A local store is called without one: it never waits.
@@ -392,6 +400,14 @@ func (l *Limiter) unreadable(typ reflect.Type) {
 // unknown database) and what to fix: a misconfigured store then fails
 // the deployment, rather than fail open request after request. ctx
 // bounds the check.
+//
+// A limiter whose tenants may have quotas (Options.Quotas, or PlanFor,
+// whose plans may sell them) on a Redis that keeps nothing across a
+// restart, neither AOF nor RDB snapshots (CONFIG GET appendonly and
+// save), has Ping warn of it, once, in one log line that names the fix:
+// a restart of that Redis gives every tenant its month back (see
+// docs/redis.md, "Persistence"). A server that does not answer CONFIG
+// GET is not warned of.
 func (l *Limiter) Ping(ctx context.Context) error {
 	r := l.base
 	r.probe, r.Limit, r.Window, r.Now = true, 1, time.Millisecond, l.clock.Now()
@@ -412,5 +428,22 @@ func (l *Limiter) Ping(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("ratelimit: the counter failed its check: %w", err)
 	}
+	l.warnVolatile(ctx)
 	return nil
+}
+
+// warnVolatile says once, at warning level, that the Redis the limiter
+// counts quotas in keeps nothing across a restart, and what to do.
+func (l *Limiter) warnVolatile(ctx context.Context) {
+	if l.quotas == nil && l.opts.PlanFor == nil || l.info.volatile == nil || l.saidVolatile.Load() {
+		return
+	}
+	servers := l.info.volatile(ctx)
+	if len(servers) == 0 || !l.saidVolatile.CompareAndSwap(false, true) {
+		return
+	}
+	l.failures.write(slog.LevelWarn, "ratelimit: Redis keeps nothing across a restart (neither AOF nor RDB snapshots), "+
+		"so a restart of it gives every tenant its quotas back: a spent month starts again from zero",
+		slog.String("fix", "turn on persistence in Redis: appendonly yes (appendfsync everysec), or RDB snapshots (save 60 1000); see docs/redis.md, Persistence"),
+		slog.Any("servers", servers))
 }

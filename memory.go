@@ -123,6 +123,16 @@ func NewMemoryCounter(opts ...MemoryOption) *MemoryCounter {
 // counter with new keys.
 func (m *MemoryCounter) Evicted() uint64 { return m.engine.Evicted() }
 
+// keysBound is the most keys c holds when it is a MemoryCounter (its
+// MaxKeys), else the default bound of one.
+func keysBound(c Counter) int {
+	if m, ok := c.(*MemoryCounter); ok {
+		return m.engine.Bound()
+	}
+	var zero memstore.Store
+	return zero.Bound()
+}
+
 // Close drops every window and makes later calls return ErrClosed. It is
 // safe to call more than once; there is no background work to stop.
 func (m *MemoryCounter) Close() error {

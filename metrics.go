@@ -30,6 +30,12 @@ type Metrics struct {
 	// MetricsSnapshot).
 	slots [3]atomic.Uint64
 
+	// The keys whose usage the limiter remembers for its fallback, and
+	// those dropped while live to stay within the bound (see
+	// MetricsSnapshot).
+	remembered        atomic.Int64
+	rememberedEvicted atomic.Uint64
+
 	storeErrors [numCauses]atomic.Uint64
 	latency     [len(latencyBuckets) + 1]atomic.Uint64 // per bucket, the last past every bound
 	latencySum  atomic.Int64                           // nanoseconds
@@ -146,6 +152,15 @@ type MetricsSnapshot struct {
 	// within a lease after the last one ended; a tenant that sends no
 	// more requests by then leaves them uncounted.
 	SlotsTaken, SlotsRefused, SlotsExpired uint64
+
+	// What a limiter with a Fallback remembers of its tenants' usage, so
+	// that the fallback decides from it (see Options.Fallback): the keys
+	// it holds now, and those it dropped while they still held, to stay
+	// within its bound (the Fallback's MaxKeys), each of whose tenants
+	// the fallback then decides from zero. A count that grows says that
+	// the bound is too small for the tenants.
+	Remembered        int64
+	RememberedEvicted uint64
 }
 
 // DecisionCount is how many decisions ended in Outcome, decided by By.
@@ -221,6 +236,7 @@ func (m *Metrics) Snapshot() MetricsSnapshot {
 	}
 	h.Sum = time.Duration(m.latencySum.Load()).Seconds()
 	s.SlotsTaken, s.SlotsRefused, s.SlotsExpired = m.slots[0].Load(), m.slots[1].Load(), m.slots[2].Load()
+	s.Remembered, s.RememberedEvicted = m.remembered.Load(), m.rememberedEvicted.Load()
 	return s
 }
 
@@ -250,6 +266,18 @@ func (m *Metrics) slotsDecided(n int64, taken bool) {
 func (m *Metrics) slotsExpired(n int64) {
 	if m != nil && n > 0 {
 		m.slots[2].Add(uint64(n))
+	}
+}
+
+// rememberedChanged records keys remembered for the fallback: held more
+// by delta, and evicted more dropped while they held.
+func (m *Metrics) rememberedChanged(delta int64, evicted uint64) {
+	if m == nil {
+		return
+	}
+	m.remembered.Add(delta)
+	if evicted > 0 {
+		m.rememberedEvicted.Add(evicted)
 	}
 }
 

@@ -182,9 +182,17 @@ type Options struct {
 	// Fallback decides requests while the counter fails or the breaker is
 	// open, typically a MemoryCounter: an outage then means approximate
 	// limiting instead of none. A Fallback is local to each replica, so N
-	// replicas admit up to N × FallbackLimit per window between them. Any
-	// Counter will do, but one that counts by Incr alone cannot take a
-	// SlidingWindow or InFlight Algorithm, Quotas or costs (see Counter).
+	// replicas admit up to N × FallbackLimit per window between them.
+	// It decides a tenant from what this replica last learned of its
+	// usage from the counter, not from zero: a tenant whose month (or
+	// window) was spent stays refused, and one with 40 left gets at most
+	// FallbackLimit's proportion of those 40, until the window or period
+	// learned ends. What a replica remembers is bounded by the Fallback's
+	// MaxKeys (a store of your own: 1,000,000 keys) and counted in
+	// Metrics; see docs/redis.md for what a sold month needs of Redis
+	// (persistence).
+	// Any Counter will do, but one that counts by Incr alone cannot take
+	// a SlidingWindow or InFlight Algorithm, Quotas or costs (see Counter).
 	//
 	// Optional. Default: nil (fail open, or closed with FailClosed)
 	Fallback Counter

@@ -114,9 +114,11 @@ func usageOf(l *window.Limit, c *Count) Usage {
 // plan: its quotas too), so that its next request has the whole budget: for
 // support, or a new billing cycle. It clears the tenant in Options.Counter
 // (on Redis, deleting its keys by name, scanning nothing, on a cluster
-// too) and in Options.Fallback. This replica's over-limit cache forgets
-// the tenant at once; another replica's refuses it for at most 10 seconds
-// more, the longest an entry of the cache lasts. Requests in flight
+// too) and in Options.Fallback. This replica's over-limit cache, and what
+// it remembers of the tenant's usage for the fallback, forget the tenant
+// at once; another replica's cache refuses it for at most 10 seconds
+// more, the longest an entry of the cache lasts, and its memory holds
+// until the counter next answers it for the tenant. Requests in flight
 // meanwhile may still count in the old windows.
 func (l *Limiter) Reset(ctx context.Context, tenant string) error {
 	r, err := l.tenantRequest(ctx, tenant)
@@ -124,9 +126,12 @@ func (l *Limiter) Reset(ctx context.Context, tenant string) error {
 		return err
 	}
 	err = l.store.Reset(ctx, r)
+	var buf [maxKeyLen]byte
 	if l.refusals != nil {
-		var buf [maxKeyLen]byte
 		l.refusals.forget(r.appendKey(buf[:0]))
+	}
+	if l.usage != nil {
+		l.usage.forget(r.appendKey(buf[:0]))
 	}
 	if l.fallback != nil {
 		f := l.fallbackRequest(ctx, &r)

@@ -55,6 +55,15 @@
 //     them, on the tenant's next request within a lease after theirs
 //     ended: a tenant that sends none by then leaves them uncounted, so
 //     the figure is a floor. A limiter of another Algorithm exports zeros.
+//   - ratelimit_fallback_remembered_keys, a gauge, and
+//     ratelimit_fallback_remembered_evicted_total, a counter: what a
+//     limiter with a Fallback remembers of its tenants' usage, so that
+//     the fallback decides from it (see ratelimit.Options.Fallback): the
+//     keys it holds, and those it dropped while they still held, to stay
+//     within its bound (the Fallback's MaxKeys). A growing count says
+//     that the bound is too small for the tenants: each such tenant is
+//     decided by the fallback from zero during an outage. A limiter
+//     without a Fallback exports zeros.
 //
 // A MemoryCounter is not a limiter's own (limiters may share one, or have
 // one as their Fallback), so it is added by itself, under a name of its
@@ -112,6 +121,12 @@ var (
 	slotsDesc = prometheus.NewDesc("ratelimit_slots_total",
 		"Slots of an InFlight limiter, by event: taken, refused, or expired (held past their lease, never given back).",
 		[]string{"limiter", "event"}, nil)
+	rememberedDesc = prometheus.NewDesc("ratelimit_fallback_remembered_keys",
+		"Keys whose usage the limiter remembers, so that its fallback decides from it.",
+		[]string{"limiter"}, nil)
+	rememberedEvictedDesc = prometheus.NewDesc("ratelimit_fallback_remembered_evicted_total",
+		"Keys whose usage the limiter dropped while they held, to stay within its fallback's bound (MaxKeys).",
+		[]string{"limiter"}, nil)
 	evictedDesc = prometheus.NewDesc("ratelimit_memory_evicted_total",
 		"Live windows the MemoryCounter dropped to stay within its bound (MaxKeys).",
 		[]string{"counter"}, nil)
@@ -189,7 +204,7 @@ func insert[T any](list []named[T], kind, typ, name string, v *T) []named[T] {
 	return slices.Insert(list, i, named[T]{name, v})
 }
 
-// Describe sends the descriptions of the six metrics, so that a registry
+// Describe sends the descriptions of the eight metrics, so that a registry
 // can check that no other collector exports them.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- decisionsDesc
@@ -197,6 +212,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- latencyDesc
 	ch <- storeErrorsDesc
 	ch <- slotsDesc
+	ch <- rememberedDesc
+	ch <- rememberedEvictedDesc
 	ch <- evictedDesc
 }
 
@@ -261,4 +278,7 @@ func collect(ch chan<- prometheus.Metric, name string, s ratelimit.MetricsSnapsh
 	}{{"taken", s.SlotsTaken}, {"refused", s.SlotsRefused}, {"expired", s.SlotsExpired}} {
 		ch <- prometheus.MustNewConstMetric(slotsDesc, prometheus.CounterValue, float64(e.n), name, e.event)
 	}
+
+	ch <- prometheus.MustNewConstMetric(rememberedDesc, prometheus.GaugeValue, float64(s.Remembered), name)
+	ch <- prometheus.MustNewConstMetric(rememberedEvictedDesc, prometheus.CounterValue, float64(s.RememberedEvicted), name)
 }

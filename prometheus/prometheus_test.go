@@ -403,6 +403,34 @@ func stringers[T fmt.Stringer](s []T) []fmt.Stringer {
 	return out
 }
 
+// What a limiter with a fallback remembers of its tenants' usage: the keys
+// it holds, within its fallback's MaxKeys, and those it evicted; a
+// limiter without a fallback exports zeros.
+func TestRemembered(t *testing.T) {
+	l, m := limiter(ratelimit.Options{Counter: &mapCounter{}, Limit: 5,
+		Fallback: ratelimit.NewMemoryCounter(ratelimit.MaxKeys(10))})
+	for i := range 30 {
+		l.Take(context.Background(), fmt.Sprint("tenant-", i))
+	}
+	_, none := limiter(ratelimit.Options{Counter: &mapCounter{}, Limit: 5})
+	c := NewCollector()
+	c.Add("fallback", m)
+	c.Add("none", none)
+	want := `# HELP ratelimit_fallback_remembered_keys Keys whose usage the limiter remembers, so that its fallback decides from it.
+# TYPE ratelimit_fallback_remembered_keys gauge
+ratelimit_fallback_remembered_keys{limiter="fallback"} 10
+ratelimit_fallback_remembered_keys{limiter="none"} 0
+# HELP ratelimit_fallback_remembered_evicted_total Keys whose usage the limiter dropped while they held, to stay within its fallback's bound (MaxKeys).
+# TYPE ratelimit_fallback_remembered_evicted_total counter
+ratelimit_fallback_remembered_evicted_total{limiter="fallback"} 20
+ratelimit_fallback_remembered_evicted_total{limiter="none"} 0
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
+		"ratelimit_fallback_remembered_keys", "ratelimit_fallback_remembered_evicted_total"); err != nil {
+		t.Error(err)
+	}
+}
+
 func TestAddPanics(t *testing.T) {
 	taken := new(ratelimit.Metrics)
 	for _, tc := range []struct {

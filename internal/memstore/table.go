@@ -407,3 +407,6 @@ func (m *Store) Close() {
 		s.mu.Unlock()
 	}
 }
+
+// Bound is the most windows m holds (see MaxKeys in the root package).
+func (m *Store) Bound() int { return m.bound() }

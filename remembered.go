@@ -1,0 +1,259 @@
+package ratelimit
+
+import (
+	"hash/maphash"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gatewaykit/ratelimit/internal/window"
+)
+
+// usageMemory is what this replica last learned from the store of each
+// tenant's usage, so that the fallback decides from it rather than from
+// zero: a tenant whose month was spent stays refused while the store is
+// down, and one with 40 left gets at most this replica's share of those
+// 40 (see Limiter.fallbackShare). A limiter with a Fallback keeps one,
+// unless its store is local or it counts requests in flight.
+//
+// An entry is what the store reported after a request, on the limiter's
+// monotonic clock: for each limit, what was left and until when that
+// holds, the end of the window or period it was learned in (a sliding
+// window's count weighs a window longer). What was left is held, not
+// aged: a sliding window's count that falls meanwhile is not credited. An
+// entry holds for the limits it was learned under, as the over-limit
+// cache's do. It is learned only from the store's answers, never on a
+// request that a local store decides.
+//
+// It holds at most as many keys as the Fallback does, by the MaxKeys rule
+// (its MaxKeys for a MemoryCounter, else the default 1,000,000): the bound
+// is split in shares over its shards, and a new key that finds its
+// shard's share full first drops the entries that have ended, then, if
+// that frees less than an eighth of the share, the live entries that end
+// soonest, until an eighth is free; each live entry dropped is counted
+// (Metrics.Snapshot's RememberedEvicted), and its tenant is decided by the
+// fallback alone until the store answers for it again. About 250 bytes a
+// key.
+type usageMemory struct {
+	seed    maphash.Seed
+	shards  []usageShard
+	metrics *Metrics
+}
+
+const (
+	usageShards   = 64   // at most, for a bound of 65,536 keys or more
+	minUsageShare = 1024 // keys a shard holds at least, but below 2,048 in all
+)
+
+type usageShard struct {
+	mu    sync.Mutex
+	share int // the most keys it holds
+	m     map[string]*learned
+	_     [64]byte // keeps shards off each other's cache lines
+}
+
+// learned is one key's entry.
+type learned struct {
+	limit  int64
+	window time.Duration
+	algo   Algorithm
+	quotas *quotaSet
+	n      int           // the limits, the main one first
+	end    time.Duration // when the last of until passes: dropped then
+	left   [maxQuotas + 1]int64
+	until  [maxQuotas + 1]time.Duration
+	counts [maxQuotas + 1]Count // as the store reported them
+	at     time.Duration        // when, since the limiter's epoch
+
+	// The fallback's quotas (from) at the caps last made of this entry,
+	// so that a tenant's requests during an outage share one set.
+	from, capped *quotaSet
+	caps         [maxQuotas]int64
+}
+
+// newUsageMemory returns a memory of at most bound keys, counted in m.
+func newUsageMemory(bound int, m *Metrics) *usageMemory {
+	n := 1
+	for n < usageShards && bound/(2*n) >= minUsageShare {
+		n *= 2
+	}
+	u := &usageMemory{seed: maphash.MakeSeed(), shards: make([]usageShard, n), metrics: m}
+	for i := range u.shards {
+		u.shards[i].share = bound / n
+		if i < bound%n {
+			u.shards[i].share++
+		}
+	}
+	return u
+}
+
+func (u *usageMemory) shard(key []byte) *usageShard {
+	return &u.shards[maphash.Bytes(u.seed, key)%uint64(len(u.shards))]
+}
+
+// learn records what the store answered (a) for r, whose key is key, at
+// now. It allocates only for a key it did not hold.
+func (u *usageMemory) learn(key []byte, r *Request, a *Answer, now time.Duration) {
+	e := learned{limit: r.Limit, window: r.Window, algo: r.Algorithm, quotas: r.set, at: now, counts: a.Counts}
+	ls, n := (&refusal{}).limits(r)
+	e.n = n
+	for j := range n {
+		st := window.State(a.Counts[j])
+		e.left[j] = ls[j].Figures(&st, 0).Remaining
+		hold := st.Left
+		if ls[j].Kind == window.Sliding && ls[j].Calendar == 0 {
+			hold += st.Length
+		}
+		e.until[j] = now + hold
+		e.end = max(e.end, e.until[j])
+	}
+	s := u.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, ok := s.m[string(key)]; ok {
+		e.from, e.capped, e.caps = old.from, old.capped, old.caps
+		*old = e
+		return
+	}
+	if s.m == nil {
+		s.m = make(map[string]*learned)
+	}
+	if len(s.m) >= s.share {
+		u.makeRoom(s, now)
+	}
+	held := new(learned) // e itself stays on the stack
+	*held = e
+	s.m[string(key)] = held
+	u.metrics.rememberedChanged(1, 0)
+}
+
+// makeRoom drops s's entries that have ended at now and, if that leaves
+// less than an eighth of its share free, the live ones that end soonest
+// until an eighth is. It is called with s.mu held.
+func (u *usageMemory) makeRoom(s *usageShard, now time.Duration) {
+	held := len(s.m)
+	for k, e := range s.m {
+		if e.end <= now {
+			delete(s.m, k)
+		}
+	}
+	keep := s.share - max(s.share/8, 1)
+	ended := held - len(s.m)
+	if len(s.m) <= keep {
+		u.metrics.rememberedChanged(-int64(ended), 0)
+		return
+	}
+	ends := make([]time.Duration, 0, len(s.m))
+	for _, e := range s.m {
+		ends = append(ends, e.end)
+	}
+	slices.Sort(ends)
+	last := ends[len(s.m)-keep-1] // the latest end among those to drop
+	live := len(s.m)
+	for k, e := range s.m {
+		if len(s.m) <= keep {
+			break
+		}
+		if e.end <= last {
+			delete(s.m, k)
+		}
+	}
+	u.metrics.rememberedChanged(-int64(held-len(s.m)), uint64(live-len(s.m)))
+}
+
+// forget drops key's entry: its counts have been reset.
+func (u *usageMemory) forget(key []byte) {
+	s := u.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.m[string(key)]; ok {
+		delete(s.m, string(key))
+		u.metrics.rememberedChanged(-1, 0)
+	}
+}
+
+// lower lowers f, the fallback's request for r (whose key is key), at now,
+// to share of what the store last reported r's tenant has left of each
+// limit, where that still holds: f's main limit, and its quotas by a set
+// made for the caps. When the cost does not fit in what is left of some
+// limit, it reports true, with the store's answer as last learned, aged to
+// now, that limit short of the cost.
+func (u *usageMemory) lower(key []byte, r, f *Request, now time.Duration, share func(int64) int64) (Answer, bool) {
+	s := u.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.m[string(key)]
+	if !ok || e.limit != r.Limit || e.window != r.Window || e.algo != r.Algorithm || e.quotas != r.set {
+		return Answer{}, false
+	}
+	if now >= e.end {
+		delete(s.m, string(key))
+		u.metrics.rememberedChanged(-1, 0)
+		return Answer{}, false
+	}
+	var caps [maxQuotas + 1]int64 // what f may spend of each limit, at most
+	caps[0] = f.Limit
+	for j := 1; j < e.n; j++ {
+		caps[j] = f.set.q[j-1].limit
+	}
+	short := false
+	for j := range e.n {
+		if now < e.until[j] {
+			caps[j] = min(caps[j], share(e.left[j]))
+			short = short || caps[j] < f.Cost
+		}
+	}
+	if short {
+		return e.refusal(r, &caps, now), true
+	}
+	f.Limit = caps[0]
+	if e.n > 1 && [maxQuotas]int64(caps[1:]) != quotaLimits(f.set) {
+		if e.from != f.set || e.caps != [maxQuotas]int64(caps[1:]) {
+			e.from, e.caps, e.capped = f.set, [maxQuotas]int64(caps[1:]), f.set.capped(caps[1:e.n])
+		}
+		f.setQuotas(e.capped)
+	}
+	return Answer{}, false
+}
+
+// refusal is the store's answer that e learned, aged to now, as a refusal
+// of r: each limit of which less than r's cost is left to spend (caps)
+// reports only that much left; one whose window has ended since, a
+// window of its own to start.
+func (e *learned) refusal(r *Request, caps *[maxQuotas + 1]int64, now time.Duration) (a Answer) {
+	ls, _ := (&refusal{}).limits(r)
+	for j := range e.n {
+		if now >= e.until[j] {
+			// Ended: a request would start a window of its own.
+			c := &e.counts[j]
+			a.Counts[j] = Count{Fits: true, Left: c.Length, Length: c.Length}
+			continue
+		}
+		st, _ := ls[j].Aged(window.State(e.counts[j]), now-e.at)
+		st.Fits = caps[j] >= r.Cost
+		if !st.Fits {
+			// Raising the count by k lowers what is left by k.
+			st.N += max(ls[j].Figures(&st, r.Cost).Remaining-caps[j], 0)
+		}
+		a.Counts[j] = Count(st)
+	}
+	return a
+}
+
+// quotaLimits is the limits of s's quotas.
+func quotaLimits(s *quotaSet) (ls [maxQuotas]int64) {
+	for i, q := range s.q {
+		ls[i] = q.limit
+	}
+	return ls
+}
+
+// capped is s with its quotas' limits lowered to caps.
+func (s *quotaSet) capped(caps []int64) *quotaSet {
+	c := &quotaSet{q: slices.Clone(s.q), src: slices.Clone(s.src), policy: s.policy, calendar: s.calendar}
+	for i := range c.q {
+		c.q[i].limit, c.src[i].Limit = caps[i], int(caps[i])
+	}
+	c.lims = c.limits()
+	return c
+}

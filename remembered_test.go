@@ -1,0 +1,281 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/gatewaykit/ratelimit/internal/testkit/fakeclock"
+	"github.com/gatewaykit/ratelimit/internal/testkit/redistest"
+)
+
+// outageReplicas are three replicas of a gateway sharing one Redis of
+// their own, each with a MemoryCounter fallback at a third of the budget,
+// on one fake clock that starts at the real time (Redis reads its own).
+type outageReplicas struct {
+	srv      *redistest.Server
+	clock    *fakeClock
+	replicas []*Limiter
+}
+
+func startOutageReplicas(t *testing.T, opts Options) *outageReplicas {
+	t.Helper()
+	srv := startChaosRedis(t, 0)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	o := &outageReplicas{srv: srv, clock: fakeclock.At(time.Now())}
+	for range 3 {
+		opts := opts
+		opts.Counter, opts.Fallback = NewRedisCounter(rdb), NewMemoryCounter()
+		opts.StoreTimeout, opts.Logger = 2*time.Second, slog.New(slog.DiscardHandler)
+		o.replicas = append(o.replicas, newLimiter(opts, o.clock.Now))
+	}
+	return o
+}
+
+// take sends n requests of tenant to replica i and returns how many were
+// allowed, and by what the last was decided.
+func (o *outageReplicas) take(t *testing.T, i int, tenant string, n int) (allowed int, by Decider) {
+	t.Helper()
+	for range n {
+		d := o.replicas[i].Take(context.Background(), tenant)
+		if d.Allowed {
+			allowed++
+		}
+		by = d.By
+	}
+	return allowed, by
+}
+
+// spend has the replicas, in turn, spend used of tenant's budget on
+// Redis, and returns what each last learned was left.
+func (o *outageReplicas) spend(t *testing.T, tenant string, used int) (left [3]int) {
+	t.Helper()
+	for k := range used {
+		i := k % 3
+		d := o.replicas[i].Take(context.Background(), tenant)
+		if !d.Allowed || d.By != ByCounter {
+			t.Fatalf("request %d of %s on replica %d: allowed %v by %v (%v), want allowed by the counter", k, tenant, i, d.Allowed, d.By, d.Err)
+		}
+		left[i] = d.Remaining
+	}
+	return left
+}
+
+// kill stops Redis and lets the over-limit cache's entries age out.
+func (o *outageReplicas) kill() {
+	o.srv.Stop()
+	o.clock.Advance(maxRefusalAge + time.Second)
+}
+
+// A sold budget outlives an outage: three replicas whose Redis dies decide
+// a tenant's month, and its main limit, from what each last learned of its
+// usage, not from zero. A spent month stays refused; a tenant with 40 left
+// gets at most the share of FallbackLimit's proportion (a third) of what
+// each replica last saw left, 40 in all at most. Before, each replica's
+// fallback gave each tenant a third of the month afresh: the spent tenant
+// got 3 × 34 more.
+func TestFallbackDecidesFromTheUsageItLearned(t *testing.T) {
+	t.Run("month", func(t *testing.T) {
+		o := startOutageReplicas(t, Options{Limit: 300, Window: time.Hour, FallbackLimit: 100,
+			Quotas: []Quota{{Name: "month", Limit: 100, Calendar: CalendarMonth}}})
+		testFallbackFromUsage(t, o, 100, "month")
+	})
+	t.Run("main limit", func(t *testing.T) {
+		o := startOutageReplicas(t, Options{Limit: 100, Window: time.Hour, FallbackLimit: 34})
+		testFallbackFromUsage(t, o, 100, "default")
+	})
+}
+
+// testFallbackFromUsage runs TestFallbackDecidesFromTheUsageItLearned on
+// o, whose tenants have budget in the limit named policy.
+func testFallbackFromUsage(t *testing.T, o *outageReplicas, budget int, policy string) {
+	spent, some := uniqueTenant(t)+"-spent", uniqueTenant(t)+"-some"
+	o.spend(t, spent, budget)
+	for i := range o.replicas {
+		// Each replica has seen the month spent, as the gateway's had.
+		if d := o.replicas[i].Take(context.Background(), spent); d.Allowed || d.By != ByCounter {
+			t.Fatalf("replica %d, %s spent: allowed %v by %v, want refused by the counter", i, spent, d.Allowed, d.By)
+		}
+	}
+	left := o.spend(t, some, budget-40)
+	o.kill()
+
+	share := func(left int) int {
+		lim := o.replicas[0]
+		return int(int64(left) * int64(lim.opts.FallbackLimit) / int64(lim.opts.Limit))
+	}
+	total := 0
+	for i := range o.replicas {
+		if n, by := o.take(t, i, spent, 150); n != 0 || by != ByFallback {
+			t.Errorf("replica %d: %d of 150 requests of the tenant whose budget was spent allowed (the last by %v), want 0 by the fallback", i, n, by)
+		}
+		d := o.replicas[i].Take(context.Background(), spent)
+		if d.Remaining != 0 || d.RetryAfter <= 0 || d.Policy() != policy {
+			t.Errorf("replica %d: the spent tenant's refusal says remaining %d, retry after %v, policy %q; want 0, the time its budget has left, %q",
+				i, d.Remaining, d.RetryAfter, d.Policy(), policy)
+		}
+		n, _ := o.take(t, i, some, 50)
+		if want := share(left[i]); n != want {
+			t.Errorf("replica %d, which last saw %d left: %d of 50 allowed, want its share, %d", i, left[i], n, want)
+		}
+		total += n
+	}
+	if total > 40 {
+		t.Errorf("%d allowed in all of the 40 that were left", total)
+	}
+	// The memory holds only while what it learned does: past the hour's
+	// window and the month, the fallback decides from its own budget.
+	o.clock.Advance(32 * 24 * time.Hour)
+	if n, by := o.take(t, 0, spent, 1); n != 1 || by != ByFallback {
+		t.Errorf("once the window and the month learned had ended, the fallback refused the tenant (by %v): it decides from its own budget then", by)
+	}
+}
+
+// Limiter.Reset makes the fallback's budget whole: it clears the tenant in
+// a MemoryCounter fallback, and drops what the replica remembers of the
+// tenant's usage. Before the memory was dropped, a tenant reset during an
+// outage stayed refused by what the replica had learned before it.
+func TestResetMakesTheFallbackWhole(t *testing.T) {
+	o := startOutageReplicas(t, Options{Limit: 300, Window: time.Hour, FallbackLimit: 100,
+		Quotas: []Quota{{Name: "month", Limit: 100, Calendar: CalendarMonth}}})
+	lim, ctx := o.replicas[0], context.Background()
+	spent, fresh := uniqueTenant(t)+"-spent", uniqueTenant(t)+"-fresh"
+	for range 100 {
+		lim.Take(ctx, spent)
+	}
+	o.kill()
+	if n, _ := o.take(t, 0, spent, 10); n != 0 {
+		t.Fatalf("%d of 10 allowed during the outage to a tenant that spent its month, want 0", n)
+	}
+	// A tenant the store never saw spends the fallback's month: 34.
+	if n, _ := o.take(t, 0, fresh, 50); n != 34 {
+		t.Fatalf("%d of 50 allowed by the fallback, want its month's 34", n)
+	}
+	for _, tenant := range []string{spent, fresh} {
+		if err := lim.Reset(ctx, tenant); err == nil || !strings.Contains(err.Error(), "reset of tenant") {
+			t.Fatalf("Reset(%s) with Redis down = %v, want the store's failure", tenant, err)
+		}
+		if n, by := o.take(t, 0, tenant, 50); n != 34 || by != ByFallback {
+			t.Errorf("after Reset(%s): %d of 50 allowed (the last by %v), want the fallback's whole month, 34", tenant, n, by)
+		}
+	}
+}
+
+// What a replica remembers is bounded by its fallback's MaxKeys, and
+// counted: Metrics report the keys it holds and those it dropped while
+// they held.
+func TestRememberedUsageIsBoundedAndCounted(t *testing.T) {
+	clock := newFakeClock()
+	m := &Metrics{}
+	lim := newLimiter(Options{Counter: newWindowFake(clock), Limit: 10, Window: time.Hour,
+		Fallback: NewMemoryCounter(MaxKeys(100)), Metrics: m, Logger: slog.New(slog.DiscardHandler)}, clock.Now)
+	for i := range 300 {
+		lim.Take(context.Background(), fmt.Sprint("tenant-", i))
+		if s := m.Snapshot(); s.Remembered > 100 {
+			t.Fatalf("after %d tenants: %d remembered, more than MaxKeys, 100", i+1, s.Remembered)
+		}
+	}
+	s := m.Snapshot()
+	if s.Remembered < 100*7/8 || s.Remembered+int64(s.RememberedEvicted) != 300 {
+		t.Fatalf("remembered %d, evicted %d; want at least seven eighths of 100 held, and every one of the 300 either held or counted evicted",
+			s.Remembered, s.RememberedEvicted)
+	}
+	// Entries whose windows have ended make room before any live one is
+	// evicted, and a reset tenant is forgotten.
+	clock.Advance(time.Hour)
+	for i := range 100 {
+		lim.Take(context.Background(), fmt.Sprint("later-", i))
+	}
+	if after := m.Snapshot(); after.RememberedEvicted != s.RememberedEvicted || after.Remembered != 100 {
+		t.Fatalf("100 tenants after the hour: remembered %d, evicted %d; want 100 held (the ended ones dropped) and no more evicted than %d",
+			after.Remembered, after.RememberedEvicted, s.RememberedEvicted)
+	}
+	if err := lim.Reset(context.Background(), "later-0"); err != nil {
+		t.Fatal(err)
+	}
+	if after := m.Snapshot(); after.Remembered != 99 {
+		t.Fatalf("after a Reset: %d remembered, want 99", after.Remembered)
+	}
+}
+
+// Ping warns, once, in one line that names the fix, when a limiter with
+// quotas counts on a Redis that keeps nothing across a restart; not when
+// the Redis keeps its data (AOF or RDB), nor for a limiter without quotas.
+func TestPingWarnsOfARedisWithoutPersistence(t *testing.T) {
+	skipIfShort(t)
+	if !haveRedisServer() {
+		skipWithoutServer(t, "the test starts redis-servers of its own: "+howToRunRedisTests)
+	}
+	month := []Quota{{Name: "month", Limit: 100, Calendar: CalendarMonth}}
+	plans := func(string) Plan { return Plan{Quotas: month} }
+	for _, c := range []struct {
+		name   string
+		args   []string // beside the test servers' --save "" --appendonly no
+		opts   Options
+		warned bool
+	}{
+		{"volatile, quotas", nil, Options{Quotas: month}, true},
+		{"volatile, plans", nil, Options{PlanFor: plans}, true},
+		{"volatile, no quotas", nil, Options{}, false},
+		{"AOF, quotas", []string{"--appendonly", "yes"}, Options{Quotas: month}, false},
+		{"RDB, quotas", []string{"--save", "3600 1"}, Options{Quotas: month}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv, err := redistest.Start(false, c.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(srv.Stop)
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+			t.Cleanup(func() { rdb.Close() })
+			rec := newLogRecorder()
+			opts := c.opts
+			opts.Counter, opts.Limit, opts.Window, opts.Logger = NewRedisCounter(rdb), 10, time.Minute, rec.logger()
+			lim := NewLimiter(opts)
+			for range 2 {
+				if err := lim.Ping(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			lines := rec.withMsg("ratelimit: Redis keeps nothing across a restart")
+			if !c.warned {
+				if len(lines) != 0 {
+					t.Fatalf("Ping warned %v, want nothing", lines)
+				}
+				return
+			}
+			if len(lines) != 1 || lines[0].level != slog.LevelWarn || !strings.Contains(lines[0].str("fix"), "appendonly yes") ||
+				!strings.Contains(lines[0].str("servers"), srv.Addr()) {
+				t.Fatalf("log %v; want one warning that names the fix (appendonly yes) and the server", rec.lines())
+			}
+		})
+	}
+}
+
+// Learning from the store's answer costs a key already held no
+// allocation: it runs on every answer while the store is up.
+func TestLearningAllocatesNothing(t *testing.T) {
+	if testing.CoverMode() != "" {
+		t.Skip("allocations are counted without -cover")
+	}
+	month := []Quota{{Name: "month", Limit: 100, Calendar: CalendarMonth}}
+	lim := NewLimiter(Options{Counter: newWindowFake(newFakeClock()), Limit: 10, Window: time.Minute, Quotas: month,
+		Fallback: NewMemoryCounter(), Logger: slog.New(slog.DiscardHandler)})
+	r := lim.base
+	r.Tenant = "acme"
+	var buf [maxKeyLen]byte
+	key := r.appendKey(buf[:0])
+	var a Answer
+	a.Counts[0] = Count{N: 3, Fits: true, Left: time.Minute, Length: time.Minute}
+	a.Counts[1] = Count{N: 40, Fits: true, Left: time.Hour, Length: 30 * 24 * time.Hour}
+	lim.usage.learn(key, &r, &a, 0)
+	if n := testing.AllocsPerRun(200, func() { lim.usage.learn(key, &r, &a, time.Second) }); n != 0 {
+		t.Errorf("%.1f allocations a learning, want none", n)
+	}
+}
