@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"time"
@@ -209,9 +208,6 @@ type StoreInfo struct {
 	// a restart (see Limiter.Ping); a built-in store's only.
 	volatile func(ctx context.Context) []string
 }
-
-// ErrClosed is returned by a MemoryCounter's methods after its Close.
-var ErrClosed = errors.New("ratelimit: counter is closed")
 
 // counterStore is the Store a Limiter makes of a Counter that is only a
 // Counter: fixed windows at cost 1, counted by Incr. The Limiter refuses

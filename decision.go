@@ -47,6 +47,15 @@ type Decision struct {
 	// FailClosed). Allowed is then true.
 	Shadowed bool
 
+	// Policy is the name of the limit that the figures above (Limit,
+	// Window, Remaining, Reset, RetryAfter) are of, as the RateLimit
+	// header fields name it: the limiter's Options.Name, or "default", for
+	// the main limit, or a quota's Name. With quotas it is the limit that
+	// refused the request (of several, the one with room again last), or
+	// when allowed the one with the fewest units left (of those, the one
+	// that resets last).
+	Policy string
+
 	// Err is why Options.Counter could not decide, when By is not
 	// ByCounter: the store's failure, which the Limiter has logged, or
 	// ErrContextDone, the request's own context ending first, which it
@@ -95,13 +104,9 @@ const (
 	numDeciders
 )
 
-// Policy returns the name of the limit that d's figures (Limit, Window,
-// Remaining, Reset, RetryAfter) are of, as the RateLimit header fields
-// name it: the limiter's Options.Name, or "default", for the main limit,
-// or a quota's Name. With quotas it is the limit that refused the request
-// (of several, the one with room again last), or when allowed the one
-// with the fewest units left (of those, the one that resets last).
-func (d *Decision) Policy() string {
+// policyName is the name of the limit that d's figures are of (see
+// Decision.Policy).
+func (d *Decision) policyName() string {
 	if d.policy == nil {
 		return ""
 	}
@@ -153,11 +158,12 @@ func (l *Limiter) counted(d *Decision, p *policyHeaders, by Decider, r *Request,
 	if r.set != nil {
 		d.quotaFigures(r, a, f)
 	}
+	d.Policy = d.policyName()
 }
 
 // quotaFigures gives d, decided as a says for r, which has quotas, every
 // limit's figures, and the figures of the limit that names the decision
-// (see Decision.Policy): the one that refused (of several, the one with
+// (Decision.Policy): the one that refused (of several, the one with
 // room again last), or when allowed the one with the fewest units left
 // (of those, the one that resets last). main is the main limit's.
 func (d *Decision) quotaFigures(r *Request, a *Answer, main window.Figures) {
@@ -205,7 +211,7 @@ func (d *Decision) quotaFigures(r *Request, a *Answer, main window.Figures) {
 // policy are known.
 func (l *Limiter) uncounted(d *Decision, r *Request, err error) {
 	*d = Decision{Allowed: !l.opts.FailClosed, By: ByNone, Limit: int(r.Limit), Window: r.Window, Remaining: -1,
-		Err: err, policy: &l.policy}
+		Err: err, policy: &l.policy, Policy: l.policy.policy}
 	l.unknownFigures(d, r)
 	l.decided(d, r)
 }
@@ -241,6 +247,7 @@ func (l *Limiter) neverFits(d *Decision, r *Request) {
 			}
 		}
 	}
+	d.Policy = d.policyName()
 }
 
 // decided counts d in the metrics and, in shadow mode, lets a request

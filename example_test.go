@@ -178,7 +178,7 @@ func ExampleLimiter_Take() {
 	for range 3 {
 		d := lim.Take(context.Background(), "acme")
 		if !d.Allowed {
-			fmt.Printf("acme: wait %v (policy %s, %d per window)\n", d.Reset.Round(time.Minute), d.Policy(), d.Limit)
+			fmt.Printf("acme: wait %v (policy %s, %d per window)\n", d.Reset.Round(time.Minute), d.Policy, d.Limit)
 			continue
 		}
 		fmt.Printf("acme: export runs, %d left\n", d.Remaining)

@@ -133,7 +133,10 @@ func keysBound(c Counter) int {
 	return zero.Bound()
 }
 
-// Close drops every window and makes later calls return ErrClosed. It is
+// errClosed is returned by a MemoryCounter's methods after its Close.
+var errClosed = errors.New("ratelimit: counter is closed")
+
+// Close drops every window and makes later calls return an error saying so. It is
 // safe to call more than once; there is no background work to stop.
 func (m *MemoryCounter) Close() error {
 	m.engine.Close()
@@ -222,7 +225,7 @@ func (m *MemoryCounter) Reset(_ context.Context, r Request) error {
 // memoryError is err as a MemoryCounter returns it.
 func memoryError(err error) error {
 	if errors.Is(err, memstore.ErrClosed) {
-		return ErrClosed
+		return errClosed
 	}
 	return err
 }

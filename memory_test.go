@@ -22,12 +22,12 @@ func TestMemoryCounterClose(t *testing.T) {
 	if err := m.Close(); err != nil {
 		t.Fatalf("second Close = %v, want nil", err)
 	}
-	if _, err := m.Incr(context.Background(), "rl:acme", time.Minute); !errors.Is(err, ErrClosed) {
-		t.Fatalf("Incr after Close = %v, want ErrClosed", err)
+	if _, err := m.Incr(context.Background(), "rl:acme", time.Minute); !errors.Is(err, errClosed) {
+		t.Fatalf("Incr after Close = %v, want errClosed", err)
 	}
 	r := Request{Tenant: "acme", Cost: 1, Name: "default", Limit: 10, Window: time.Minute, Now: time.Now()}
-	if _, err := m.Take(context.Background(), r); !errors.Is(err, ErrClosed) {
-		t.Fatalf("Take after Close = %v, want ErrClosed", err)
+	if _, err := m.Take(context.Background(), r); !errors.Is(err, errClosed) {
+		t.Fatalf("Take after Close = %v, want errClosed", err)
 	}
 }
 

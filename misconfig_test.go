@@ -97,7 +97,7 @@ func TestPing(t *testing.T) {
 	}
 	m.Close()
 	if err := lim.Ping(ctx); err == nil {
-		t.Fatal("Ping on a closed MemoryCounter = nil, want ErrClosed")
+		t.Fatal("Ping on a closed MemoryCounter = nil, want errClosed")
 	}
 }
 

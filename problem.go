@@ -37,8 +37,8 @@ func problem(w http.ResponseWriter, r *http.Request) {
 		Violated []string `json:"violated-policies,omitempty"`
 	}{Type: quotaExceeded, Title: "Request cannot be satisfied as assigned quota has been exceeded", Status: http.StatusTooManyRequests}
 	if d, ok := DecisionFromContext(r.Context()); ok {
-		body.Violated = []string{d.Policy()}
-		body.Detail = "the " + strconv.Quote(d.Policy()) + " policy allows " + strconv.Itoa(d.Limit) + " per " + d.Window.String()
+		body.Violated = []string{d.Policy}
+		body.Detail = "the " + strconv.Quote(d.Policy) + " policy allows " + strconv.Itoa(d.Limit) + " per " + d.Window.String()
 		if d.RetryAfter > 0 {
 			body.Detail += "; retry after " + strconv.FormatInt(window.CeilDiv(d.RetryAfter, 1e9), 10) + " s"
 		}

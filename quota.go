@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"fmt"
 	"hash/maphash"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,23 +62,6 @@ const (
 	// 00:00 UTC on 1 January.
 	CalendarYear
 )
-
-// String returns "day", "week", "month", "year" or "none".
-func (c Calendar) String() string {
-	switch c {
-	case 0:
-		return "none"
-	case CalendarDay:
-		return "day"
-	case CalendarWeek:
-		return "week"
-	case CalendarMonth:
-		return "month"
-	case CalendarYear:
-		return "year"
-	}
-	return "Calendar(" + strconv.Itoa(int(c)) + ")"
-}
 
 // period returns the period of c that holds now: when it starts and when
 // it ends, in UTC.

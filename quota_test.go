@@ -55,8 +55,8 @@ func expectUsed(t *testing.T, lim *Limiter, tenant string, want ...int) {
 func takeExpect(t *testing.T, lim *Limiter, tenant string, allowed bool, policy string) Decision {
 	t.Helper()
 	d := lim.Take(context.Background(), tenant)
-	if d.Allowed != allowed || d.By != ByCounter && d.By != ByCache || !allowed && d.Policy() != policy {
-		t.Fatalf("%+v (policy %q); want allowed %v by the counter, refused by %q", d, d.Policy(), allowed, policy)
+	if d.Allowed != allowed || d.By != ByCounter && d.By != ByCache || !allowed && d.Policy != policy {
+		t.Fatalf("%+v (policy %q); want allowed %v by the counter, refused by %q", d, d.Policy, allowed, policy)
 	}
 	return d
 }
@@ -129,14 +129,14 @@ func TestQuotaCosts(t *testing.T) {
 	opts := Options{Limit: 100, Window: time.Minute, Quotas: dayAndMonth(10, 1000)}
 	eachTakeSubject(t, opts, func(t *testing.T, lim *Limiter, tenant string, _ func(time.Duration)) {
 		ctx := context.Background()
-		if d := lim.TakeN(ctx, tenant, 11); d.Allowed || d.Policy() != "day" || d.Remaining != -1 {
-			t.Fatalf("cost 11 against a day's quota of 10: %+v (%s); want refused by day, nothing counted", d, d.Policy())
+		if d := lim.TakeN(ctx, tenant, 11); d.Allowed || d.Policy != "day" || d.Remaining != -1 {
+			t.Fatalf("cost 11 against a day's quota of 10: %+v (%s); want refused by day, nothing counted", d, d.Policy)
 		}
-		if d := lim.TakeN(ctx, tenant, 7); !d.Allowed || d.Policy() != "day" || d.Remaining != 3 {
-			t.Fatalf("cost 7: %+v (%s); want allowed, the day's quota with 3 left named", d, d.Policy())
+		if d := lim.TakeN(ctx, tenant, 7); !d.Allowed || d.Policy != "day" || d.Remaining != 3 {
+			t.Fatalf("cost 7: %+v (%s); want allowed, the day's quota with 3 left named", d, d.Policy)
 		}
-		if d := lim.TakeN(ctx, tenant, 4); d.Allowed || d.Policy() != "day" {
-			t.Fatalf("cost 4 with 3 left today: %+v (%s); want refused by day", d, d.Policy())
+		if d := lim.TakeN(ctx, tenant, 4); d.Allowed || d.Policy != "day" {
+			t.Fatalf("cost 4 with 3 left today: %+v (%s); want refused by day", d, d.Policy)
 		}
 		if d := lim.TakeN(ctx, tenant, 3); !d.Allowed {
 			t.Fatalf("cost 3 with 3 left today: %+v; want allowed", d)
@@ -278,7 +278,7 @@ func TestQuotaHeaders(t *testing.T) {
 		if !d.Allowed {
 			status = 429
 		}
-		got := []string{fmt.Sprint(status), h.Get(hLimit), h.Get(hRemaining), h.Get(hReset), h.Get(hPolicy), h.Get(hRateLimit), h.Get(hRetryAfter), d.Policy()}
+		got := []string{fmt.Sprint(status), h.Get(hLimit), h.Get(hRemaining), h.Get(hReset), h.Get(hPolicy), h.Get(hRateLimit), h.Get(hRetryAfter), d.Policy}
 		wantf := []string{fmt.Sprint(want.status), want.limit, want.remaining, want.reset, policy, want.rateLimit, want.retryAfter, want.by}
 		if fmt.Sprint(got) != fmt.Sprint(wantf) {
 			t.Errorf("request %d:\n got %q\nwant %q", i+1, got, wantf)
@@ -420,9 +420,9 @@ func TestQuotasFallbackInProportion(t *testing.T) {
 	d := lim.Take(context.Background(), "acme")
 	h := http.Header{}
 	d.SetHeaders(h)
-	if d.Allowed || d.By != ByFallback || d.Policy() != "month" || d.Limit != 2 ||
+	if d.Allowed || d.By != ByFallback || d.Policy != "month" || d.Limit != 2 ||
 		!strings.Contains(h.Get(hPolicy), `"default";q=5;w=60, "day";q=500;w=86400, "month";q=2;`) {
-		t.Errorf("%+v (%s), policy %q; want refused by the fallback's month of 2", d, d.Policy(), h.Get(hPolicy))
+		t.Errorf("%+v (%s), policy %q; want refused by the fallback's month of 2", d, d.Policy, h.Get(hPolicy))
 	}
 }
 

@@ -182,8 +182,8 @@ func TestReleaseTellsEachLimitsWindowApart(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			eachTakeSubject(t, c.opts, func(t *testing.T, lim *Limiter, tenant string, advance func(time.Duration)) {
 				old := takeExpect(t, lim, tenant, true, "")
-				if old.Policy() != c.opts.Quotas[0].Name {
-					t.Fatalf("the decision is named by %q, want the quota", old.Policy())
+				if old.Policy != c.opts.Quotas[0].Name {
+					t.Fatalf("the decision is named by %q, want the quota", old.Policy)
 				}
 				// Past the short window, and for a sliding one past the next
 				// too, so that the old count weighs nothing.

@@ -116,9 +116,9 @@ func testFallbackFromUsage(t *testing.T, o *outageReplicas, budget int, policy s
 			t.Errorf("replica %d: %d of 150 requests of the tenant whose budget was spent allowed (the last by %v), want 0 by the fallback", i, n, by)
 		}
 		d := o.replicas[i].Take(context.Background(), spent)
-		if d.Remaining != 0 || d.RetryAfter <= 0 || d.Policy() != policy {
+		if d.Remaining != 0 || d.RetryAfter <= 0 || d.Policy != policy {
 			t.Errorf("replica %d: the spent tenant's refusal says remaining %d, retry after %v, policy %q; want 0, the time its budget has left, %q",
-				i, d.Remaining, d.RetryAfter, d.Policy(), policy)
+				i, d.Remaining, d.RetryAfter, d.Policy, policy)
 		}
 		n, _ := o.take(t, i, some, 50)
 		if want := share(left[i]); n != want {
