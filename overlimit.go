@@ -54,13 +54,13 @@ func newRefusals() *refusals { return &refusals{keyed.New[refusal](maxRefusals, 
 func (rs *refusals) refuse(key []byte, r *Request, now time.Duration) (Answer, bool) {
 	s := rs.m.Lock(key)
 	p, ok := s.Get(key, now)
+	if ok && p.under != underOf(r) {
+		s.Delete(key) // learned under other limits: a plan changed
+		ok = false
+	}
 	var e refusal
 	if ok {
-		e = *p
-	}
-	if ok && e.under != underOf(r) {
-		s.Delete(key)
-		ok = false
+		e = *p // read without the lock, below
 	}
 	s.Unlock()
 	if !ok {
