@@ -17,8 +17,8 @@ import (
 
 // What a store's errors may say of themselves (see Store): a
 // misconfiguration, with what to fix; an answer about one key, which says
-// that the server is up; one failed round trip that several requests
-// shared, which the breaker counts once.
+// that the server is up. (One failed round trip that several requests
+// shared, the breaker counts once: internal/breaker reads that.)
 type (
 	misconfigured interface {
 		error
@@ -27,10 +27,6 @@ type (
 	keyAnswer interface {
 		error
 		KeyOnly()
-	}
-	sharedFailure interface {
-		error
-		RoundTrip() uint64
 	}
 )
 
@@ -84,26 +80,26 @@ func (l *Limiter) ask(ctx context.Context, r *Request) (Answer, error) {
 
 // call is ask for any of the store's methods that decide or give back.
 func (l *Limiter) call(ctx context.Context, r *Request, op func(context.Context, Request) (Answer, error)) (Answer, error) {
-	b := l.breakers.first
+	b := l.breakers.First
 	if l.info.Server != nil {
-		b = l.breakers.of(l.info.Server(*r))
+		b = l.breakers.Of(l.info.Server(*r))
 	}
-	ok, probe := b.allow()
+	ok, probe := b.Allow()
 	if !ok {
 		return Answer{}, errBreakerOpen
 	}
 	a, err := l.rule.call(ctx, r, op)
 	switch {
 	case err == nil:
-		b.success(probe)
+		b.Success(probe)
 	case errors.Is(err, ErrContextDone):
-		b.abandoned(probe)
+		b.Abandoned(probe)
 		l.opts.Metrics.canceled()
 		return a, err
 	case isKeyAnswer(err):
-		b.success(probe) // the server answered, for this key
+		b.Success(probe) // the server answered, for this key
 	default:
-		b.failure(probe, err)
+		b.Failure(probe, err)
 	}
 	if m := l.opts.Metrics; m != nil {
 		m.roundTrip(l.clock.Now().Sub(r.Now), err == nil, causeOf(err))

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatewaykit/ratelimit/internal/breaker"
 	"github.com/gofiber/fiber/v2"
 	"github.com/redis/go-redis/v9"
 )
@@ -174,7 +175,7 @@ func TestBreakerSendsOneProbe(t *testing.T) {
 		BreakerFailures: 1, BreakerCooldown: time.Second,
 		Logger: slog.New(slog.DiscardHandler),
 	}, clock.Now)
-	l.breakers.first.failure(false, errors.New("down")) // open it
+	l.breakers.First.Failure(false, errors.New("down")) // open it
 	clock.Advance(time.Second)
 	app := newApp(h, nil)
 	send := func() int { return get(t, app, "").StatusCode }
@@ -196,7 +197,7 @@ func TestBreakerSendsOneProbe(t *testing.T) {
 	if store.callsNow() != 1 {
 		t.Fatalf("store called %d times while half-open, want 1 (the probe)", store.callsNow())
 	}
-	if got := breakerState(l.breakers.first.state.Load()); got != breakerClosed {
+	if got := l.breakers.First.State(); got != breaker.Closed {
 		t.Fatalf("breaker %v after the probe succeeded, want closed", got)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gatewaykit/ratelimit/internal/breaker"
 	"github.com/gatewaykit/ratelimit/internal/door"
 )
 
@@ -32,7 +33,7 @@ type Limiter struct {
 	info                       StoreInfo
 	incrOnly, fallbackIncrOnly bool
 
-	breakers *breakers // nil for a local store, which is called directly
+	breakers *breaker.Set // nil for a local store, which is called directly
 	rule     timeRule
 
 	// The throttled logs: counter failures, the gateway's own mistakes (a
@@ -120,8 +121,9 @@ func newLimiter(opts Options, now func() time.Time) *Limiter {
 	}
 	if !l.info.Local {
 		// A local store is called without one: it never waits.
-		l.breakers = newBreakers(func(node string) *breaker {
-			return newBreaker(opts.BreakerFailures, opts.BreakerCooldown, clk, l.failures.write, opts.Metrics, node)
+		l.breakers = breaker.NewSet(func(node string) *breaker.Breaker {
+			opts.Metrics.breakerMade()
+			return breaker.New(opts.BreakerFailures, opts.BreakerCooldown, clk.elapsed, l.failures.write, opts.Metrics.breakerChanged, node)
 		})
 	}
 	l.wiring = door.Wiring{InFlight: opts.Algorithm == InFlight, Local: l.info.Local, Unreadable: l.unreadable}

@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/gatewaykit/ratelimit/internal/breaker"
 )
 
 // Metrics counts what a limiter does: its decisions, by how each ended and
@@ -213,12 +215,12 @@ func (m *Metrics) Snapshot() MetricsSnapshot {
 		}
 	}
 	s.Breakers, s.BreakersOpen, s.BreakersHalf = m.breakers.Load(), m.open.Load(), m.halfOpen.Load()
-	s.Breaker = breakerClosed.String()
+	s.Breaker = breaker.Closed.String()
 	switch {
 	case s.BreakersOpen > 0:
-		s.Breaker = breakerOpen.String()
+		s.Breaker = breaker.Open.String()
 	case s.BreakersHalf > 0:
-		s.Breaker = breakerHalfOpen.String()
+		s.Breaker = breaker.HalfOpen.String()
 	}
 	e := &s.StoreErrors
 	e.Timeout, e.Refused = m.storeErrors[causeTimeout].Load(), m.storeErrors[causeRefused].Load()
@@ -289,18 +291,18 @@ func (m *Metrics) breakerMade() {
 }
 
 // breakerChanged records that a breaker went from one state to another.
-func (m *Metrics) breakerChanged(from, to breakerState) {
+func (m *Metrics) breakerChanged(from, to breaker.State) {
 	if m == nil {
 		return
 	}
 	for _, c := range []struct {
-		s breakerState
+		s breaker.State
 		d int64
 	}{{from, -1}, {to, 1}} {
 		switch c.s {
-		case breakerOpen:
+		case breaker.Open:
 			m.open.Add(c.d)
-		case breakerHalfOpen:
+		case breaker.HalfOpen:
 			m.halfOpen.Add(c.d)
 		}
 	}
@@ -329,31 +331,4 @@ func (m *Metrics) roundTrip(d time.Duration, ok bool, c cause) {
 	if !ok {
 		m.storeErrors[c].Add(1)
 	}
-}
-
-// breakerState is the state of a circuit breaker.
-type breakerState int32
-
-const (
-	// breakerClosed: every request asks the store.
-	breakerClosed breakerState = iota
-	// breakerOpen: the store failed Options.BreakerFailures times in a
-	// row; requests are decided without it until Options.BreakerCooldown
-	// passes.
-	breakerOpen
-	// breakerHalfOpen: the cool-down is over and one request, the probe,
-	// asks the store. Its success closes the breaker, its failure opens it
-	// again.
-	breakerHalfOpen
-)
-
-// String returns "closed", "open" or "half-open".
-func (s breakerState) String() string {
-	switch s {
-	case breakerClosed:
-		return "closed"
-	case breakerOpen:
-		return "open"
-	}
-	return "half-open"
 }

@@ -1,10 +1,9 @@
 package ratelimit
 
 import (
-	"hash/maphash"
-	"sync"
 	"time"
 
+	"github.com/gatewaykit/ratelimit/internal/keyed"
 	"github.com/gatewaykit/ratelimit/internal/window"
 )
 
@@ -25,63 +24,61 @@ import (
 // learned under: a request counted under another (a tenant whose plan
 // changed) asks the counter. An entry lasts at most maxRefusalAge, so that
 // Limiter.Reset on another replica reaches this one within that time, and
-// it holds at most refusalShards × refusalsPerShard keys.
+// it holds at most maxRefusals keys: a new key that finds its shard full
+// drops the entries that have ended, then the ones that end soonest (see
+// keyed.Map).
 //
 // With quotas, an entry is every limit's count as the counter reported it,
 // and a request is refused while its cost does not fit in all of them,
 // aged to its time; a window or period that has ended since asks the
 // counter.
-type refusals struct {
-	seed   maphash.Seed
-	shards [refusalShards]refusalShard
-}
+type refusals struct{ m *keyed.Map[refusal] }
 
 const (
-	refusalShards    = 16
-	refusalsPerShard = 1024
-	maxRefusalAge    = 10 * time.Second
+	maxRefusals   = 16 * 1024
+	maxRefusalAge = 10 * time.Second
 )
 
 // refusal is one key's entry: the limits it was learned under, and what
 // the store reported of them.
 type refusal struct {
-	limit   int64
-	window  time.Duration
-	algo    Algorithm
-	quotas  *quotaSet
-	at      time.Duration // when it was learned, since the limiter's epoch
-	expires time.Duration // when it is dropped: its end, or maxRefusalAge after at
-	counts  [maxQuotas + 1]Count
+	under
+	at     time.Duration // when it was learned, since the limiter's epoch
+	counts [maxQuotas + 1]Count
 }
 
-type refusalShard struct {
-	mu   sync.Mutex
-	ends map[string]refusal
-	_    [64]byte // keeps shards off each other's cache lines
-}
-
-func newRefusals() *refusals { return &refusals{seed: maphash.MakeSeed()} }
-
-func (rs *refusals) shard(key []byte) *refusalShard {
-	return &rs.shards[maphash.Bytes(rs.seed, key)%refusalShards]
-}
+func newRefusals() *refusals { return &refusals{keyed.New[refusal](maxRefusals, nil)} }
 
 // refuse reports whether the cache refuses r at now, and then what the
 // store reported, aged to now.
 func (rs *refusals) refuse(key []byte, r *Request, now time.Duration) (Answer, bool) {
-	s := rs.shard(key)
-	s.mu.Lock()
-	e, ok := s.ends[string(key)]
-	if ok && (now >= e.expires || e.limit != r.Limit || e.window != r.Window || e.algo != r.Algorithm || e.quotas != r.set) {
-		delete(s.ends, string(key))
+	s := rs.m.Lock(key)
+	p, ok := s.Get(key, now)
+	if ok && p.under != underOf(r) {
+		s.Delete(key) // learned under other limits: a plan changed
 		ok = false
 	}
-	s.mu.Unlock()
+	var e refusal
+	if ok {
+		e = *p // read without the lock, below
+	}
+	s.Unlock()
 	if !ok {
 		return Answer{}, false
 	}
 	return e.refuses(r, now)
 }
+
+// under is the limits an entry of the cache, or of the fallback's memory,
+// was learned under: it holds for requests counted under the same.
+type under struct {
+	limit  int64
+	window time.Duration
+	algo   Algorithm
+	quotas *quotaSet
+}
+
+func underOf(r *Request) under { return under{r.Limit, r.Window, r.Algorithm, r.set} }
 
 // refuses reports whether e refuses r at now: while r's cost does not fit
 // in all of its limits, aged to now. A window or period that has ended
@@ -110,11 +107,10 @@ func (e *refusal) limits(r *Request) (ls [maxQuotas + 1]window.Limit, n int) {
 	return ls, 1 + copy(ls[1:], r.set.lims[kindIndex(r.Algorithm)])
 }
 
-// add records the refusal a of r, learned at now. A full shard first
-// drops the entries that have ended, and then, if it is still full, an
-// eighth of its keys, which then ask the store once more.
+// add records the refusal a of r, learned at now. It lasts until its
+// window ends, or for maxRefusalAge at most.
 func (rs *refusals) add(key []byte, r *Request, a *Answer, now time.Duration) {
-	e := refusal{limit: r.Limit, window: r.Window, algo: r.Algorithm, quotas: r.set, at: now, counts: a.Counts}
+	e := refusal{under: underOf(r), at: now, counts: a.Counts}
 	end := now + maxRefusalAge
 	if r.set == nil {
 		// A fixed window refuses until it ends, a sliding one until its
@@ -125,36 +121,17 @@ func (rs *refusals) add(key []byte, r *Request, a *Answer, now time.Duration) {
 			end = now + main.Slide((*window.State)(&a.Counts[0])).Until(0)
 		}
 	}
-	e.expires = min(end, now+maxRefusalAge)
 	if end <= now {
 		return
 	}
-	s := rs.shard(key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ends == nil {
-		s.ends = make(map[string]refusal)
-	}
-	if len(s.ends) >= refusalsPerShard {
-		for k, old := range s.ends {
-			if old.expires <= now {
-				delete(s.ends, k)
-			}
-		}
-		for k := range s.ends {
-			if len(s.ends) < refusalsPerShard*7/8 {
-				break
-			}
-			delete(s.ends, k)
-		}
-	}
-	s.ends[string(key)] = e
+	s := rs.m.Lock(key)
+	*s.Put(key, min(end, now+maxRefusalAge), now) = e
+	s.Unlock()
 }
 
 // forget drops key's entry: its counts have been reset or given back.
 func (rs *refusals) forget(key []byte) {
-	s := rs.shard(key)
-	s.mu.Lock()
-	delete(s.ends, string(key))
-	s.mu.Unlock()
+	s := rs.m.Lock(key)
+	s.Delete(key)
+	s.Unlock()
 }

@@ -201,20 +201,15 @@ func TestOverLimitCacheIsOffForAMemoryCounter(t *testing.T) {
 // number of them, and the ones it keeps still refuse.
 func TestOverLimitCacheIsBounded(t *testing.T) {
 	r := newRefusals()
-	const keys = 20 * refusalShards * refusalsPerShard
+	const keys = 20 * maxRefusals
 	req := &Request{Cost: 1, Limit: 5, Window: time.Hour}
 	refused := &Answer{}
 	refused.Counts[0] = Count{N: 5, Left: time.Hour, Length: time.Hour}
 	for i := range keys {
 		r.add([]byte("rl:t"+strconv.Itoa(i)), req, refused, 0)
 	}
-	total := 0
-	for i := range r.shards {
-		total += len(r.shards[i].ends)
-	}
-	if total > refusalShards*refusalsPerShard || total < refusalShards*refusalsPerShard/2 {
-		t.Errorf("%d keys kept after %d refusals, want between %d and %d",
-			total, keys, refusalShards*refusalsPerShard/2, refusalShards*refusalsPerShard)
+	if total := r.m.Len(); total > maxRefusals || total < maxRefusals/2 {
+		t.Errorf("%d keys kept after %d refusals, want between %d and %d", total, keys, maxRefusals/2, maxRefusals)
 	}
 	last := []byte("rl:t" + strconv.Itoa(keys-1))
 	if a, ok := r.refuse(last, req, time.Second); !ok || a.Counts[0].Left != time.Hour-time.Second {

@@ -1,11 +1,10 @@
 package ratelimit
 
 import (
-	"hash/maphash"
 	"slices"
-	"sync"
 	"time"
 
+	"github.com/gatewaykit/ratelimit/internal/keyed"
 	"github.com/gatewaykit/ratelimit/internal/window"
 )
 
@@ -26,40 +25,18 @@ import (
 // request that a local store decides.
 //
 // It holds at most as many keys as the Fallback does, by the MaxKeys rule
-// (its MaxKeys for a MemoryCounter, else the default 1,000,000): the bound
-// is split in shares over its shards, and a new key that finds its
-// shard's share full first drops the entries that have ended, then, if
-// that frees less than an eighth of the share, the live entries that end
-// soonest, until an eighth is free; each live entry dropped is counted
-// (Metrics.Snapshot's RememberedEvicted), and its tenant is decided by the
-// fallback alone until the store answers for it again. About 250 bytes a
-// key.
-type usageMemory struct {
-	seed    maphash.Seed
-	shards  []usageShard
-	metrics *Metrics
-}
-
-const (
-	usageShards   = 64   // at most, for a bound of 65,536 keys or more
-	minUsageShare = 1024 // keys a shard holds at least, but below 2,048 in all
-)
-
-type usageShard struct {
-	mu    sync.Mutex
-	share int // the most keys it holds
-	m     map[string]*learned
-	_     [64]byte // keeps shards off each other's cache lines
-}
+// (its MaxKeys for a MemoryCounter, else the default 1,000,000). A new key
+// that finds its shard full drops the entries that have ended, then the
+// live ones that end soonest (see keyed.Map); each live entry dropped is
+// counted (Metrics.Snapshot's RememberedEvicted), and its tenant is
+// decided by the fallback alone until the store answers for it again.
+// About 250 bytes a key.
+type usageMemory struct{ m *keyed.Map[learned] }
 
 // learned is one key's entry.
 type learned struct {
-	limit  int64
-	window time.Duration
-	algo   Algorithm
-	quotas *quotaSet
-	n      int           // the limits, the main one first
-	end    time.Duration // when the last of until passes: dropped then
+	under
+	n      int // the limits, the main one first
 	left   [maxQuotas + 1]int64
 	until  [maxQuotas + 1]time.Duration
 	counts [maxQuotas + 1]Count // as the store reported them
@@ -73,30 +50,16 @@ type learned struct {
 
 // newUsageMemory returns a memory of at most bound keys, counted in m.
 func newUsageMemory(bound int, m *Metrics) *usageMemory {
-	n := 1
-	for n < usageShards && bound/(2*n) >= minUsageShare {
-		n *= 2
-	}
-	u := &usageMemory{seed: maphash.MakeSeed(), shards: make([]usageShard, n), metrics: m}
-	for i := range u.shards {
-		u.shards[i].share = bound / n
-		if i < bound%n {
-			u.shards[i].share++
-		}
-	}
-	return u
-}
-
-func (u *usageMemory) shard(key []byte) *usageShard {
-	return &u.shards[maphash.Bytes(u.seed, key)%uint64(len(u.shards))]
+	return &usageMemory{keyed.New[learned](bound, m.rememberedChanged)}
 }
 
 // learn records what the store answered (a) for r, whose key is key, at
 // now. It allocates only for a key it did not hold.
 func (u *usageMemory) learn(key []byte, r *Request, a *Answer, now time.Duration) {
-	e := learned{limit: r.Limit, window: r.Window, algo: r.Algorithm, quotas: r.set, at: now, counts: a.Counts}
+	e := learned{under: underOf(r), at: now, counts: a.Counts}
 	ls, n := (&refusal{}).limits(r)
 	e.n = n
+	var end time.Duration // when the last of until passes: dropped then
 	for j := range n {
 		st := window.State(a.Counts[j])
 		e.left[j] = ls[j].Figures(&st, 0).Remaining
@@ -105,71 +68,20 @@ func (u *usageMemory) learn(key []byte, r *Request, a *Answer, now time.Duration
 			hold += st.Length
 		}
 		e.until[j] = now + hold
-		e.end = max(e.end, e.until[j])
+		end = max(end, e.until[j])
 	}
-	s := u.shard(key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if old, ok := s.m[string(key)]; ok {
-		e.from, e.capped, e.caps = old.from, old.capped, old.caps
-		*old = e
-		return
-	}
-	if s.m == nil {
-		s.m = make(map[string]*learned)
-	}
-	if len(s.m) >= s.share {
-		u.makeRoom(s, now)
-	}
-	held := new(learned) // e itself stays on the stack
+	s := u.m.Lock(key)
+	defer s.Unlock()
+	held := s.Put(key, end, now)
+	e.from, e.capped, e.caps = held.from, held.capped, held.caps // nil for a new key
 	*held = e
-	s.m[string(key)] = held
-	u.metrics.rememberedChanged(1, 0)
-}
-
-// makeRoom drops s's entries that have ended at now and, if that leaves
-// less than an eighth of its share free, the live ones that end soonest
-// until an eighth is. It is called with s.mu held.
-func (u *usageMemory) makeRoom(s *usageShard, now time.Duration) {
-	held := len(s.m)
-	for k, e := range s.m {
-		if e.end <= now {
-			delete(s.m, k)
-		}
-	}
-	keep := s.share - max(s.share/8, 1)
-	ended := held - len(s.m)
-	if len(s.m) <= keep {
-		u.metrics.rememberedChanged(-int64(ended), 0)
-		return
-	}
-	ends := make([]time.Duration, 0, len(s.m))
-	for _, e := range s.m {
-		ends = append(ends, e.end)
-	}
-	slices.Sort(ends)
-	last := ends[len(s.m)-keep-1] // the latest end among those to drop
-	live := len(s.m)
-	for k, e := range s.m {
-		if len(s.m) <= keep {
-			break
-		}
-		if e.end <= last {
-			delete(s.m, k)
-		}
-	}
-	u.metrics.rememberedChanged(-int64(held-len(s.m)), uint64(live-len(s.m)))
 }
 
 // forget drops key's entry: its counts have been reset.
 func (u *usageMemory) forget(key []byte) {
-	s := u.shard(key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.m[string(key)]; ok {
-		delete(s.m, string(key))
-		u.metrics.rememberedChanged(-1, 0)
-	}
+	s := u.m.Lock(key)
+	s.Delete(key)
+	s.Unlock()
 }
 
 // lower lowers f, the fallback's request for r (whose key is key), at now,
@@ -179,16 +91,10 @@ func (u *usageMemory) forget(key []byte) {
 // limit, it reports true, with the store's answer as last learned, aged to
 // now, that limit short of the cost.
 func (u *usageMemory) lower(key []byte, r, f *Request, now time.Duration, share func(int64) int64) (Answer, bool) {
-	s := u.shard(key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, ok := s.m[string(key)]
-	if !ok || e.limit != r.Limit || e.window != r.Window || e.algo != r.Algorithm || e.quotas != r.set {
-		return Answer{}, false
-	}
-	if now >= e.end {
-		delete(s.m, string(key))
-		u.metrics.rememberedChanged(-1, 0)
+	s := u.m.Lock(key)
+	defer s.Unlock()
+	e, ok := s.Get(key, now)
+	if !ok || e.under != underOf(r) {
 		return Answer{}, false
 	}
 	var caps [maxQuotas + 1]int64 // what f may spend of each limit, at most
