@@ -224,7 +224,7 @@ func TestPingWarnsOfARedisWithoutPersistence(t *testing.T) {
 		{"volatile, plans", nil, Options{PlanFor: plans}, true},
 		{"volatile, no quotas", nil, Options{}, false},
 		{"AOF, quotas", []string{"--appendonly", "yes"}, Options{Quotas: month}, false},
-		{"RDB, quotas", []string{"--save", "3600 1"}, Options{Quotas: month}, false},
+		{"RDB, quotas", []string{"--save", "3600", "1"}, Options{Quotas: month}, false}, // two arguments: Redis 6.0 reads "3600 1" as one
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			srv, err := redistest.Start(false, c.args...)
