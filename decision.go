@@ -140,6 +140,15 @@ func (r *Request) main() window.Limit {
 	return window.Limit{Name: r.Name, Limit: r.Limit, Window: r.Window, Kind: window.Kind(r.Algorithm)}
 }
 
+// limits are the limits of r, main one first, and how many.
+func (r *Request) limits() (ls [maxQuotas + 1]window.Limit, n int) {
+	ls[0] = r.main()
+	if r.set == nil {
+		return ls, 1
+	}
+	return ls, 1 + copy(ls[1:], r.set.lims[kindIndex(r.Algorithm)])
+}
+
 // counted decides into d a request r that a store decided, as a says,
 // against the budget p.
 func (l *Limiter) counted(d *Decision, p *policyHeaders, by Decider, r *Request, a *Answer, err error) {

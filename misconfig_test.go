@@ -12,22 +12,30 @@ import (
 	"time"
 
 	"github.com/gatewaykit/ratelimit/internal/redisstore"
+	"github.com/gatewaykit/ratelimit/internal/testkit/redistest"
 	"github.com/redis/go-redis/v9"
 )
+
+// startPasswordedRedis starts a server of the test's own that wants the
+// password "secret", and returns it with an admin client, whose
+// connection stays authenticated after the password is set.
+func startPasswordedRedis(t *testing.T) (*redistest.Server, *redis.Client) {
+	srv := startChaosRedis(t, 0)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { admin.Close() })
+	if err := admin.ConfigSet(context.Background(), "requirepass", "secret").Err(); err != nil {
+		t.Fatal(err)
+	}
+	return srv, admin
+}
 
 // A misconfigured Redis is not an outage: Ping reports it at start-up in
 // the server's own words, with what to fix, and at request time the
 // limiter logs it as a configuration error and counts it apart, while the
 // request is decided as for any failure (here, failing open).
 func TestMisconfiguredRedis(t *testing.T) {
-	srv := startChaosRedis(t, 0)
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { admin.Close() })
+	srv, admin := startPasswordedRedis(t)
 	ctx := context.Background()
-	// The admin's connection stays authenticated after the password is set.
-	if err := admin.ConfigSet(ctx, "requirepass", "secret").Err(); err != nil {
-		t.Fatal(err)
-	}
 	if err := admin.Do(ctx, "acl", "setuser", "otherkeys", "on", ">pw", "+@all", "~other:*").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -105,10 +113,7 @@ func TestPing(t *testing.T) {
 func TestPingWithoutScripting(t *testing.T) {
 	admin := newRedisClient(t)
 	user, password := noScriptUser(t, admin)
-	opt := redisOptions(t)
-	opt.Username, opt.Password = user, password
-	rdb := redis.NewClient(opt)
-	t.Cleanup(func() { rdb.Close() })
+	rdb := userClients[0].client(t, user, password) // a single node
 	c := NewRedisCounter(rdb)
 	rec := newLogRecorder()
 	if err := NewLimiter(Options{Counter: c, Limit: 10, Window: time.Minute, Logger: rec.logger()}).Ping(context.Background()); err != nil {
@@ -345,13 +350,8 @@ func TestPlainClientOnAClusterNode(t *testing.T) {
 // limiter (so that each logs its line) on one counter, so that most of
 // them share one call, which gets the protocol error.
 func TestUnauthenticatedClient(t *testing.T) {
-	srv := startChaosRedis(t, 0)
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { admin.Close() })
+	srv, _ := startPasswordedRedis(t)
 	ctx := context.Background()
-	if err := admin.ConfigSet(ctx, "requirepass", "secret").Err(); err != nil {
-		t.Fatal(err)
-	}
 	const requests = 16
 	for _, kind := range []struct {
 		name  string

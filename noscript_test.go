@@ -99,10 +99,7 @@ func TestServerWithoutScripting(t *testing.T) {
 func TestServerWithoutScriptingKeyOfAnotherType(t *testing.T) {
 	admin := newRedisClient(t)
 	user, password := noScriptUser(t, admin)
-	opt := redisOptions(t)
-	opt.Username, opt.Password = user, password
-	rdb := redis.NewClient(opt)
-	t.Cleanup(func() { rdb.Close() })
+	rdb := userClients[0].client(t, user, password) // a single node
 	ctx := context.Background()
 	listed, other := uniqueTenant(t)+":listed", uniqueTenant(t)+":other"
 	if err := admin.RPush(ctx, tenantKey(listed), "not a count").Err(); err != nil {

@@ -84,7 +84,7 @@ func underOf(r *Request) under { return under{r.Limit, r.Window, r.Algorithm, r.
 // in all of its limits, aged to now. A window or period that has ended
 // since asks the store.
 func (e *refusal) refuses(r *Request, now time.Duration) (a Answer, ok bool) {
-	ls, n := e.limits(r)
+	ls, n := r.limits()
 	all := true
 	for j := range n {
 		st, live := ls[j].Aged(window.State(e.counts[j]), now-e.at)
@@ -96,15 +96,6 @@ func (e *refusal) refuses(r *Request, now time.Duration) (a Answer, ok bool) {
 		all = all && st.Fits
 	}
 	return a, !all
-}
-
-// limits are the limits of r, main one first, and how many.
-func (e *refusal) limits(r *Request) (ls [maxQuotas + 1]window.Limit, n int) {
-	ls[0] = r.main()
-	if r.set == nil {
-		return ls, 1
-	}
-	return ls, 1 + copy(ls[1:], r.set.lims[kindIndex(r.Algorithm)])
 }
 
 // add records the refusal a of r, learned at now. It lasts until its

@@ -57,7 +57,7 @@ func newUsageMemory(bound int, m *Metrics) *usageMemory {
 // now. It allocates only for a key it did not hold.
 func (u *usageMemory) learn(key []byte, r *Request, a *Answer, now time.Duration) {
 	e := learned{under: underOf(r), at: now, counts: a.Counts}
-	ls, n := (&refusal{}).limits(r)
+	ls, n := r.limits()
 	e.n = n
 	var end time.Duration // when the last of until passes: dropped then
 	for j := range n {
@@ -127,7 +127,7 @@ func (u *usageMemory) lower(key []byte, r, f *Request, now time.Duration, share 
 // reports only that much left; one whose window has ended since, a
 // window of its own to start.
 func (e *learned) refusal(r *Request, caps *[maxQuotas + 1]int64, now time.Duration) (a Answer) {
-	ls, _ := (&refusal{}).limits(r)
+	ls, _ := r.limits()
 	for j := range e.n {
 		if now >= e.until[j] {
 			// Ended: a request would start a window of its own.

@@ -78,7 +78,7 @@ func (l *Limiter) Usage(ctx context.Context, tenant string) ([]Usage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ratelimit: usage of tenant %s: %w", logTenant(tenant), err)
 	}
-	ls, n := (&refusal{}).limits(&r)
+	ls, n := r.limits()
 	us := make([]Usage, n)
 	for j := range n {
 		us[j] = usageOf(&ls[j], &a.Counts[j])

@@ -158,21 +158,25 @@ func slidingWeighs(s *subject) {
 	s.expect("10, two windows later", s.take(r), true, 10)
 }
 
+// periodsHoldNow checks, on a store whose periods are its server's, that
+// it reports for each calendar quota the period that holds now.
+func (s *subject) periodsHoldNow(name string, quotas []ratelimit.Quota) {
+	r := s.req(tenant(s.t, name), ratelimit.FixedWindow, 1, 10, time.Minute, quotas...)
+	a := s.take(r)
+	now := time.Now()
+	for j, q := range quotas {
+		start, end := window.Period(window.Calendar(q.Calendar), now)
+		c := a.Counts[j+1]
+		if c.Length != end.Sub(start) || math.Abs(float64(c.Left-end.Sub(now))) > float64(5*time.Second) {
+			s.t.Errorf("%s: Left %v of Length %v, want about %v of %v", q.Name, c.Left, c.Length, end.Sub(now), end.Sub(start))
+		}
+	}
+}
+
 func calendarPeriods(s *subject) {
 	day := []ratelimit.Quota{{Name: "day", Limit: 2, Calendar: ratelimit.CalendarDay}, {Name: "month", Limit: 3, Calendar: ratelimit.CalendarMonth}}
 	if s.own {
-		// The periods are the server's: check that the store reports the
-		// ones that hold now.
-		r := s.req(tenant(s.t, "calendar"), ratelimit.FixedWindow, 1, 10, time.Minute, day...)
-		a := s.take(r)
-		now := time.Now()
-		for j, q := range day {
-			start, end := window.Period(window.Calendar(q.Calendar), now)
-			c := a.Counts[j+1]
-			if c.Length != end.Sub(start) || math.Abs(float64(c.Left-end.Sub(now))) > float64(5*time.Second) {
-				s.t.Errorf("%s: Left %v of Length %v, want about %v of %v", q.Name, c.Left, c.Length, end.Sub(now), end.Sub(start))
-			}
-		}
+		s.periodsHoldNow("calendar", day)
 		return
 	}
 	// A day's last moment, then the next day's first, in a leap year's
@@ -199,18 +203,7 @@ func calendarPeriods(s *subject) {
 func weeksAndYears(s *subject) {
 	quotas := []ratelimit.Quota{{Name: "week", Limit: 2, Calendar: ratelimit.CalendarWeek}, {Name: "year", Limit: 3, Calendar: ratelimit.CalendarYear}}
 	if s.own {
-		// The periods are the server's: check that the store reports the
-		// ones that hold now.
-		r := s.req(tenant(s.t, "weeks"), ratelimit.FixedWindow, 1, 10, time.Minute, quotas...)
-		a := s.take(r)
-		now := time.Now()
-		for j, q := range quotas {
-			start, end := window.Period(window.Calendar(q.Calendar), now)
-			c := a.Counts[j+1]
-			if c.Length != end.Sub(start) || math.Abs(float64(c.Left-end.Sub(now))) > float64(5*time.Second) {
-				s.t.Errorf("%s: Left %v of Length %v, want about %v of %v", q.Name, c.Left, c.Length, end.Sub(now), end.Sub(start))
-			}
-		}
+		s.periodsHoldNow("weeks", quotas)
 		return
 	}
 	const day = 24 * time.Hour
