@@ -44,9 +44,26 @@ const (
 	// Fallback) to be a Store, and has no
 	// Quotas; PlanFor gives a tenant its own number of slots and lease.
 	InFlight
+
+	// TokenBucket is a token bucket, as golang.org/x/time/rate has it:
+	// Limit per Window is the sustained rate, and Options.Burst (default:
+	// Limit) the most a tenant may spend at once after resting. A unit
+	// comes back every Window/Limit; a rested tenant holds Burst. It is
+	// decided as GCRA: a tenant's key holds one time, when its bucket is
+	// full again, on the store's clock (Redis's TIME, in microseconds), so
+	// that no replica's clock matters. A refused request writes nothing;
+	// a cost above Burst is refused at once, with no RetryAfter, since it
+	// never fits. The headers report Limit per Window as the policy,
+	// Remaining as the whole units the bucket holds now, and Reset as the
+	// time until it is full (docs/algorithms.md works an example). It
+	// waits instead of refusing with Limiter.Wait and the doors' MaxDelay.
+	// A Quota with a Window counts beside it in fixed windows. It needs
+	// Counter (and Fallback) to be a Store.
+	TokenBucket
 )
 
-// String returns "fixed window", "sliding window" or "in flight".
+// String returns "fixed window", "sliding window", "in flight" or "token
+// bucket".
 func (a Algorithm) String() string {
 	switch a {
 	case FixedWindow:
@@ -55,6 +72,8 @@ func (a Algorithm) String() string {
 		return "sliding window"
 	case InFlight:
 		return "in flight"
+	case TokenBucket:
+		return "token bucket"
 	}
 	return "Algorithm(" + strconv.Itoa(int(a)) + ")"
 }

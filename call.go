@@ -171,7 +171,7 @@ func (l *Limiter) failed(ctx context.Context, d *Decision, r *Request, err error
 		a, ferr := l.askFallback(ctx, &f)
 		if ferr == nil {
 			l.counted(d, &l.fallbackPolicy, ByFallback, &f, &a, err)
-			if f.Cost > f.Limit {
+			if f.Cost > f.most() {
 				d.RetryAfter = 0 // it never fits the fallback's budget
 			}
 			l.decided(d, &f)
@@ -191,6 +191,9 @@ func (l *Limiter) failed(ctx context.Context, d *Decision, r *Request, err error
 func (l *Limiter) fallbackRequest(ctx context.Context, r *Request) Request {
 	f := *r
 	f.Limit = l.fallbackLimit(r.Limit)
+	if r.Algorithm == TokenBucket {
+		f.Burst = l.fallbackLimit(r.Burst) // in the same proportion
+	}
 	f.setQuotas(r.set.fallbackSet())
 	f.Deadline, _ = ctx.Deadline()
 	return f

@@ -105,11 +105,19 @@ type Request struct {
 	Limit  int64
 	Window time.Duration
 
+	// Burst is, for a TokenBucket, the most units the bucket holds, at
+	// least 1; Delay how long the request may wait for its turn
+	// (Limiter.Wait, a door's MaxDelay): Take counts a cost that fits
+	// within Delay from now, reserving its place, and 0 decides now.
+	Burst int64
+	Delay time.Duration
+
 	// Quotas are further limits, decided with the main one, all or
 	// nothing: at most 4, their names unique and other than Name. A
 	// limiter's (or a plan's) quotas come in the same slice every time.
-	// A quota with a Window counts by Algorithm, as the main limit does;
-	// one with a Calendar counts in the periods of the UTC calendar.
+	// A quota with a Window counts by Algorithm, as the main limit does
+	// (beside a TokenBucket, in fixed windows); one with a Calendar
+	// counts in the periods of the UTC calendar.
 	Quotas []Quota
 
 	// Now is the time of the request on the Limiter's clock. A store

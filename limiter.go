@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -106,6 +107,9 @@ func newLimiter(opts Options, now func() time.Time) *Limiter {
 	}
 	l.base = Request{Algorithm: opts.Algorithm, Cost: 1, Name: l.policy.policy, Limit: int64(opts.Limit),
 		Window: opts.Window, key: keyOf{prefix: keyPrefix(opts.Name), v6Bits: uint8(opts.IPv6Prefix)}}
+	if opts.Algorithm == TokenBucket {
+		l.base.Burst = int64(cmp.Or(opts.Burst, opts.Limit))
+	}
 	l.base.setQuotas(l.quotas)
 	l.attach()
 	if opts.Metrics != nil && !opts.Metrics.attached.CompareAndSwap(false, true) {
@@ -286,7 +290,7 @@ func (l *Limiter) takeAny(ctx context.Context, d *Decision, r *Request, cost int
 	if r.set != nil && r.set.calendar {
 		r.Now = l.clock.Now() // a calendar period follows the wall clock
 	}
-	if r.Cost > r.Limit || r.set != nil && r.set.neverFits(r.Cost) {
+	if r.Cost > r.most() || r.set != nil && r.set.neverFits(r.Cost) {
 		// It never fits: no need to ask.
 		l.neverFits(d, r)
 		l.decided(d, r)
@@ -342,10 +346,10 @@ func (l *Limiter) planned(ctx context.Context, d *Decision, r *Request) bool {
 // plan sets r's limit, window and quotas to its tenant's plan.
 func (l *Limiter) plan(r *Request) error {
 	p := l.opts.PlanFor(r.Tenant)
-	if p.Limit == 0 && p.Window == 0 && p.Quotas == nil {
+	if p.Limit == 0 && p.Window == 0 && p.Quotas == nil && p.Burst == 0 {
 		return nil
 	}
-	if err := p.check(); err != nil {
+	if err := p.check(r.Algorithm); err != nil {
 		return err
 	}
 	if len(p.Quotas) > 0 && r.Algorithm == InFlight {
@@ -374,6 +378,10 @@ func (l *Limiter) plan(r *Request) error {
 	}
 	if p.Window != 0 {
 		r.Window = p.Window
+	}
+	if r.Algorithm == TokenBucket {
+		// The plan's Burst, else Options.Burst, else the plan's Limit.
+		r.Burst = int64(cmp.Or(p.Burst, l.opts.Burst, p.Limit, l.opts.Limit))
 	}
 	return nil
 }

@@ -177,6 +177,12 @@ func (m *MemoryCounter) Take(_ context.Context, r Request) (a Answer, err error)
 	// to build.
 	var buf [maxKeyLen]byte
 	st := (*window.State)(&a.Counts[0])
+	if r.Algorithm == TokenBucket {
+		main := r.main()
+		err = m.engine.TakeBucket(r.appendKey(buf[:0]), &main, r.Cost, r.Delay, memstore.Nanos(r.Now), st)
+		a.Allowed = st.Fits
+		return a, memoryError(err)
+	}
 	if err := m.engine.TakeWindow(r.appendKey(buf[:0]), window.Kind(r.Algorithm), r.Cost, r.Limit, r.Window, memstore.Nanos(r.Now), st); err != nil {
 		return Answer{}, memoryError(err)
 	}

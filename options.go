@@ -62,6 +62,13 @@ type Options struct {
 	// Optional. Default: FixedWindow
 	Algorithm Algorithm
 
+	// Burst is, for a TokenBucket, the most units a tenant may spend at
+	// once after resting: between 1 and 2^53, or 0 for Limit. Setup
+	// panics for a Burst on another algorithm.
+	//
+	// Optional. Default: Limit
+	Burst int
+
 	// PlanFor returns a tenant's own budget, for a gateway whose tenants are
 	// not all on one plan: its Plan's Limit per Window, a zero field taking
 	// the field of Options. It runs on every request, with the tenant ID,
@@ -241,8 +248,11 @@ func withDefaults(opts Options) Options {
 	if why := windowOutOfBounds(opts.Window); why != "" {
 		panic("ratelimit: " + why)
 	}
-	if opts.Algorithm != FixedWindow && opts.Algorithm != SlidingWindow && opts.Algorithm != InFlight {
-		panic(fmt.Sprintf("ratelimit: Algorithm must be FixedWindow, SlidingWindow or InFlight, got %d", int(opts.Algorithm)))
+	if opts.Algorithm < FixedWindow || opts.Algorithm > TokenBucket {
+		panic(fmt.Sprintf("ratelimit: Algorithm must be FixedWindow, SlidingWindow, InFlight or TokenBucket, got %d", int(opts.Algorithm)))
+	}
+	if err := checkBurst(opts.Burst, opts.Algorithm); err != nil {
+		panic("ratelimit: " + err.Error())
 	}
 	if opts.Algorithm == InFlight && len(opts.Quotas) > 0 {
 		panic("ratelimit: Quotas: an InFlight limiter counts requests running, not requests per period; " +
@@ -288,6 +298,18 @@ func withDefaults(opts Options) Options {
 }
 
 // checkDuration panics unless d is within [lo, hi], or zero when optional.
+// checkBurst says why burst cannot be the Burst of a limiter of algo, or
+// nil.
+func checkBurst(burst int, algo Algorithm) error {
+	switch {
+	case burst != 0 && algo != TokenBucket:
+		return fmt.Errorf("Burst is set, but Algorithm is %v: only a TokenBucket has a burst", algo)
+	case burst < 0 || burst > maxLimit:
+		return fmt.Errorf("Burst must be between 1 and 2^53, or 0 for Limit, got %d", burst)
+	}
+	return nil
+}
+
 func checkDuration(field string, d, lo, hi time.Duration, optional bool) {
 	if optional && d == 0 {
 		return

@@ -26,6 +26,11 @@ type Plan struct {
 	// that budget as Quotas with a Calendar.
 	Window time.Duration
 
+	// Burst is, for a TokenBucket limiter, the most units the tenant may
+	// spend at once: between 1 and 2^53, or 0 for Options.Burst (itself
+	// defaulting to the plan's Limit).
+	Burst int
+
 	// Quotas, when not nil, replace Options.Quotas for the tenant: a plan
 	// that sells "1,000,000 a month" has its own. An empty, non-nil slice
 	// gives the tenant none. They are checked as Options.Quotas are (their
@@ -42,7 +47,10 @@ type Plan struct {
 
 // check returns why p cannot be a plan, or nil: a negative limit, or a
 // window outside Options.Window's bounds.
-func (p Plan) check() error {
+func (p Plan) check(algo Algorithm) error {
+	if err := checkBurst(p.Burst, algo); err != nil {
+		return fmt.Errorf("ratelimit: plan {Limit:%d Window:%v Burst:%d}: %w", p.Limit, p.Window, p.Burst, err)
+	}
 	if p.Limit < 0 || p.Limit > maxLimit {
 		return fmt.Errorf("ratelimit: plan {Limit:%d Window:%v}: Limit must be between 1 and 2^53, or 0 for Options.Limit", p.Limit, p.Window)
 	}

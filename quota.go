@@ -320,8 +320,7 @@ func (r *Request) quotaSet() (*quotaSet, error) {
 // call is r as a store's engine takes it: its limits as the window
 // package has them, its quotas prepared.
 func (r *Request) call() (window.Call, error) {
-	c := window.Call{Cost: r.Cost, Slot: r.Slot, Now: r.Now, Marks: r.Marks,
-		Main: window.Limit{Name: r.Name, Limit: r.Limit, Window: r.Window, Kind: window.Kind(r.Algorithm)}}
+	c := window.Call{Cost: r.Cost, Slot: r.Slot, Now: r.Now, Marks: r.Marks, Delay: r.Delay, Main: r.main()}
 	s, err := r.quotaSet()
 	if s != nil {
 		c.Quotas = s.lims[kindIndex(r.Algorithm)]

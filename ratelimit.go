@@ -124,7 +124,8 @@ type Config struct {
 	Name                  string                   // the limiter's keys and policy name; default: ""
 	Limit                 int                      // required: requests per tenant per window, 1 to 2^53
 	Window                time.Duration            // required: the window, 1ms to 24h (longer: a Quota with a Calendar)
-	Algorithm             Algorithm                // FixedWindow (default), SlidingWindow or InFlight
+	Algorithm             Algorithm                // FixedWindow (default), SlidingWindow, InFlight or TokenBucket
+	Burst                 int                      // a TokenBucket's most at once, 1 to 2^53; default: Limit
 	PlanFor               func(tenant string) Plan // a tenant's own budget; default: nil
 	Quotas                []Quota                  // further limits, per Window or per day, week, month or year (Quota.Calendar); default: nil
 	Shadow                bool                     // count and decide, but never refuse
@@ -150,6 +151,7 @@ func (cfg *Config) options() Options {
 		Limit:                 cfg.Limit,
 		Window:                cfg.Window,
 		Algorithm:             cfg.Algorithm,
+		Burst:                 cfg.Burst,
 		PlanFor:               cfg.PlanFor,
 		Quotas:                cfg.Quotas,
 		Shadow:                cfg.Shadow,

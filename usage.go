@@ -91,6 +91,10 @@ func usageOf(l *window.Limit, c *Count) Usage {
 	st := window.State(*c)
 	u := Usage{Name: l.Name, Limit: int(l.Limit), Window: l.Window, Used: int(c.N)}
 	switch {
+	case l.Kind == window.Bucket && l.Calendar == 0:
+		// The units the bucket holds now, and the time until it is full.
+		u.Remaining, u.Reset = int(max(l.Burst-c.N, 0)), c.Left
+		return u
 	case l.Kind == window.Sliding && l.Calendar == 0:
 		s := l.Slide(&st)
 		left := s.Remaining(l.Limit)

@@ -19,6 +19,10 @@ func (m *Store) Take(key []byte, c *window.Call, r *window.Result) error {
 		return m.takeFlight(key, c, r)
 	case c.Quotas != nil:
 		return m.takeGroup(key, c, r)
+	case c.Main.Kind == window.Bucket:
+		err := m.TakeBucket(key, &c.Main, c.Cost, c.Delay, Nanos(c.Now), &r.Counts[0])
+		r.Allowed = r.Counts[0].Fits
+		return err
 	}
 	return m.takeWindow(key, c, r)
 }

@@ -1,6 +1,7 @@
 package memstore
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -31,6 +32,10 @@ func (m *Store) Give(key []byte, c *window.Call) error {
 			g.give(c)
 		}
 	case w.group() != nil || w.flight() != nil:
+	case k == window.Bucket:
+		if w.width == bucketMark {
+			giveBucket(w, &c.Main, c.Cost, Nanos(c.Now))
+		}
 	case k == window.Sliding && w.width == int64(c.Main.Window) && w.start == c.Marks[0],
 		k == window.Fixed && w.width == 0 && w.end == c.Marks[0]:
 		giveBack(&w.count, c.Cost)
@@ -64,6 +69,10 @@ func (g *group) give(c *window.Call) {
 	for j := range n {
 		s := &g.subs[j]
 		s.roll(&ls[j], now, wall)
+		if s.bucket {
+			s.count = int64(math.Float64bits(micros(now) + ls[j].Bucket().Give(s.bucketLeft(now), c.Cost)))
+			continue
+		}
 		if s.count != 0 && s.mark(&ls[j]) == c.Marks[j] {
 			s.count -= min(s.count, c.Cost)
 		}

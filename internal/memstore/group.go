@@ -67,6 +67,7 @@ type sub struct {
 	name       string // the limit's name
 	width      int64  // a window's length; 0 for a calendar period
 	sliding    bool
+	bucket     bool // a token bucket: count holds its TAT's bits (see bucket.go)
 	cal        window.Calendar
 	start, end int64 // the window running; end 0: none
 	period     int64 // the calendar period counted: its start and end, in Unix nanoseconds
@@ -107,6 +108,9 @@ func (m *Store) takeGroup(key []byte, c *window.Call, r *window.Result) error {
 		s.roll(&ls[j], now, wall)
 		s.state(st, &ls[j], now, wall)
 		st.Fits = ls[j].Fits(st, c.Cost)
+		if ls[j].Kind == window.Bucket && ls[j].Calendar == 0 {
+			_, st.Fits = ls[j].Bucket().Take(s.bucketLeft(now), c.Cost, micros(int64(c.Delay)))
+		}
 		all = all && st.Fits
 	}
 	if all {
@@ -115,7 +119,7 @@ func (m *Store) takeGroup(key []byte, c *window.Call, r *window.Result) error {
 		keep := g.keep.Load()
 		for j := range n {
 			s, st := &g.subs[j], &r.Counts[j]
-			s.add(&ls[j], c.Cost, now, wall)
+			s.add(&ls[j], c.Cost, c.Delay, now, wall)
 			s.state(st, &ls[j], now, wall)
 			st.Fits = true
 			keep = max(keep, s.keep())
@@ -175,6 +179,9 @@ func (w *entry) asSub(name string, now int64) sub {
 		return sub{name: name}
 	}
 	s := sub{name: name, start: w.start, end: w.end, count: w.count.Load()}
+	if w.width == bucketMark {
+		return sub{name: name, bucket: true, count: s.count}
+	}
 	if w.width != 0 {
 		s.width, s.sliding, s.prev = w.width, true, w.prev
 	} else if now >= w.end {
@@ -214,6 +221,10 @@ func sliding(l *window.Limit) bool { return l.Kind == window.Sliding && l.Calend
 // gives way to the next, a sliding window's count passing to prev.
 func (s *sub) roll(l *window.Limit, now int64, wall time.Time) {
 	switch {
+	case l.Kind == window.Bucket && l.Calendar == 0:
+		if !s.bucket {
+			*s = sub{name: s.name, cal: s.cal, bucket: true, count: int64(math.Float64bits(micros(now)))}
+		}
 	case l.Calendar != 0:
 		if w := wall.UnixNano(); w < s.period || w >= s.periodEnd {
 			start, end := window.Period(l.Calendar, wall)
@@ -237,7 +248,7 @@ func (s *sub) roll(l *window.Limit, now int64, wall time.Time) {
 		}
 		s.sliding, s.width, s.start, s.end = true, w, ws, ws+w
 	default:
-		if s.sliding {
+		if s.sliding || s.bucket {
 			*s = sub{name: s.name, cal: s.cal}
 		}
 		if s.end != 0 && now >= s.end {
@@ -253,6 +264,8 @@ func (s *sub) roll(l *window.Limit, now int64, wall time.Time) {
 func (s *sub) state(st *window.State, l *window.Limit, now int64, wall time.Time) {
 	st.N, st.Prev = s.count, 0
 	switch {
+	case l.Kind == window.Bucket && l.Calendar == 0:
+		*st = l.Bucket().State(s.bucketLeft(now), true)
 	case l.Calendar != 0:
 		st.Left, st.Length = time.Duration(s.periodEnd-wall.UnixNano()), time.Duration(s.periodEnd-s.period)
 	case sliding(l):
@@ -266,8 +279,14 @@ func (s *sub) state(st *window.State, l *window.Limit, now int64, wall time.Time
 	st.Mark = s.mark(l)
 }
 
-// add counts cost in s at now; a fixed window that was not running starts.
-func (s *sub) add(l *window.Limit, cost, now int64, wall time.Time) {
+// add counts cost in s at now; a fixed window that was not running starts;
+// a bucket's cost may wait delay for its turn.
+func (s *sub) add(l *window.Limit, cost int64, delay time.Duration, now int64, wall time.Time) {
+	if s.bucket {
+		after, _ := l.Bucket().Take(s.bucketLeft(now), cost, micros(int64(delay)))
+		s.count = int64(math.Float64bits(micros(now) + after))
+		return
+	}
 	s.count += cost
 	if l.Calendar != 0 {
 		s.end = now + (s.periodEnd - wall.UnixNano())
@@ -286,6 +305,8 @@ func (s *sub) mark(l *window.Limit) int64 {
 		return s.period
 	case sliding(l):
 		return s.start
+	case s.bucket:
+		return 0 // a bucket has no windows: see window.BucketOf.Give
 	}
 	return s.end
 }
@@ -294,6 +315,8 @@ func (s *sub) mark(l *window.Limit) int64 {
 // sliding one, or now when it counts nothing.
 func (s *sub) keep() int64 {
 	switch {
+	case s.bucket:
+		return window.AddClamped(int64(min(math.Float64frombits(uint64(s.count))*1e3, math.MaxInt64/2)), bucketSlack)
 	case s.sliding && (s.count > 0 || s.prev > 0):
 		return window.AddClamped(s.end, s.width)
 	case s.count > 0:

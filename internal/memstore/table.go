@@ -146,6 +146,9 @@ func (w *entry) keep() int64 {
 	if f := w.flight(); f != nil {
 		return f.keep.Load()
 	}
+	if w.width == bucketMark {
+		return w.bucketKeep()
+	}
 	if w.width != 0 {
 		return window.AddClamped(w.end, w.width)
 	}

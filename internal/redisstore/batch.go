@@ -107,6 +107,10 @@ type opKey struct {
 	limit  int64
 	kind   window.Kind
 	quotas *quotaArgs // decided together with the key's limit, when not nil
+	// A token bucket's burst, interval (µs, window.BucketOf) and how long
+	// in µs its callers may wait for their turn.
+	burst, delay int64
+	iv           float64
 	// A call that gives back (Release) or takes slots in flight carries
 	// arguments of its own: never one op with another call.
 	x *opArgs

@@ -237,11 +237,20 @@ func takeSliding(t *testing.T, s *Store, key string, l window.Limit, costs []int
 // put a request at an exact instant.
 func scriptAt(t *testing.T, ms int64) string {
 	t.Helper()
-	const clock = "  local t = redis.call('TIME')\n  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+	return scriptAtMicros(t, ms*1000)
+}
+
+// scriptAtMicros is scriptAt at us microseconds since 1970.
+func scriptAtMicros(t *testing.T, us int64) string {
+	t.Helper()
+	const clock = "  local t = redis.call('TIME')\n" +
+		"  nowus = tonumber(t[1]) * 1000000 + tonumber(t[2])\n" +
+		"  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
 	if strings.Count(takeScript, clock) != 1 {
-		t.Fatal("take.lua's clock function is not as this test knows it: mend scriptAt")
+		t.Fatal("take.lua's clock function is not as this test knows it: mend scriptAtMicros")
 	}
-	return strings.Replace(takeScript, clock, "  return "+strconv.FormatInt(ms, 10)+"\n", 1)
+	stopped := "  nowus = " + strconv.FormatInt(us, 10) + "\n  return " + strconv.FormatInt(us/1000, 10) + "\n"
+	return strings.Replace(takeScript, clock, stopped, 1)
 }
 
 // A quota's window ends at its end instant, as in memstore (a window

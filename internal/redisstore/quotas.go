@@ -46,8 +46,11 @@ func argsOf(c *window.Call) *quotaArgs {
 		}
 	}
 	a := &quotaArgs{n: 1 + len(c.Quotas), main: c.Main.Name, kind: c.Main.Kind}
-	k := kindOne[kindIndex(c.Main.Kind)]
-	a.args = append(a.args, k, c.Main.Name, hexArg(int64(len(c.Quotas))))
+	k, main := kindOne[kindIndex(c.Main.Kind)], kindOne[kindIndex(c.Main.Kind)]
+	if c.Main.Kind == window.Bucket {
+		main = "b" // and a quota with a Window counts in fixed windows
+	}
+	a.args = append(a.args, main, c.Main.Name, hexArg(int64(len(c.Quotas))))
 	for _, q := range c.Quotas {
 		qk, ms := k, any(window.CeilDiv(q.Window, time.Millisecond))
 		switch q.Calendar {

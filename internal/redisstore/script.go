@@ -205,6 +205,11 @@ func call(ctx context.Context, ops []*takeOp, body bool) scriptCmd {
 			continue
 		}
 		switch {
+		case op.kind == window.Bucket:
+			args = op.bucketArgs(args, one, setOf)
+			if one {
+				continue
+			}
 		case op.quotas != nil && one:
 			args = append(args, "g", hexArg(int64(setOf(op))), limitArg, msArg)
 			continue
@@ -235,6 +240,14 @@ func (x *opArgs) append(args []any, op *takeOp, setOf func(*takeOp) int, limitAr
 		return append(args, "i", limitArg, msArg, x.token, cost)
 	case op.kind == window.InFlight:
 		return append(args, "y", x.token, cost)
+	case op.quotas != nil && op.kind == window.Bucket:
+		args = append(args, "X", hexArg(int64(setOf(op))), hexArg(op.burst), ivArg(op.iv), 0, cost)
+		for j := range op.limits() {
+			args = append(args, x.offsets[j])
+		}
+		return args
+	case op.kind == window.Bucket:
+		return append(args, "x", "b", ivArg(op.iv), cost, 0)
 	case op.quotas != nil:
 		args = append(args, "X", hexArg(int64(setOf(op))), limitArg, msArg, cost)
 		for j := range op.limits() {
@@ -244,6 +257,25 @@ func (x *opArgs) append(args []any, op *takeOp, setOf func(*takeOp) int, limitAr
 	}
 	return append(args, "x", kindOne[kindIndex(op.kind)], msArg, cost, x.offsets[0])
 }
+
+// bucketArgs appends the arguments of op, a token bucket's, to args, but
+// for its callers' costs when it has more than one of cost 1 (one).
+func (op *takeOp) bucketArgs(args []any, one bool, setOf func(*takeOp) int) []any {
+	own := [...]any{hexArg(op.burst), ivArg(op.iv), op.delay}
+	switch {
+	case op.quotas != nil && one:
+		return append(append(args, "g", hexArg(int64(setOf(op)))), own[:]...)
+	case op.quotas != nil:
+		return append(append(args, "G", hexArg(int64(setOf(op)))), own[:]...)
+	case one:
+		return append(append(args, "b"), own[:]...)
+	}
+	return append(append(args, "B"), own[:]...)
+}
+
+// ivArg is a bucket's interval as the script reads it: a decimal
+// fraction that tonumber reads back exactly.
+func ivArg(iv float64) string { return strconv.FormatFloat(iv, 'g', -1, 64) }
 
 // kindIndex is the index of kind's letters in kindOne and kindAny.
 func kindIndex(kind window.Kind) int {

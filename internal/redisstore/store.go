@@ -113,6 +113,13 @@ func (s *Store) Take(ctx context.Context, key string, c *window.Call, deadline t
 // has run and its previous count, for a calendar period the milliseconds
 // to its end and its length.
 func state(l *window.Limit, v, a, b, now int64) window.State {
+	if l.Kind == window.Bucket && l.Calendar == 0 {
+		// v is the µs until the bucket is full again, or -that-1.
+		if v < 0 {
+			return l.Bucket().State(float64(-v-1), false)
+		}
+		return l.Bucket().State(float64(v), true)
+	}
 	st := window.State{N: v, Fits: v >= 0, Length: msWindow(l.Window)}
 	if v < 0 {
 		st.N = -v - 1
@@ -179,6 +186,9 @@ func (s *Store) send(ctx context.Context, key string, c *window.Call, x *opArgs,
 		return nil, 0, fmt.Errorf("%s rate limit key %s: window %v is not positive", verb, key, c.Main.Window)
 	}
 	k := opKey{key: key, ms: window.CeilDiv(c.Main.Window, time.Millisecond), limit: c.Main.Limit, kind: c.Main.Kind, x: x}
+	if c.Main.Kind == window.Bucket {
+		k.burst, k.iv, k.delay = c.Main.Burst, c.Main.Bucket().Interval, window.CeilDiv(c.Delay, time.Microsecond)
+	}
 	if c.Quotas != nil {
 		k.quotas = argsOf(c)
 	}
@@ -210,6 +220,8 @@ func (s *Store) Read(ctx context.Context, key string, c *window.Call, r *window.
 		a, b, count := vals[3*j], vals[3*j+1], vals[3*j+2]
 		st := window.State{N: count, Fits: true, Length: msWindow(ls[j].Window)}
 		switch {
+		case ls[j].Kind == window.Bucket && ls[j].Calendar == 0:
+			st = ls[j].Bucket().State(float64(count), true)
 		case ls[j].Kind == window.InFlight:
 			st.Left = ls[j].Window
 		case ls[j].Calendar != 0:
@@ -239,10 +251,15 @@ func limitArgs(kind string, c *window.Call) []any {
 	switch {
 	case c.Main.Kind == window.InFlight:
 		return []any{strings.ToLower(kind), "i", ms}
+	case c.Main.Kind == window.Bucket && c.Quotas == nil:
+		return []any{strings.ToLower(kind), "b", ivArg(c.Main.Bucket().Interval)}
 	case c.Quotas == nil:
 		return []any{strings.ToLower(kind), kindOne[kindIndex(c.Main.Kind)], ms}
 	}
 	args := append([]any{"Q", "1"}, argsOf(c).args...)
+	if c.Main.Kind == window.Bucket {
+		return append(args, kind, "1", strconv.FormatInt(c.Main.Burst, 16), ivArg(c.Main.Bucket().Interval), 0)
+	}
 	return append(args, kind, "1", strconv.FormatInt(c.Main.Limit, 16), ms)
 }
 

@@ -57,12 +57,16 @@
 -- count of each limit) and delete such a hash, for a usage and a reset;
 -- kinds u and r do the same for a tenant without quotas, given its
 -- window's kind and length. Kinds i and y take and give back slots in
--- flight, x and X give back a cost.
+-- flight, x and X give back a cost (a negative one charges it), and b and
+-- B decide a token bucket (see below; a tenant with quotas whose main
+-- limit is a bucket has main kind b in its set, and its key's arguments
+-- carry the bucket's burst, interval and delay where a window's carry its
+-- limit and window).
 local tonumber, call, pcall, type = tonumber, redis.call, redis.pcall, type
 -- out starts with room for the usual reply (up to four fixed windows),
 -- so that it does not grow slot by slot: each growth rehashes it. The
 -- nils are not returned: a reply ends at its first nil.
-local out, o, at, now = {nil, nil, nil, nil, nil, nil, nil, nil}, 0, 1, nil
+local out, o, at, now, nowus = {nil, nil, nil, nil, nil, nil, nil, nil}, 0, 1, nil, nil
 local function fatal(r)
   local find = string.find
   if find(r.err, 'WRONGTYPE', 1, true) or find(r.err, 'not an integer', 1, true) or find(r.err, 'overflow', 1, true) then
@@ -70,10 +74,11 @@ local function fatal(r)
   end
   return redis.error_reply((string.gsub(r.err, '^@user_script: %d+: %-?', '')))
 end
--- The server's clock in ms; a key that needs it reads it with
--- now = now or clock(), once per call.
+-- The server's clock in ms, and in µs in nowus; a key that needs it
+-- reads it with now = now or clock(), once per call.
 local function clock()
   local t = redis.call('TIME')
+  nowus = tonumber(t[1]) * 1000000 + tonumber(t[2])
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 -- The quota sets of the call (see quotaSet.scriptArgs): when ARGV starts
@@ -87,11 +92,11 @@ if ARGV[1] == 'Q' then
   sets = {}
   for i = 1, tonumber(ARGV[2], 16) do
     local n = tonumber(ARGV[at+2], 16) + 1
-    local set = {n = n, k = {ARGV[at]}, lim = {0}, ms = {0}, fields = {}}
+    local set = {n = n, k = {ARGV[at]}, lim = {0}, ms = {0}, mul = {1}, fields = {}}
     local names = {ARGV[at+1]}
     at = at + 3
     for j = 2, n do
-      set.k[j], set.lim[j], set.ms[j], names[j] = ARGV[at], tonumber(ARGV[at+1], 16), tonumber(ARGV[at+2]), ARGV[at+3]
+      set.k[j], set.lim[j], set.ms[j], names[j], set.mul[j] = ARGV[at], tonumber(ARGV[at+1], 16), tonumber(ARGV[at+2]), ARGV[at+3], 1
       at = at + 4
     end
     -- The fields HMGET reads: each limit's count and start, a sliding
@@ -130,6 +135,13 @@ if ARGV[1] == 'Q' then
     local sk, sms = set.k, set.ms
     set.lim[1], sms[1] = tonumber(ARGV[at+2], 16), tonumber(ARGV[at+3])
     at = at + 4
+    if sk[1] == 'b' then
+      -- A bucket's cost counts in µs: it fits within the burst's time,
+      -- the delay and half an interval (see kind b).
+      local iv = sms[1]
+      set.lim[1], set.mul[1] = set.lim[1] * iv + tonumber(ARGV[at]) + iv / 2, iv
+      at = at + 1
+    end
     now = now or clock()
     local t = now
     if not set.ps then
@@ -147,7 +159,10 @@ if ARGV[1] == 'Q' then
       local k, ms = sk[j], sms[j]
       local c, s = tonumber(vals[fc[j]] or 0), tonumber(vals[fs[j]] or 0)
       if not c or not s then return set, key, 0, badHash end
-      if k == 'f' then
+      if k == 'b' then
+        -- A bucket: c is its TAT; cur the µs until it is full again.
+        cur[j], ga[j], gb[j], w[j], ch[j] = math.max(c - nowus, 0), 0, 0, 0, false
+      elseif k == 'f' then
         if t < s then
           cur[j], ga[j], gb[j], w[j], ch[j] = c, s - t, 0, 0, false
         else
@@ -203,6 +218,53 @@ for ki = 1, #KEYS do
       out[o+1], out[o+2] = a, res
     end
     o = o + 2
+  elseif kind == 'b' or kind == 'B' then
+    -- A token bucket, decided as GCRA (window/bucket.go is the same
+    -- arithmetic in Go): ARGV holds the burst, the interval (the µs one
+    -- unit takes to come back, Window/Limit, a decimal fraction), how long
+    -- in µs the callers may wait for their turn and, for B, the callers
+    -- and their costs. The key holds the tenant's theoretical arrival time
+    -- (TAT): when, in µs on the server's clock, its bucket is full again;
+    -- it expires then. A caller fits when the bucket, after its cost, is
+    -- full again within the burst's time and the delay, and half an
+    -- interval for rounding; a refused caller writes nothing. It returns
+    -- a = 0 and, for each caller, the µs until the bucket is full after
+    -- its decision, rounded up, or -that-1 for a refusal.
+    local burst, iv, delay, n, costs = tonumber(ARGV[at+1], 16), tonumber(ARGV[at+2]), tonumber(ARGV[at+3]), 1, nil
+    if kind == 'B' then
+      n, costs = tonumber(ARGV[at+4], 16), at + 5
+      at = costs + n
+    else
+      at = at + 4
+    end
+    now = now or clock()
+    local v, tat = pcall('GET', key), nil
+    if type(v) == 'table' then
+      local e = fatal(v)
+      if e then return e end
+    else
+      tat = tonumber(v or 0)
+    end
+    if tat == nil then
+      out[o+1] = -3
+      for j = 2, n + 1 do out[o+j] = 0 end
+    else
+      local left, most = math.max(tat - nowus, 0), burst * iv + delay + iv / 2
+      local start = left
+      for j = 1, n do
+        local c = 1
+        if costs then c = tonumber(ARGV[costs+j-1], 16) end
+        if left + c * iv <= most then
+          left = left + c * iv
+          out[o+1+j] = math.ceil(left)
+        else
+          out[o+1+j] = -math.ceil(left) - 1
+        end
+      end
+      if left > start then call('SET', key, nowus + left, 'PX', math.ceil(left / 1000) + 1) end
+      out[o+1] = 0
+    end
+    o = o + 1 + n
   elseif kind == 'i' then
     -- A request in flight (Algorithm InFlight): ARGV holds the limit, the
     -- lease in ms, the request's token and its cost. The key is a sorted
@@ -273,8 +335,22 @@ for ki = 1, #KEYS do
     -- left at 0 is deleted, so that the next request starts one.
     local k, ms, c, want = ARGV[at+1], tonumber(ARGV[at+2]), tonumber(ARGV[at+3], 16), tonumber(ARGV[at+4])
     at = at + 5
-    local curkey, off = key, nil
-    if k == 's' then
+    local curkey, off, given = key, nil, 0
+    if k == 'b' then
+      -- A token bucket (ms is its interval): it is full again no sooner
+      -- than now.
+      now = now or clock()
+      local v = pcall('GET', key)
+      local tat = type(v) ~= 'table' and tonumber(v or 0)
+      if not tat then
+        given = -3
+      else
+        local after = math.max(math.max(tat - nowus, 0) - c * ms, 0)
+        if after > 0 then call('SET', key, nowus + after, 'PX', math.ceil(after / 1000) + 1) else call('DEL', key) end
+        given = c
+      end
+      off = -1
+    elseif k == 's' then
       now = now or clock()
       local index = math.floor(now / ms)
       off = now - index * ms
@@ -282,7 +358,6 @@ for ki = 1, #KEYS do
     else
       off = call('PTTL', key)
     end
-    local given = 0
     if off >= 0 and 2 * math.abs(off - want) < ms then
       local v = pcall('GET', curkey)
       if type(v) == 'table' then
@@ -307,7 +382,18 @@ for ki = 1, #KEYS do
     local k, ms = ARGV[at+1], tonumber(ARGV[at+2])
     at = at + 3
     local curkey, prevkey, a = key, nil, 0
-    if k == 'i' then
+    if k == 'b' then
+      -- A token bucket: its µs until full, rounded up, as the count.
+      now = now or clock()
+      if kind == 'u' then
+        local tat = tonumber(call('GET', key) or 0)
+        if not tat then return redis.error_reply('WRONGTYPE the key holds something other than a token bucket') end
+        out[o+1], out[o+2], out[o+3] = 0, 0, math.ceil(math.max(tat - nowus, 0))
+        o = o + 3
+      else
+        call('DEL', key)
+      end
+    elseif k == 'i' then
       -- Requests in flight: the slots whose lease runs on.
       now = now or clock()
       if kind == 'u' then
@@ -325,7 +411,7 @@ for ki = 1, #KEYS do
       curkey = key .. ':' .. ARGV[at-1] .. ':' .. string.format('%d', index)
       prevkey = key .. ':' .. ARGV[at-1] .. ':' .. string.format('%d', index - 1)
     end
-    if k == 'i' then
+    if k == 'i' or k == 'b' then
     elseif kind == 'r' then
       call('DEL', curkey)
       if prevkey then call('DEL', prevkey) end
@@ -361,7 +447,12 @@ for ki = 1, #KEYS do
         for j = 1, nl do
           local span = set.ms[j]
           if set.k[j] ~= 'f' and set.k[j] ~= 's' then span = gb[j] end
-          if not ch[j] and cur[j] > 0 and 2 * math.abs(ga[j] - tonumber(ARGV[offs+j])) < span then
+          if set.k[j] == 'b' then
+            -- A bucket has no windows: it is full again no sooner than now.
+            local left = math.max(cur[j] - c * set.mul[j], 0)
+            if j == 1 then given = c end
+            hargs[m+1], hargs[m+2], m = set.cn[j], nowus + left, m + 2
+          elseif not ch[j] and cur[j] > 0 and 2 * math.abs(ga[j] - tonumber(ARGV[offs+j])) < span then
             local back = math.min(cur[j], c)
             if j == 1 then given = back end
             hargs[m+1], hargs[m+2], m = set.cn[j], cur[j] - back, m + 2
@@ -383,31 +474,32 @@ for ki = 1, #KEYS do
       for j = 1, nl do
         local a = ga[j]
         if ch[j] and set.k[j] == 'f' then a = -2 end
-        out[o+1], out[o+2], out[o+3] = a, gb[j], cur[j]
+        out[o+1], out[o+2], out[o+3] = a, gb[j], math.ceil(cur[j])
         o = o + 3
       end
     else
-      local slim, head, added = set.lim, o, 0
+      local slim, smul, head, added = set.lim, set.mul, o, 0
       o = o + 2 * nl
       for i = 1, n do
         local c, fits = 1, true
         if costs then c = tonumber(ARGV[costs+i-1], 16) end
         for j = 1, nl do
-          if w[j] + cur[j] + c > slim[j] then
+          if w[j] + cur[j] + c * smul[j] > slim[j] then
             fits = false
             break
           end
         end
+        -- A bucket's µs are rounded up to whole ones in the reply.
         if fits then
           for j = 1, nl do
-            local v = cur[j] + c
-            cur[j], out[o+j] = v, v
+            local v = cur[j] + c * smul[j]
+            cur[j], out[o+j] = v, math.ceil(v)
           end
           added = added + c
         else
           for j = 1, nl do
             local v = cur[j]
-            if w[j] + v + c > slim[j] then out[o+j] = -v - 1 else out[o+j] = v end
+            if w[j] + v + c * smul[j] > slim[j] then out[o+j] = -math.ceil(v) - 1 else out[o+j] = math.ceil(v) end
           end
         end
         o = o + nl
@@ -431,6 +523,10 @@ for ki = 1, #KEYS do
           end
           local kp = now + ga[j]
           if sk[j] == 's' then kp = nw[j] + 2 * sms[j] end
+          if sk[j] == 'b' then
+            -- A bucket keeps its TAT, and lives until it is full again.
+            hargs[m-1], kp = nowus + cur[j], now + math.ceil(cur[j] / 1000) + 1
+          end
           if kp > last then last = kp end
         end
         if last > e then

@@ -20,6 +20,7 @@ const (
 	Fixed    Kind = iota // a fixed window, from a tenant's first request
 	Sliding              // a sliding-window counter, aligned on the store's clock
 	InFlight             // requests running at once, each for at most a lease
+	Bucket               // a token bucket, decided as GCRA on the store's clock (bucket.go)
 )
 
 // MaxLimits is how many limits one request is decided against at most:
@@ -41,6 +42,7 @@ type Limit struct {
 	Window   time.Duration // 0 for a calendar period
 	Kind     Kind          // Fixed or Sliding for a window; InFlight: Window is the lease
 	Calendar Calendar
+	Burst    int64 // Bucket: the most it holds, at least 1
 }
 
 // State is what a store holds of one limit after deciding a request, as
@@ -71,6 +73,9 @@ type Figures struct {
 // deciding a request of cost. This is the one place they are derived: a
 // fixed window's and a calendar period's here, the others in figures.
 func (l *Limit) Figures(st *State, cost int64) Figures {
+	if l.Kind == Bucket && l.Calendar == 0 {
+		return l.bucketFigures(st, cost)
+	}
 	if l.Kind != Fixed && l.Calendar == 0 {
 		return l.figures(st, cost)
 	}
@@ -108,6 +113,10 @@ func (l *Limit) Slide(st *State) Slide {
 // Fits reports whether cost fits in l, whose state is st before the
 // request.
 func (l *Limit) Fits(st *State, cost int64) bool {
+	if l.Kind == Bucket && l.Calendar == 0 {
+		_, fits := l.Bucket().Take(float64(st.Left)/1e3, cost, 0)
+		return fits
+	}
 	if l.Kind == Sliding && l.Calendar == 0 {
 		return l.Slide(st).Fits(cost, l.Limit)
 	}
@@ -121,6 +130,12 @@ func (l *Limit) Aged(st State, d time.Duration) (State, bool) {
 	if l.Kind == Sliding && l.Calendar == 0 {
 		s := l.Slide(&st).After(d)
 		st.N, st.Prev, st.Left = s.Cur, s.Prev, s.Length-s.Elapsed
+		return st, true
+	}
+	if l.Kind == Bucket && l.Calendar == 0 {
+		// A bucket only fills: at its full time it is as new.
+		st.Left = max(st.Left-d, 0)
+		st.N = l.Bucket().Used(float64(st.Left) / 1e3)
 		return st, true
 	}
 	if st.N == 0 && l.Calendar == 0 {
@@ -250,6 +265,9 @@ type Call struct {
 	Quotas []Limit
 	Slot   uint64 // InFlight: names the request's slots, for giving them back
 	Now    time.Time
+	// Delay is, for a Bucket, how long the caller may wait for its turn:
+	// a cost that fits within it is counted, reserving its place.
+	Delay time.Duration
 	// For giving back: the windows the request was counted in, as the
 	// store marked them (State.Mark).
 	Marks [MaxLimits]int64
