@@ -44,7 +44,9 @@ func (l *Limiter) takeFromStore(ctx context.Context, d *Decision, r *Request) {
 	var buf [maxKeyLen]byte
 	kb := r.appendKey(buf[:0])
 	since := l.clock.since(r.Now)
-	if l.refusals != nil {
+	if l.refusals != nil && r.Delay == 0 {
+		// (A request that may wait for its turn may fit where a refusal
+		// without waiting was learned.)
 		if a, ok := l.refusals.refuse(kb, r, since); ok {
 			l.counted(d, &l.policy, ByCache, r, &a, nil)
 			l.decided(d, r)
@@ -158,7 +160,7 @@ func (l *Limiter) failed(ctx context.Context, d *Decision, r *Request, err error
 	}
 	if l.fallback != nil {
 		f := l.fallbackRequest(ctx, r)
-		if l.usage != nil && f.Cost <= f.Limit {
+		if l.usage != nil && f.Cost <= f.most() {
 			var buf [maxKeyLen]byte
 			if a, spent := l.usage.lower(r.appendKey(buf[:0]), r, &f, l.clock.since(r.Now), l.fallbackShare); spent {
 				// Less than its cost is this replica's to spend: refused,
@@ -190,7 +192,7 @@ func (l *Limiter) failed(ctx context.Context, d *Decision, r *Request, err error
 // it.
 func (l *Limiter) fallbackRequest(ctx context.Context, r *Request) Request {
 	f := *r
-	f.Limit = l.fallbackLimit(r.Limit)
+	f.Limit, f.Delay = l.fallbackLimit(r.Limit), 0 // the fallback decides now: no waiting
 	if r.Algorithm == TokenBucket {
 		f.Burst = l.fallbackLimit(r.Burst) // in the same proportion
 	}

@@ -82,6 +82,10 @@ type Decision struct {
 	cost   int64
 	slot   uint64
 	marks  [maxQuotas + 1]int64
+
+	// wait is how long a TokenBucket request that may wait for its turn
+	// (Limiter.Wait, MaxDelay) waits for it: the store reserved it.
+	wait time.Duration
 }
 
 // Decider is what decided a request.
@@ -169,6 +173,9 @@ func (l *Limiter) counted(d *Decision, p *policyHeaders, by Decider, r *Request,
 	d.took, d.cost = a.Allowed && by != ByCache, r.Cost
 	if d.took {
 		d.slot, d.marks[0] = r.Slot, a.Counts[0].Mark
+		if r.Delay > 0 {
+			d.wait = main.Bucket().Wait((*window.State)(&a.Counts[0]))
+		}
 	}
 	if r.Algorithm == InFlight && a.Expired > 0 {
 		l.opts.Metrics.slotsExpired(a.Expired)

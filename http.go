@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"time"
 	"sync"
 
 	"github.com/gatewaykit/ratelimit/internal/door"
@@ -56,6 +57,15 @@ type HTTPConfig struct {
 	//
 	// Optional. Default: every request costs 1
 	Cost func(r *http.Request) int
+
+	// MaxDelay has a request of a TokenBucket limiter that would fit
+	// within it wait for its turn instead of being refused, as
+	// Config.MaxDelay says; a request whose context ends while it waits
+	// gives its turn back and is refused. Setup panics for a MaxDelay on
+	// another algorithm.
+	//
+	// Optional. Default: 0, refuse what does not fit now
+	MaxDelay time.Duration
 
 	// SkipFailedRequests gives back what a request took (Limiter.Release)
 	// when its response is a failure, status 400 or more, once the next
@@ -117,6 +127,9 @@ func HTTPMiddleware(lim *Limiter, cfg HTTPConfig) func(http.Handler) http.Handle
 	if err := w.Check(cfg.Cost != nil, cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests); err != nil {
 		panic("ratelimit: " + err.Error())
 	}
+	if err := w.CheckDelay(cfg.MaxDelay); err != nil {
+		panic("ratelimit: " + err.Error())
+	}
 	canGiveBack, inFlight := w.GiveErr == nil, w.InFlight
 	if cfg.Tenant == nil {
 		cfg.Tenant = func(r *http.Request) (string, bool) { return TenantFromContext(r.Context()) }
@@ -140,7 +153,14 @@ func HTTPMiddleware(lim *Limiter, cfg HTTPConfig) func(http.Handler) http.Handle
 				cost = cfg.Cost(r)
 			}
 			var d Decision
-			if id, ok := cfg.Tenant(r); ok && id != "" {
+			if cfg.MaxDelay > 0 {
+				id, ok := cfg.Tenant(r)
+				var addr netip.Addr
+				if (!ok || id == "") && cfg.AnonymousByIP {
+					addr = cfg.ClientIP(r)
+				}
+				lim.takeDelayed(r.Context(), &d, id, addr, addr.IsValid(), cost, cfg.MaxDelay)
+			} else if id, ok := cfg.Tenant(r); ok && id != "" {
 				lim.take(r.Context(), &d, id, cost)
 			} else if cfg.AnonymousByIP {
 				lim.takeAddr(r.Context(), &d, cfg.ClientIP(r), cost)

@@ -70,6 +70,10 @@ type Limiter struct {
 	base Request
 
 	wiring door.Wiring
+
+	// sleepFor, when not nil, is how a test's limiter waits for a turn
+	// (see sleep).
+	sleepFor func(ctx context.Context, d time.Duration) error
 }
 
 // errBreakerOpen: the request was decided without asking the counter.
@@ -130,7 +134,8 @@ func newLimiter(opts Options, now func() time.Time) *Limiter {
 			return breaker.New(opts.BreakerFailures, opts.BreakerCooldown, clk.elapsed, l.failures.write, opts.Metrics.breakerChanged, node)
 		})
 	}
-	l.wiring = door.Wiring{InFlight: opts.Algorithm == InFlight, Local: l.info.Local, Unreadable: l.unreadable}
+	l.wiring = door.Wiring{InFlight: opts.Algorithm == InFlight, Local: l.info.Local, Unreadable: l.unreadable,
+		Bucket: opts.Algorithm == TokenBucket}
 	l.wiring.CostErr, l.wiring.GiveErr = l.incrOnlyErr("costs need", "one request at a time"), l.incrOnlyErr("giving back needs", "only up")
 	return l
 }

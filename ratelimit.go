@@ -96,6 +96,15 @@ type Config struct {
 	// Optional. Default: every request costs 1
 	Cost func(c *fiber.Ctx) int
 
+	// MaxDelay has a request of a TokenBucket limiter that would fit
+	// within it wait for its turn instead of being refused (see
+	// Limiter.Wait): its turn is reserved on the store, and the handler
+	// runs when it comes. Setup panics for a MaxDelay on another
+	// algorithm.
+	//
+	// Optional. Default: 0, refuse what does not fit now
+	MaxDelay time.Duration
+
 	// SkipFailedRequests gives back what a request took (Limiter.Release)
 	// when its response is a failure, status 400 or more, once the next
 	// handlers have returned: only requests that succeed spend the budget.
@@ -184,7 +193,8 @@ type fiberDoor struct {
 	// refuses gets its count back.
 	canGiveBack bool
 	inFlight    bool
-	local       bool // lim's store never waits: no request context
+	local       bool          // lim's store never waits: no request context
+	maxDelay    time.Duration // a TokenBucket request's longest wait for its turn
 }
 
 func newFiberDoor(lim *Limiter, cfg Config) *fiberDoor {
@@ -192,7 +202,10 @@ func newFiberDoor(lim *Limiter, cfg Config) *fiberDoor {
 	if err := w.Check(cfg.Cost != nil, cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests); err != nil {
 		panic("ratelimit: " + err.Error())
 	}
-	d := &fiberDoor{lim: lim, next: cfg.Next, tenant: cfg.Tenant, cost: cfg.Cost,
+	if err := w.CheckDelay(cfg.MaxDelay); err != nil {
+		panic("ratelimit: " + err.Error())
+	}
+	d := &fiberDoor{maxDelay: cfg.MaxDelay, lim: lim, next: cfg.Next, tenant: cfg.Tenant, cost: cfg.Cost,
 		anonymousByIP: cfg.AnonymousByIP, limitReached: cfg.LimitReached,
 		skipFailed: cfg.SkipFailedRequests, skipSuccessful: cfg.SkipSuccessfulRequests,
 		canGiveBack: w.GiveErr == nil, inFlight: w.InFlight, local: w.Local}
@@ -233,7 +246,10 @@ func (d *fiberDoor) handle(c *fiber.Ctx) error {
 		cost = d.cost(c)
 	}
 	var dec Decision
-	if id, ok := d.tenant(c); ok && id != "" {
+	if d.maxDelay > 0 {
+		ctx = c.UserContext() // the wait's
+		d.delayed(ctx, c, &dec, cost)
+	} else if id, ok := d.tenant(c); ok && id != "" {
 		d.lim.take(ctx, &dec, id, cost)
 	} else if d.anonymousByIP {
 		addr, _ := netip.ParseAddr(c.IP())
@@ -253,6 +269,17 @@ func (d *fiberDoor) handle(c *fiber.Ctx) error {
 		d.release(ctx, &dec)
 	}
 	return err
+}
+
+// delayed decides into dec the request c of cost, which may wait up to
+// MaxDelay for its turn.
+func (d *fiberDoor) delayed(ctx context.Context, c *fiber.Ctx, dec *Decision, cost int) {
+	id, ok := d.tenant(c)
+	var addr netip.Addr
+	if (!ok || id == "") && d.anonymousByIP {
+		addr, _ = netip.ParseAddr(c.IP())
+	}
+	d.lim.takeDelayed(ctx, dec, id, addr, addr.IsValid(), cost, d.maxDelay)
 }
 
 // refuse answers a request that dec refuses, and marks it refused for

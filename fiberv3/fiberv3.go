@@ -71,6 +71,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/gofiber/fiber/v3"
 
@@ -125,6 +126,14 @@ type Config struct {
 	//
 	// Optional. Default: every request costs 1
 	Cost func(c fiber.Ctx) int
+
+	// MaxDelay has a request of a ratelimit.TokenBucket limiter that
+	// would fit within it wait for its turn instead of being refused (see
+	// ratelimit.Limiter.Wait). New panics for a MaxDelay on another
+	// algorithm.
+	//
+	// Optional. Default: 0, refuse what does not fit now
+	MaxDelay time.Duration
 
 	// SkipFailedRequests gives back what a request took
 	// (ratelimit.Limiter.Release) when its response is a failure, status
@@ -201,6 +210,9 @@ func New(lim *ratelimit.Limiter, config ...Config) fiber.Handler {
 	if err := w.Check(cfg.Cost != nil, cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests); err != nil {
 		panic("fiberv3: " + err.Error())
 	}
+	if err := w.CheckDelay(cfg.MaxDelay); err != nil {
+		panic("fiberv3: " + err.Error())
+	}
 	canGiveBack, inFlight := w.GiveErr == nil, w.InFlight
 	return func(c fiber.Ctx) error {
 		if cfg.Next != nil && cfg.Next(c) {
@@ -212,7 +224,14 @@ func New(lim *ratelimit.Limiter, config ...Config) fiber.Handler {
 		}
 		ctx := c.Context()
 		var dec ratelimit.Decision
-		if id, ok := cfg.Tenant(c); ok && id != "" {
+		if cfg.MaxDelay > 0 {
+			id, ok := cfg.Tenant(c)
+			var addr netip.Addr
+			if (!ok || id == "") && cfg.AnonymousByIP {
+				addr, _ = netip.ParseAddr(c.IP())
+			}
+			door.Delayed(lim, ctx, &dec, id, addr, addr.IsValid(), cost, cfg.MaxDelay)
+		} else if id, ok := cfg.Tenant(c); ok && id != "" {
 			dec = lim.TakeN(ctx, id, cost)
 		} else if cfg.AnonymousByIP {
 			addr, _ := netip.ParseAddr(c.IP())

@@ -8,8 +8,11 @@ package door
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/netip"
 	"reflect"
 	"strconv"
+	"time"
 )
 
 // Wiring is what a door needs to know of its Limiter, made once by the
@@ -27,6 +30,28 @@ type Wiring struct {
 	Local bool
 	// Unreadable logs a tenant of a type TenantID cannot read.
 	Unreadable func(reflect.Type)
+
+	// Bucket: the limiter is a TokenBucket, whose requests may wait for
+	// their turn (MaxDelay, see Delayed).
+	Bucket bool
+}
+
+// Delayed, set by the root package, decides into d, a
+// *ratelimit.Decision, the request of tenant (or of the client at addr,
+// when byAddr) of cost to lim, a *ratelimit.Limiter, waiting up to delay
+// for its turn.
+var Delayed func(lim any, ctx context.Context, d any, tenant string, addr netip.Addr, byAddr bool, cost int, delay time.Duration)
+
+// CheckDelay returns why a door of a limiter wired by w cannot have
+// maxDelay (a door's MaxDelay), or nil.
+func (w *Wiring) CheckDelay(maxDelay time.Duration) error {
+	switch {
+	case maxDelay < 0:
+		return fmt.Errorf("MaxDelay must not be negative, got %v", maxDelay)
+	case maxDelay > 0 && !w.Bucket:
+		return errors.New("MaxDelay: only a TokenBucket limiter can have a request wait for its turn; set Algorithm: TokenBucket, or leave MaxDelay 0")
+	}
+	return nil
 }
 
 // Of returns the wiring of lim, a *ratelimit.Limiter. The ratelimit
