@@ -150,6 +150,8 @@ func TestACLPermissionsTheDocsList(t *testing.T) {
 		{"fixed window with quotas", FixedWindow, quotas, redisstore.ACLQuotas},
 		{"sliding window with quotas", SlidingWindow, quotas, redisstore.ACLQuotas},
 		{"in flight", InFlight, nil, redisstore.ACLInFlight},
+		{"token bucket", TokenBucket, nil, redisstore.ACLBucket},
+		{"token bucket with quotas", TokenBucket, quotas, redisstore.ACLQuotas},
 	}
 	for _, c := range cases {
 		if !strings.Contains(string(doc), c.acl) {

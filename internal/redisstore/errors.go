@@ -23,7 +23,7 @@ var errTimedOut = fmt.Errorf("no answer in time: %w", context.DeadlineExceeded)
 
 // errNeedsScripts: a sliding window, quotas, slots in flight or a give
 // back on a server that refuses scripts.
-var errNeedsScripts = errors.New("a sliding window, quotas, InFlight and giving back need the server to run scripts")
+var errNeedsScripts = errors.New("a sliding window, a token bucket, quotas, InFlight and giving back need the server to run scripts")
 
 // errNotCounter: a key holds something other than what the limiter keeps
 // there.
@@ -62,6 +62,7 @@ const (
 	ACLNoScripts = "~rl:* +set +incrby +pttl +multi +exec +ping"
 	ACLQuotas    = "~rl:* ~{rl:* +evalsha +eval +time +hmget +hset +pexpire +del +ping"
 	ACLInFlight  = "~rl:* +evalsha +eval +time +zremrangebyscore +zcard +zadd +zrem +zcount +pexpire +del +ping"
+	ACLBucket    = "~rl:* +evalsha +eval +time +get +set +del +ping"
 )
 
 // fixes are the answers that mean misconfiguration, by words they hold
@@ -79,7 +80,8 @@ var fixes = []struct {
 	{[]string{"WRONGPASS"}, "the username or password is wrong: check the client's Username and Password"},
 	{[]string{"NOPERM", "can't run this command", "no permissions to run"},
 		"the ACL user lacks a permission: grant it, for a fixed window, " + ACLFixed + "; for a sliding window, " + ACLSliding +
-			"; with quotas, " + ACLQuotas + "; for InFlight, " + ACLInFlight + " (docs/redis.md lists them, and the cluster's)"},
+			"; with quotas, " + ACLQuotas + "; for InFlight, " + ACLInFlight + "; for a token bucket, " + ACLBucket +
+			" (docs/redis.md lists them, and the cluster's)"},
 	{[]string{"OOM command not allowed"}, "the server is at its maxmemory and evicts nothing (maxmemory-policy noeviction): " +
 		"raise maxmemory, or use a policy that evicts, such as volatile-ttl: every key the limiter writes has an expiry"},
 	{[]string{"READONLY"}, "the server is a read-only replica: point the client at the primary, " +
@@ -120,8 +122,8 @@ func classify(err error, cluster bool) error {
 	case errors.Is(err, errNotCounter) || redis.HasErrorPrefix(err, "WRONGTYPE"):
 		return &keyMisconfigured{misconfigured{err, fixNotCounter}}
 	case errors.Is(err, errNeedsScripts):
-		return &misconfigured{err, "the server refuses scripts, which the sliding window, quotas, InFlight and Release need: grant the user " +
-			ACLSliding + " (with quotas, " + ACLQuotas + "; for InFlight, " + ACLInFlight + "), or use FixedWindow without Quotas"}
+		return &misconfigured{err, "the server refuses scripts, which the sliding window, the token bucket, quotas, InFlight and Release need: grant the user " +
+			ACLSliding + " (with quotas, " + ACLQuotas + "; for InFlight, " + ACLInFlight + "; for a token bucket, " + ACLBucket + "), or use FixedWindow without Quotas"}
 	}
 	msg := err.Error()
 	if !cluster {

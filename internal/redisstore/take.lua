@@ -525,7 +525,7 @@ for ki = 1, #KEYS do
           if sk[j] == 's' then kp = nw[j] + 2 * sms[j] end
           if sk[j] == 'b' then
             -- A bucket keeps its TAT, and lives until it is full again.
-            hargs[m-1], kp = nowus + cur[j], now + math.ceil(cur[j] / 1000) + 1
+            hargs[m], kp = nowus + cur[j], now + math.ceil(cur[j] / 1000) + 1
           end
           if kp > last then last = kp end
         end

@@ -1,0 +1,235 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The token bucket on every store: a limiter of opts on each of three
+// replicas, which on memory share one MemoryCounter and one fake clock,
+// and on Redis have a client of their own each on the same servers.
+// advance moves the memory replicas' clock, or sleeps (Redis's clock is
+// the server's).
+func eachBucketSubject(t *testing.T, opts Options, f func(t *testing.T, lims []*Limiter, tenant string, advance func(time.Duration))) {
+	for _, s := range takeSubjects {
+		t.Run(s.name, func(t *testing.T) {
+			o := opts
+			o.Algorithm = TokenBucket
+			if o.Logger == nil {
+				o.Logger = newLogRecorder().logger()
+			}
+			var lims []*Limiter
+			c, clock := s.counter(t)
+			advance := time.Sleep
+			for range 3 {
+				o.Counter = c
+				if clock != nil {
+					lims = append(lims, newLimiter(o, clock.Now))
+					advance = clock.Advance
+					continue
+				}
+				lims = append(lims, NewLimiter(o))
+				c, _ = s.counter(t) // the next replica's own client
+			}
+			if clock == nil {
+				clearOfTheHour(t)
+			}
+			f(t, lims, uniqueTenant(t), advance)
+		})
+	}
+}
+
+// Limit 100 per 10 s, Burst 100: 600 requests at once over three replicas
+// let exactly 100 through; a second later, on the store's clock, another
+// 600 at once let through the 10 units (or 11, the rounding of the time
+// the burst itself took) that came back meanwhile.
+func TestTokenBucketBurstAcrossReplicas(t *testing.T) {
+	// 600 requests at once under -race on a busy machine: this test is
+	// about counting, not time.
+	opts := Options{Limit: 100, Window: 10 * time.Second, StoreTimeout: 5 * time.Second}
+	eachBucketSubject(t, opts, func(t *testing.T, lims []*Limiter, tenant string, advance func(time.Duration)) {
+		if counted, allowed := burstAtOnce(lims, tenant, 600); counted != 600 || allowed != 100 {
+			t.Fatalf("first burst: %d of 600 decided by the store, %d allowed; want all, exactly 100 allowed", counted, allowed)
+		}
+		start := time.Now()
+		advance(time.Second)
+		counted, allowed := burstAtOnce(lims, tenant, 600)
+		if counted != 600 || allowed < 10 || allowed > 11 {
+			t.Fatalf("a second later: %d of 600 decided by the store, %d allowed; want all, 10 or 11 allowed", counted, allowed)
+		}
+		if allowed == 11 && time.Since(start) < time.Second+90*time.Millisecond {
+			t.Errorf("11 allowed %v after the first burst: one more than the second's 10 with too little time for it", time.Since(start))
+		}
+	})
+}
+
+// A cost above the burst never fits: it is refused at once, without a
+// RetryAfter (it would never come true) and without touching the key.
+// One at the burst fits a rested bucket; a refused one writes nothing,
+// and the RetryAfter of a refusal comes true.
+func TestTokenBucketCostsAndRetryAfter(t *testing.T) {
+	opts := Options{Limit: 10, Window: time.Second, Burst: 5}
+	eachBucketSubject(t, opts, func(t *testing.T, lims []*Limiter, tenant string, advance func(time.Duration)) {
+		ctx := context.Background()
+		lim := lims[0]
+		d := lim.TakeN(ctx, tenant, 6)
+		if d.Allowed || d.RetryAfter != 0 || d.Remaining != -1 {
+			t.Fatalf("cost 6 at burst 5: %+v; want refused at once, RetryAfter 0", d)
+		}
+		if u, err := lim.Usage(ctx, tenant); err != nil || u[0].Remaining != 5 || u[0].Used != 0 {
+			t.Fatalf("after a cost above the burst: %+v, %v; want the bucket untouched, 5 left", u, err)
+		}
+		if d := lim.TakeN(ctx, tenant, 5); !d.Allowed || d.Remaining != 0 || d.Reset <= 400*time.Millisecond || d.Reset > 500*time.Millisecond {
+			t.Fatalf("cost 5 at burst 5: %+v; want allowed, nothing left, full again in 0.5 s", d)
+		}
+		d = lim.TakeN(ctx, tenant, 3)
+		if d.Allowed || d.RetryAfter < 200*time.Millisecond || d.RetryAfter > 300*time.Millisecond {
+			t.Fatalf("cost 3 on an empty bucket: %+v; want refused, RetryAfter about 0.3 s (three units at 10 a second)", d)
+		}
+		if u, err := lim.Usage(ctx, tenant); err != nil || u[0].Used != 5 && u[0].Used != 4 {
+			t.Fatalf("after a refusal: %+v, %v; want the 5 spent, no more", u, err)
+		}
+		advance(d.RetryAfter)
+		if d := lims[1].TakeN(ctx, tenant, 3); !d.Allowed {
+			t.Fatalf("cost 3 after the RetryAfter: %+v; want allowed", d)
+		}
+	})
+}
+
+// Quotas are decided all or nothing with the bucket: a request the quota
+// refuses spends nothing of the bucket. Release gives back in both, Usage
+// reports both, Reset fills the bucket.
+func TestTokenBucketWithQuotas(t *testing.T) {
+	opts := Options{Limit: 10, Window: time.Second, Quotas: []Quota{{Name: "hour", Limit: 3, Window: time.Hour}}}
+	eachBucketSubject(t, opts, func(t *testing.T, lims []*Limiter, tenant string, advance func(time.Duration)) {
+		ctx := context.Background()
+		var last Decision
+		for i := range 3 {
+			if last = lims[i].Take(ctx, tenant); !last.Allowed {
+				t.Fatalf("request %d: %+v; want allowed", i+1, last)
+			}
+		}
+		if d := lims[0].Take(ctx, tenant); d.Allowed || d.Policy != "hour" {
+			t.Fatalf("the quota's fourth: %+v; want refused by the quota", d)
+		}
+		u, err := lims[1].Usage(ctx, tenant)
+		if err != nil || len(u) != 2 || u[0].Remaining != 7 || u[1].Used != 3 {
+			t.Fatalf("Usage: %+v, %v; want the bucket at 7 of 10 (the refusal spent nothing) and the quota at 3", u, err)
+		}
+		if err := lims[2].Release(ctx, last); err != nil {
+			t.Fatal(err)
+		}
+		if u, err := lims[1].Usage(ctx, tenant); err != nil || u[0].Remaining != 8 || u[1].Used != 2 {
+			t.Fatalf("Usage after a Release: %+v, %v; want the bucket at 8 and the quota at 2", u, err)
+		}
+		if err := lims[0].Reset(ctx, tenant); err != nil {
+			t.Fatal(err)
+		}
+		if u, err := lims[1].Usage(ctx, tenant); err != nil || u[0].Remaining != 10 || u[1].Used != 0 {
+			t.Fatalf("Usage after a Reset: %+v, %v; want both whole", u, err)
+		}
+	})
+}
+
+// A plan's Burst (or its Limit, when it has none and Options has none)
+// is the tenant's; shadow mode lets through what the bucket refuses.
+func TestTokenBucketPlansAndShadow(t *testing.T) {
+	ctx := context.Background()
+	clock := newFakeClock()
+	plans := map[string]Plan{"small": {Limit: 2}, "bursty": {Limit: 2, Burst: 6}}
+	lim := newLimiter(Options{Limit: 100, Window: time.Second, Algorithm: TokenBucket, Counter: newMemoryCounter(clock.Now),
+		PlanFor: func(tenant string) Plan { return plans[tenant] }}, clock.Now)
+	for tenant, want := range map[string]int{"small": 2, "bursty": 6, "other": 100} {
+		n := 0
+		for lim.Take(ctx, tenant).Allowed {
+			n++
+		}
+		if n != want {
+			t.Errorf("tenant %s: %d allowed at once; want %d", tenant, n, want)
+		}
+	}
+	plans["bad"] = Plan{Burst: -1}
+	if d := lim.Take(ctx, "bad"); d.By != ByNone || d.Err == nil || !strings.Contains(d.Err.Error(), "Burst") {
+		t.Errorf("a plan with Burst -1: %+v; want decided as a failure, naming Burst", d)
+	}
+	shadow := newLimiter(Options{Limit: 1, Window: time.Second, Algorithm: TokenBucket, Shadow: true,
+		Counter: newMemoryCounter(clock.Now), Logger: newLogRecorder().logger()}, clock.Now)
+	shadow.Take(ctx, "a")
+	if d := shadow.Take(ctx, "a"); !d.Allowed || !d.Shadowed {
+		t.Errorf("shadow mode over the burst: %+v; want let through, shadowed", d)
+	}
+}
+
+// The fallback decides a token bucket in its proportion of the rate and
+// of the burst.
+func TestTokenBucketFallbackProportion(t *testing.T) {
+	ctx := context.Background()
+	clock := newFakeClock()
+	down := scriptedStore{&scripted{err: errors.New("connection refused")}}
+	lim := newLimiter(Options{Limit: 100, Burst: 50, Window: time.Second, Algorithm: TokenBucket, Counter: down,
+		Fallback: newMemoryCounter(clock.Now), FallbackLimit: 10, Logger: newLogRecorder().logger()}, clock.Now)
+	n := 0
+	for d := lim.Take(ctx, "a"); d.Allowed; d = lim.Take(ctx, "a") {
+		if d.By != ByFallback || d.Limit != 10 {
+			t.Fatalf("%+v; want decided by the fallback at its limit of 10", d)
+		}
+		n++
+	}
+	if n != 5 {
+		t.Fatalf("%d allowed at once by the fallback; want 5, its share of the burst of 50", n)
+	}
+	clock.Advance(100 * time.Millisecond) // one unit at 10 a second
+	if d := lim.Take(ctx, "a"); !d.Allowed {
+		t.Fatalf("a tenth of a second later: %+v; want allowed, at the fallback's rate", d)
+	}
+}
+
+// What the response says of a bucket: the policy is Limit per Window, r
+// the whole units it holds, t the seconds until it is full.
+func TestTokenBucketHeaders(t *testing.T) {
+	clock := newFakeClock()
+	lim := newLimiter(Options{Limit: 10, Window: time.Minute, Burst: 4, Algorithm: TokenBucket, Counter: newMemoryCounter(clock.Now)}, clock.Now)
+	ctx := context.Background()
+	lim.Take(ctx, "a")
+	d := lim.Take(ctx, "a") // two spent: 2 left, full in 12 s (6 s a unit)
+	rec := httptest.NewRecorder()
+	d.SetHeaders(rec.Header())
+	h := rec.Header()
+	for name, want := range map[string]string{
+		"RateLimit-Policy":      `"default";q=10;w=60`,
+		"RateLimit":             `"default";r=2;t=12`,
+		"X-RateLimit-Limit":     "10",
+		"X-RateLimit-Remaining": "2",
+		"X-RateLimit-Reset":     "12",
+	} {
+		if got := h.Get(name); got != want {
+			t.Errorf("%s: %q; want %q", name, got, want)
+		}
+	}
+}
+
+// Setup refuses a Burst on another algorithm, or out of bounds, naming
+// the field.
+func TestTokenBucketSetup(t *testing.T) {
+	for _, tt := range []struct {
+		opts Options
+		want string
+	}{
+		{Options{Limit: 1, Window: time.Second, Burst: 2}, "Burst is set, but Algorithm is fixed window"},
+		{Options{Limit: 1, Window: time.Second, Burst: -1, Algorithm: TokenBucket}, "Burst must be between 1 and 2^53"},
+		{Options{Limit: 1, Window: time.Second, Algorithm: Algorithm(9)}, "TokenBucket"},
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(r.(string), tt.want) {
+					t.Errorf("NewLimiter(%+v): panic %v; want one saying %q", tt.opts, r, tt.want)
+				}
+			}()
+			NewLimiter(tt.opts)
+		}()
+	}
+}
