@@ -6,8 +6,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"time"
 	"sync"
+	"time"
 
 	"github.com/gatewaykit/ratelimit/internal/door"
 )

@@ -92,4 +92,6 @@ func giveBucket(w *entry, l *window.Limit, cost, now int64) {
 
 // bucketLeft is what a bucket's sub in a group holds: its TAT, from
 // which the time until it is full again is read at now.
-func (s *sub) bucketLeft(now int64) float64 { return math.Float64frombits(uint64(s.count)) - micros(now) }
+func (s *sub) bucketLeft(now int64) float64 {
+	return math.Float64frombits(uint64(s.count)) - micros(now)
+}
