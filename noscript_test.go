@@ -70,6 +70,15 @@ func TestServerWithoutScripting(t *testing.T) {
 				!strings.Contains(d.Err.Error(), "scripts") {
 				t.Fatalf("sliding window without scripts: %+v; want failed open, with the server's NOPERM", d)
 			}
+			bucket := opts
+			bucket.Counter, bucket.Algorithm, bucket.Name = a, TokenBucket, "bucket"
+			bl := NewLimiter(bucket)
+			if d := bl.Take(ctx, tenant); d.By != ByNone || !d.Allowed || !strings.Contains(fmt.Sprint(d.Err), "NOPERM") {
+				t.Fatalf("token bucket without scripts: %+v; want failed open, with the server's NOPERM", d)
+			}
+			if err := bl.Ping(ctx); err == nil || !strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), redisstore.ACLBucket) {
+				t.Fatalf("Ping of a token bucket without scripts: %v; want the server's refusal, with the permissions to grant", err)
+			}
 			withQuotas := opts
 			withQuotas.Counter, withQuotas.Name = a, "quotas"
 			withQuotas.Quotas = []Quota{{Name: "month", Limit: 10, Calendar: CalendarMonth}}

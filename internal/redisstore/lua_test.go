@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -301,5 +302,48 @@ func TestQuotaWindowEndsAtItsEnd(t *testing.T) {
 				t.Errorf("at the end instant: count %d; want 1, in a new window (-2: refused by the one that ended)", n)
 			}
 		})
+	}
+}
+
+// The token bucket's Lua (kind B) is window.BucketOf's arithmetic: the
+// same costs at the same instants, on a stopped clock, get the same
+// decisions and the same time until the bucket is full, which the script
+// rounds up to whole microseconds; a refused cost leaves the key as it
+// was. The interval, a third of a second, is no whole number of
+// microseconds.
+func TestBucketLuaMatchesGo(t *testing.T) {
+	rdb := redistest.Client(t)
+	ctx := context.Background()
+	l := window.Limit{Limit: 3, Window: time.Second, Kind: window.Bucket, Burst: 4}
+	b := l.Bucket()
+	key := uniqueKey(t, "bucket")
+	const base = int64(1_780_000_000_000_000) // µs since 1970
+	steps := []struct{ at, cost, delay int64 }{
+		{0, 1, 0}, {0, 2, 0}, {0, 1, 0}, {0, 1, 0}, // the burst, then a refusal
+		{100_000, 1, 0}, {333_334, 1, 0}, {400_000, 2, 0},
+		{400_000, 2, 700_000}, {400_000, 1, 0}, // a reservation, then a refusal behind it
+		{5_000_000, 4, 0}, {5_000_000, 5, 10_000_000}, {9_000_001, 1, 0},
+	}
+	tat := 0.0
+	for i, s := range steps {
+		now := base + s.at
+		vals, err := rdb.Eval(ctx, scriptAtMicros(t, now), []string{key},
+			"B", hexArg(b.Burst), ivArg(b.Interval), s.delay, "1", hexArg(s.cost)).Int64Slice()
+		if err != nil || len(vals) != 2 {
+			t.Fatalf("step %d: %v, %v; want 2 values", i, vals, err)
+		}
+		after, fits := b.Take(tat-float64(now), s.cost, float64(s.delay))
+		want := int64(math.Ceil(after))
+		if fits {
+			tat = float64(now) + after
+		} else {
+			want = -want - 1
+		}
+		if vals[1] != want {
+			t.Fatalf("step %d (cost %d at +%d µs, delay %d): the script says %d; Go says %d", i, s.cost, s.at, s.delay, vals[1], want)
+		}
+		if got, err := rdb.Get(ctx, key).Float64(); err != nil || got != tat {
+			t.Fatalf("step %d: the key holds %v, %v; want the TAT %v exactly", i, got, err, tat)
+		}
 	}
 }
