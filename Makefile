@@ -14,7 +14,7 @@ FUZZTIME ?= 300000x
 # (lint checks it there); the other examples are modules of their own.
 MODULES = fiberv3 prometheus
 EXAMPLE_MODULES = examples/fiberv3 examples/nethttp examples/quickstart
-EXAMPLES = examples/gateway $(EXAMPLE_MODULES)
+EXAMPLES = examples/gateway examples/outbound $(EXAMPLE_MODULES)
 
 export GOWORK = off
 

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // The token bucket on every store: a limiter of opts on each of three
@@ -231,5 +233,33 @@ func TestTokenBucketSetup(t *testing.T) {
 			}()
 			NewLimiter(tt.opts)
 		}()
+	}
+}
+
+// When Redis goes away mid-way, the fallback decides a bucket from a
+// bucket of its own, at its share of the rate and the burst: what the
+// store last reported of the bucket says nothing of what has come back
+// since, so it is not remembered as a window's count is.
+func TestTokenBucketFallbackAfterAnOutage(t *testing.T) {
+	srv := startChaosRedis(t, 0)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	lim := NewLimiter(Options{Counter: NewRedisCounter(rdb), Limit: 10, Window: time.Second, Burst: 4, Algorithm: TokenBucket,
+		Fallback: NewMemoryCounter(), FallbackLimit: 5, Logger: newLogRecorder().logger()})
+	for range 4 {
+		if d := lim.Take(ctx, "a"); !d.Allowed || d.By != ByCounter {
+			t.Fatalf("%+v; want allowed by Redis", d)
+		}
+	}
+	srv.Stop()
+	for i := range 2 { // the fallback's burst: 4 × 5/10
+		if d := lim.Take(ctx, "a"); !d.Allowed || d.By != ByFallback {
+			t.Fatalf("request %d with Redis gone: %+v; want allowed by the fallback's own bucket", i+1, d)
+		}
+	}
+	d := lim.Take(ctx, "a")
+	if d.Allowed || d.By != ByFallback || d.RetryAfter <= 0 || d.RetryAfter > 200*time.Millisecond {
+		t.Fatalf("past the fallback's burst: %+v; want refused by it, RetryAfter within its interval of 0.2 s", d)
 	}
 }

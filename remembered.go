@@ -64,8 +64,14 @@ func (u *usageMemory) learn(key []byte, r *Request, a *Answer, now time.Duration
 		st := window.State(a.Counts[j])
 		e.left[j] = ls[j].Figures(&st, 0).Remaining
 		hold := st.Left
-		if ls[j].Kind == window.Sliding && ls[j].Calendar == 0 {
+		switch {
+		case ls[j].Kind == window.Sliding && ls[j].Calendar == 0:
 			hold += st.Length
+		case ls[j].Kind == window.Bucket && ls[j].Calendar == 0:
+			// A bucket refills as time goes: what it held says nothing
+			// of what it holds, and the fallback's own bucket, at its
+			// share of the rate and the burst, decides it.
+			hold = 0
 		}
 		e.until[j] = now + hold
 		end = max(end, e.until[j])

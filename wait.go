@@ -75,6 +75,9 @@ func (l *Limiter) WaitN(ctx context.Context, tenant string, n int) (Decision, er
 		return d, fmt.Errorf("ratelimit: Wait: the counter could not decide, and FailClosed refuses: %w", d.Err)
 	case d.RetryAfter == 0:
 		return d, fmt.Errorf("ratelimit: Wait: a cost of %d never fits in the tenant's burst of %d", r.Cost, r.Burst)
+	case d.By == ByFallback:
+		return d, fmt.Errorf("ratelimit: Wait: the counter could not decide, and the fallback, which decides without waiting, refuses: "+
+			"the cost fits its share in %v (%w)", d.RetryAfter, d.Err)
 	}
 	return d, fmt.Errorf("ratelimit: Wait: the turn comes in %v, past the context's deadline", d.RetryAfter)
 }
