@@ -139,20 +139,6 @@ func (d Decider) String() string {
 // reports (see window.Limit.Figures): the main limit's, and with quotas
 // every limit's and which of them names the decision.
 
-// main is r's main limit as the window arithmetic has it.
-func (r *Request) main() window.Limit {
-	return window.Limit{Name: r.Name, Limit: r.Limit, Window: r.Window, Kind: window.Kind(r.Algorithm), Burst: r.Burst}
-}
-
-// most is the largest cost r's main limit can ever fit: a bucket's Burst,
-// a window's Limit.
-func (r *Request) most() int64 {
-	if r.Algorithm == TokenBucket {
-		return r.Burst
-	}
-	return r.Limit
-}
-
 // limits are the limits of r, main one first, and how many.
 func (r *Request) limits() (ls [maxQuotas + 1]window.Limit, n int) {
 	ls[0] = r.main()

@@ -55,9 +55,10 @@ type Options struct {
 	// SlidingWindow, which lets no tenant spend two budgets around a
 	// window's end (see Algorithm), or InFlight, which counts the
 	// requests running at once, Window being the lease of each (see
-	// InFlight). SlidingWindow and InFlight need Counter (and
-	// Fallback, if set) to be a Store: setup panics for a Counter that
-	// counts by Incr alone.
+	// InFlight), or TokenBucket, Limit per Window being its rate and
+	// Burst the most at once (see TokenBucket). All but FixedWindow need
+	// Counter (and Fallback, if set) to be a Store: setup panics for a
+	// Counter that counts by Incr alone.
 	//
 	// Optional. Default: FixedWindow
 	Algorithm Algorithm
@@ -298,18 +299,6 @@ func withDefaults(opts Options) Options {
 }
 
 // checkDuration panics unless d is within [lo, hi], or zero when optional.
-// checkBurst says why burst cannot be the Burst of a limiter of algo, or
-// nil.
-func checkBurst(burst int, algo Algorithm) error {
-	switch {
-	case burst != 0 && algo != TokenBucket:
-		return fmt.Errorf("Burst is set, but Algorithm is %v: only a TokenBucket has a burst", algo)
-	case burst < 0 || burst > maxLimit:
-		return fmt.Errorf("Burst must be between 1 and 2^53, or 0 for Limit, got %d", burst)
-	}
-	return nil
-}
-
 func checkDuration(field string, d, lo, hi time.Duration, optional bool) {
 	if optional && d == 0 {
 		return

@@ -62,6 +62,18 @@ func (p Plan) check(algo Algorithm) error {
 	return nil
 }
 
+// checkBurst says why burst cannot be the Burst of a limiter of algo, or
+// nil.
+func checkBurst(burst int, algo Algorithm) error {
+	switch {
+	case burst != 0 && algo != TokenBucket:
+		return fmt.Errorf("Burst is set, but Algorithm is %v: only a TokenBucket has a burst", algo)
+	case burst < 0 || burst > maxLimit:
+		return fmt.Errorf("Burst must be between 1 and 2^53, or 0 for Limit, got %d", burst)
+	}
+	return nil
+}
+
 // headerSwitches are the header families a limiter writes.
 type headerSwitches struct {
 	legacy bool // X-RateLimit-*

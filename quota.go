@@ -328,6 +328,20 @@ func (r *Request) call() (window.Call, error) {
 	return c, err
 }
 
+// main is r's main limit as the window arithmetic has it.
+func (r *Request) main() window.Limit {
+	return window.Limit{Name: r.Name, Limit: r.Limit, Window: r.Window, Kind: window.Kind(r.Algorithm), Burst: r.Burst}
+}
+
+// most is the largest cost r's main limit can ever fit: a bucket's Burst,
+// a window's Limit.
+func (r *Request) most() int64 {
+	if r.Algorithm == TokenBucket {
+		return r.Burst
+	}
+	return r.Limit
+}
+
 // kindIndex is the index of a set's limits beside a window of algo (see
 // quotaSet.lims).
 func kindIndex(algo Algorithm) int {
