@@ -57,7 +57,7 @@
 -- count of each limit) and delete such a hash, for a usage and a reset;
 -- kinds u and r do the same for a tenant without quotas, given its
 -- window's kind and length. Kinds i and y take and give back slots in
--- flight, x and X give back a cost.
+-- flight, x and X give back a cost, or charge one.
 local tonumber, call, pcall, type = tonumber, redis.call, redis.pcall, type
 -- out starts with room for the usual reply (up to four fixed windows),
 -- so that it does not grow slot by slot: each growth rehashes it. The
@@ -264,15 +264,21 @@ for ki = 1, #KEYS do
     end
     out[o+1], o = gone, o + 1
   elseif kind == 'x' then
-    -- A cost given back (Limiter.Release) in a window without quotas,
-    -- when it is still the window it was counted in: ARGV holds the
-    -- window's kind (f or s), its length in ms, the cost, and its offset
-    -- as the caller expects it now (a fixed window's ms left, a sliding
-    -- window's ms run). A window whose offset is within half its length
-    -- of that is the one. It returns what was given back; a fixed window
-    -- left at 0 is deleted, so that the next request starts one.
-    local k, ms, c, want = ARGV[at+1], tonumber(ARGV[at+2]), tonumber(ARGV[at+3], 16), tonumber(ARGV[at+4])
+    -- A cost given back (Limiter.Release) or charged (Limiter.Settle) in
+    -- a window without quotas, when it is still the window it was counted
+    -- in: ARGV holds the window's kind (f or s), its length in ms, the
+    -- cost (hexadecimal, a charge with a leading '-', which tonumber's
+    -- strtoul would wrap), and its offset as the caller expects it now (a
+    -- fixed window's ms left, a sliding window's ms run). A window whose
+    -- offset is within half its length of that is the one. It returns what
+    -- was given back or charged; a fixed window left at 0 is deleted, so
+    -- that the next request starts one. A charge goes past the limit if
+    -- need be, and never makes a key: a window that has gone (expired, or
+    -- reset) is not charged.
+    local k, ms, cs, want = ARGV[at+1], tonumber(ARGV[at+2]), ARGV[at+3], tonumber(ARGV[at+4])
     at = at + 5
+    local c = nil
+    if string.sub(cs, 1, 1) == '-' then c = -tonumber(string.sub(cs, 2), 16) else c = tonumber(cs, 16) end
     local curkey, off = key, nil
     if k == 's' then
       now = now or clock()
@@ -289,6 +295,15 @@ for ki = 1, #KEYS do
         local e = fatal(v)
         if e then return e end
         given = -3
+      elseif c < 0 then
+        if v then
+          if not tonumber(v) then
+            given = -3
+          else
+            call('INCRBY', curkey, string.format('%d', -c))
+            given = -c
+          end
+        end
       else
         v = tonumber(v or 0)
         if not v then
@@ -344,13 +359,19 @@ for ki = 1, #KEYS do
       at = costs + n
     end
     if kind == 'X' then
-      -- A cost given back (Limiter.Release) in a tenant's limits: ARGV
-      -- holds the cost and, for each limit, its offset as the caller
+      -- A cost given back (Limiter.Release) or charged (Limiter.Settle,
+      -- a cost with a leading '-', as kind x has it) in a tenant's limits:
+      -- ARGV holds the cost and, for each limit, its offset as the caller
       -- expects it now (a fixed window's or a period's ms left, a sliding
       -- window's ms run). A limit whose window is the one (not new, and
       -- within half its length, or its period's, of that offset) gets the
-      -- cost back. It returns what the main limit got back.
-      local c, given, m = tonumber(ARGV[at], 16), 0, 0
+      -- cost back, or is charged it, past its limit if need be. A window
+      -- that is new is never charged, nor is a hash that has gone: its
+      -- windows all read as new. It returns what the main limit got back
+      -- or was charged.
+      local cs, given, m = ARGV[at], 0, 0
+      local c = nil
+      if string.sub(cs, 1, 1) == '-' then c = -tonumber(string.sub(cs, 2), 16) else c = tonumber(cs, 16) end
       local offs = at
       at = at + 1 + nl
       if err then
@@ -361,9 +382,9 @@ for ki = 1, #KEYS do
         for j = 1, nl do
           local span = set.ms[j]
           if set.k[j] ~= 'f' and set.k[j] ~= 's' then span = gb[j] end
-          if not ch[j] and cur[j] > 0 and 2 * math.abs(ga[j] - tonumber(ARGV[offs+j])) < span then
+          if not ch[j] and (cur[j] > 0 or c < 0) and 2 * math.abs(ga[j] - tonumber(ARGV[offs+j])) < span then
             local back = math.min(cur[j], c)
-            if j == 1 then given = back end
+            if j == 1 then given = math.abs(back) end
             hargs[m+1], hargs[m+2], m = set.cn[j], cur[j] - back, m + 2
           end
         end
