@@ -126,7 +126,7 @@ func newLimiter(opts Options, now func() time.Time) *Limiter {
 			return breaker.New(opts.BreakerFailures, opts.BreakerCooldown, clk.elapsed, l.failures.write, opts.Metrics.breakerChanged, node)
 		})
 	}
-	l.wiring = door.Wiring{InFlight: opts.Algorithm == InFlight, Local: l.info.Local, Unreadable: l.unreadable}
+	l.wiring = door.Wiring{InFlight: opts.Algorithm == InFlight, Local: l.info.Local, Unreadable: l.unreadable, BadCostAfter: l.badCostAfter}
 	l.wiring.CostErr, l.wiring.GiveErr = l.incrOnlyErr("costs need", "one request at a time"), l.incrOnlyErr("giving back needs", "only up")
 	return l
 }
@@ -323,6 +323,14 @@ func (l *Limiter) setCost(r *Request, cost int) {
 		return
 	}
 	r.Cost = int64(cost)
+}
+
+// badCostAfter logs a cost below 0 that a door's CostAfter returned: the
+// gateway's mistake, after which the request keeps the cost it was
+// decided with.
+func (l *Limiter) badCostAfter(tenant string, cost int) {
+	l.mistakes.record(slog.LevelError, "ratelimit: CostAfter returned a cost below 0; the request keeps the cost it was decided with",
+		slog.String("tenant", logTenant(tenant)), slog.Int("cost", cost))
 }
 
 // planned sets r to its tenant's plan and reports whether it has one
