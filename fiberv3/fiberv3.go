@@ -39,15 +39,18 @@
 // trip to its counter more, and a request of the same tenant decided
 // meanwhile sees it.
 //
-// # Giving back
+// # Giving back and settling
 //
 // Config.SkipFailedRequests and Config.SkipSuccessfulRequests give back
 // what a request took, as Fiber's own limiter middleware does, when its
-// response fails (status 400 or more) or succeeds. With a Limiter whose
-// Options.Algorithm is ratelimit.InFlight, the handler takes the tenant's
-// slots before c.Next() and gives them back when it returns, panics
-// included. A Release runs on c.Context() without its cancellation: the
-// client may be gone, but the count must still be given back.
+// response fails (status 400 or more) or succeeds. Config.CostAfter
+// settles a request at the cost its response shows
+// (ratelimit.Limiter.Settle), charging the difference or giving it back.
+// With a Limiter whose Options.Algorithm is ratelimit.InFlight, the
+// handler takes the tenant's slots before c.Next() and gives them back
+// when it returns, panics included. A Release or Settle runs on
+// c.Context() without its cancellation: the client may be gone, but the
+// count must still be settled.
 //
 // # Clients without a tenant
 //
