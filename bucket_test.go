@@ -263,3 +263,54 @@ func TestTokenBucketFallbackAfterAnOutage(t *testing.T) {
 		t.Fatalf("past the fallback's burst: %+v; want refused by it, RetryAfter within its interval of 0.2 s", d)
 	}
 }
+
+// Settle in a bucket: a request taken at cost 1 and settled at 50, at 10
+// a second with a burst of 10, leaves a debt of 40 units past the burst:
+// the next request waits 4.1 s (4 s of debt, and its own tenth), and a
+// give-back of what was charged pays it off. A give-back never fills the
+// bucket past full.
+func TestTokenBucketSettle(t *testing.T) {
+	eachBucketSubject(t, Options{Limit: 10, Window: time.Second}, func(t *testing.T, lims []*Limiter, tenant string, advance func(time.Duration)) {
+		ctx := context.Background()
+		d := lims[0].TakeN(ctx, tenant, 1)
+		if err := lims[0].Settle(ctx, d, 50); err != nil {
+			t.Fatal(err)
+		}
+		next := lims[2].Take(ctx, tenant)
+		if next.Allowed || next.RetryAfter < 4*time.Second || next.RetryAfter > 4100*time.Millisecond {
+			t.Fatalf("after settling at 50: %+v; want refused, RetryAfter about 4.1 s", next)
+		}
+		settled := d
+		settled.cost = 50
+		if err := lims[0].Settle(ctx, settled, 1); err != nil { // back to 1: the debt given back
+			t.Fatal(err)
+		}
+		if u, err := lims[2].Usage(ctx, tenant); err != nil || u[0].Remaining != 9 {
+			t.Fatalf("after settling back at 1: %+v, %v; want 9 of 10 left", u, err)
+		}
+		if err := lims[0].Settle(ctx, d, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := lims[0].Release(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		if u, err := lims[2].Usage(ctx, tenant); err != nil || u[0].Remaining != 10 || u[0].Reset != 0 {
+			t.Fatalf("after giving back more than was taken: %+v, %v; want the bucket full, no more", u, err)
+		}
+	})
+	// On the fake clock, the debt is waited out to the tenth of a second.
+	clock := newFakeClock()
+	lim := newLimiter(Options{Limit: 10, Window: time.Second, Algorithm: TokenBucket, Counter: newMemoryCounter(clock.Now)}, clock.Now)
+	ctx := context.Background()
+	if err := lim.Settle(ctx, lim.Take(ctx, "a"), 50); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(4 * time.Second)
+	if d := lim.Take(ctx, "a"); d.Allowed {
+		t.Fatalf("4 s after settling at 50: %+v; want still refused", d)
+	}
+	clock.Advance(100 * time.Millisecond)
+	if d := lim.Take(ctx, "a"); !d.Allowed {
+		t.Fatalf("4.1 s after settling at 50: %+v; want allowed", d)
+	}
+}

@@ -51,7 +51,12 @@ type Counter interface {
 // Give gives back r.Cost in each limit whose window is still the one
 // r.Marks names (a window that has ended is left alone, and a count never
 // falls below 0), or, for InFlight, the slots of r.Slot, with r as Take
-// was given it but for Now and Marks.
+// was given it but for Now, Marks and Cost. A negative r.Cost charges
+// -r.Cost instead (Limiter.Settle), in the same windows and only in
+// them, past the limit if need be: a window that has ended is left
+// alone, and nothing is charged into a new one (a store that drops an
+// ended window must not make it again to charge it). InFlight is never
+// charged.
 //
 // Reset clears every window of r's limits (a sliding window's previous
 // one too, and an InFlight tenant's slots), so that the tenant's next
@@ -95,7 +100,7 @@ type Request struct {
 	Algorithm Algorithm
 
 	// Cost is what Take takes (0: it reads only), or what Give gives
-	// back.
+	// back; for Give, a negative Cost is a charge of -Cost (see Store).
 	Cost int64
 
 	// Name, Limit and Window are the main limit: its name (the limiter's

@@ -24,9 +24,12 @@
 // Limiter.Release gives back what a Decision took, in the windows it was
 // counted in: the middlewares use it for SkipFailedRequests and
 // SkipSuccessfulRequests, and to give back an earlier limiter's count when
-// a later one refuses the request. Options.Algorithm InFlight limits how
-// many requests of a tenant run at once across replicas, each holding its
-// slot until Release or until its lease ends.
+// a later one refuses the request. Limiter.Settle sets what a Decision
+// took to the cost its response showed, charging the difference (past the
+// limit if need be) or giving it back: the middlewares' CostAfter uses it.
+// Options.Algorithm InFlight limits how many requests of a tenant run at
+// once across replicas, each holding its slot until Release or until its
+// lease ends.
 //
 // The count lives in a Store: MemoryCounter, the default, counts in this
 // process; RedisCounter counts in Redis (single node, cluster, ring or

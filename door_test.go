@@ -28,6 +28,9 @@ func newFiberV2Door(t testing.TB, s doortest.Settings) func(*http.Request) *http
 	if s.Cost {
 		cfg.Cost = func(c *fiber.Ctx) int { return doortest.CostOf(c.Get("X-Cost")) }
 	}
+	if s.CostAfter != nil {
+		cfg.CostAfter = func(c *fiber.Ctx) int { return s.CostAfter(c.GetRespHeader(doortest.CostAfterHeader)) }
+	}
 	if s.Skip != "" {
 		cfg.Next = func(c *fiber.Ctx) bool { return s.Skips(c.Path()) }
 	}
@@ -54,7 +57,7 @@ func newFiberV2Door(t testing.TB, s doortest.Settings) func(*http.Request) *http
 	app.Use(RateLimitShared(cfg))
 	if s.Then != nil {
 		then := configFrom(t, *s.Then)
-		then.AnonymousByIP, then.LimitReached, then.Cost = cfg.AnonymousByIP, cfg.LimitReached, cfg.Cost
+		then.AnonymousByIP, then.LimitReached, then.Cost, then.CostAfter = cfg.AnonymousByIP, cfg.LimitReached, cfg.Cost, cfg.CostAfter
 		then.SkipFailedRequests, then.SkipSuccessfulRequests = cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests
 		if s.Skip != "" || s.ThenOnly != "" {
 			then.Next = func(c *fiber.Ctx) bool { return s.ThenSkips(c.Path()) }
@@ -64,6 +67,9 @@ func newFiberV2Door(t testing.TB, s doortest.Settings) func(*http.Request) *http
 	app.Use(func(c *fiber.Ctx) error {
 		if s.Handle != nil {
 			s.Handle(c.Path())
+		}
+		if v := c.Get(doortest.CostAfterHeader); v != "" {
+			c.Set(doortest.CostAfterHeader, v)
 		}
 		a := doortest.AnswerTo(c.Path())
 		switch {
@@ -101,6 +107,9 @@ func newHTTPDoor(t testing.TB, s doortest.Settings) func(*http.Request) *http.Re
 	if s.Cost {
 		cfg.Cost = func(r *http.Request) int { return doortest.CostOf(r.Header.Get("X-Cost")) }
 	}
+	if s.CostAfter != nil {
+		cfg.CostAfter = func(_ *http.Request, _ int, h http.Header) int { return s.CostAfter(h.Get(doortest.CostAfterHeader)) }
+	}
 	if s.CustomLimitReached {
 		cfg.LimitReached = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			w.WriteHeader(http.StatusTeapot)
@@ -110,6 +119,9 @@ func newHTTPDoor(t testing.TB, s doortest.Settings) func(*http.Request) *http.Re
 	var answer http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.Handle != nil {
 			s.Handle(r.URL.Path)
+		}
+		if v := r.Header.Get(doortest.CostAfterHeader); v != "" {
+			w.Header().Set(doortest.CostAfterHeader, v)
 		}
 		a := doortest.AnswerTo(r.URL.Path)
 		switch {

@@ -66,6 +66,14 @@ type HTTPConfig struct {
 	//
 	// Optional. Default: 0, refuse what does not fit now
 	MaxDelay time.Duration
+	// CostAfter returns what a request cost, once the next handler has
+	// returned, from the status it answered (as SkipFailedRequests reads
+	// it) and the header of its response (the tokens an upstream reports,
+	// say): the request is settled at that cost (Limiter.Settle), as
+	// Config.CostAfter says, with the same needs.
+	//
+	// Optional. Default: nil, the cost is Cost's
+	CostAfter func(r *http.Request, status int, header http.Header) int
 
 	// SkipFailedRequests gives back what a request took (Limiter.Release)
 	// when its response is a failure, status 400 or more, once the next
@@ -124,7 +132,7 @@ func HTTPMiddleware(lim *Limiter, cfg HTTPConfig) func(http.Handler) http.Handle
 		panic("ratelimit: HTTPMiddleware needs a Limiter, got nil")
 	}
 	w := &lim.wiring
-	if err := w.Check(cfg.Cost != nil, cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests); err != nil {
+	if err := w.Check(cfg.Cost != nil, cfg.CostAfter != nil, cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests); err != nil {
 		panic("ratelimit: " + err.Error())
 	}
 	if err := w.CheckDelay(cfg.MaxDelay); err != nil {
@@ -175,8 +183,11 @@ func HTTPMiddleware(lim *Limiter, cfg HTTPConfig) func(http.Handler) http.Handle
 				dw := doorWriters.Get().(*doorWriter)
 				dw.ResponseWriter = w
 				next.ServeHTTP(dw, r)
-				if dw.refused || cfg.skipped(dw.status) {
+				switch status := answered(dw.status); {
+				case dw.refused || cfg.skipped(status):
 					releaseAfter(r.Context(), lim, &d)
+				case cfg.CostAfter != nil && d.took:
+					settleAfter(r.Context(), lim, &d, cfg.CostAfter(r, status, w.Header()))
 				}
 				*dw = doorWriter{}
 				doorWriters.Put(dw)
@@ -211,12 +222,26 @@ func releaseAfter(ctx context.Context, lim *Limiter, d *Decision) {
 	_ = lim.Release(door.ReleaseContext(ctx), *d)
 }
 
+// settleAfter settles d at cost, what CostAfter returned, once the
+// handler has returned, as releaseAfter gives back.
+func settleAfter(ctx context.Context, lim *Limiter, d *Decision, cost int) {
+	if lim.wiring.SettleCost(d.tenant, cost) {
+		_ = lim.Settle(door.ReleaseContext(ctx), *d, cost)
+	}
+}
+
+// answered is the status of a response whose handler wrote status: 200
+// for one that wrote nothing, as net/http answers.
+func answered(status int) int {
+	if status == 0 {
+		return http.StatusOK
+	}
+	return status
+}
+
 // skipped reports whether a skip rule of cfg gives back a request answered
 // with status.
 func (cfg *HTTPConfig) skipped(status int) bool {
-	if status == 0 {
-		status = http.StatusOK // what net/http answers for a handler that wrote nothing
-	}
 	return door.Skipped(status, cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests)
 }
 

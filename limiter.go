@@ -135,7 +135,7 @@ func newLimiter(opts Options, now func() time.Time) *Limiter {
 		})
 	}
 	l.wiring = door.Wiring{InFlight: opts.Algorithm == InFlight, Local: l.info.Local, Unreadable: l.unreadable,
-		Bucket: opts.Algorithm == TokenBucket}
+		Bucket: opts.Algorithm == TokenBucket, BadCostAfter: l.badCostAfter}
 	l.wiring.CostErr, l.wiring.GiveErr = l.incrOnlyErr("costs need", "one request at a time"), l.incrOnlyErr("giving back needs", "only up")
 	return l
 }
@@ -332,6 +332,14 @@ func (l *Limiter) setCost(r *Request, cost int) {
 		return
 	}
 	r.Cost = int64(cost)
+}
+
+// badCostAfter logs a cost below 0 that a door's CostAfter returned: the
+// gateway's mistake, after which the request keeps the cost it was
+// decided with.
+func (l *Limiter) badCostAfter(tenant string, cost int) {
+	l.mistakes.record(slog.LevelError, "ratelimit: CostAfter returned a cost below 0; the request keeps the cost it was decided with",
+		slog.String("tenant", logTenant(tenant)), slog.Int("cost", cost))
 }
 
 // planned sets r to its tenant's plan and reports whether it has one

@@ -32,23 +32,23 @@ func RateLimitShared(cfg Config) fiber.Handler {
 // counter at start-up (Limiter.Ping), or decides with one Limiter outside
 // Fiber too, builds it first. Of cfg it reads only how to read a request
 // and answer it (Next, Tenant, AnonymousByIP, LimitReached, Cost,
-// SkipFailedRequests, SkipSuccessfulRequests); the budget is lim's, and
-// it panics when any other field of cfg is set. It gives back as
-// RateLimitShared does.
+// CostAfter, SkipFailedRequests, SkipSuccessfulRequests); the budget is
+// lim's, and it panics when any other field of cfg is set. It gives back
+// and settles as RateLimitShared does.
 func FiberMiddleware(lim *Limiter, cfg Config) fiber.Handler {
 	if lim == nil {
 		panic("ratelimit: FiberMiddleware needs a Limiter, got nil")
 	}
 	if !reflect.ValueOf(cfg.options()).IsZero() {
 		panic("ratelimit: FiberMiddleware takes the budget, the counter and the rest from its Limiter: " +
-			"set only Next, Tenant, AnonymousByIP, LimitReached, Cost, SkipFailedRequests and " +
+			"set only Next, Tenant, AnonymousByIP, LimitReached, Cost, CostAfter, SkipFailedRequests and " +
 			"SkipSuccessfulRequests in its Config")
 	}
 	return newFiberDoor(lim, cfg).handle
 }
 
 // Config configures RateLimitShared, the Fiber v2 handler. Next, Tenant,
-// AnonymousByIP, LimitReached, Cost, SkipFailedRequests and
+// AnonymousByIP, LimitReached, Cost, CostAfter, SkipFailedRequests and
 // SkipSuccessfulRequests say how it reads a request and answers it; every
 // other field is the Options field of the same name, with the same
 // meaning and default.
@@ -104,6 +104,20 @@ type Config struct {
 	//
 	// Optional. Default: 0, refuse what does not fit now
 	MaxDelay time.Duration
+
+	// CostAfter returns what a request cost, once the next handlers have
+	// returned and its response is known (the tokens an upstream reports
+	// in a header of c.Response(), say): the request is settled at that
+	// cost (Limiter.Settle), the difference from its Cost charged, past
+	// the limit if need be, or given back. It is called only for a request
+	// that was allowed and counted, and not when a skip rule or a later
+	// limiter's refusal gives the request back. A cost below 0 is the
+	// gateway's mistake: it is logged, and the request keeps its Cost.
+	// Setup panics for an InFlight Algorithm, which holds slots, not
+	// costs, and when Counter (or Fallback) counts by Incr alone.
+	//
+	// Optional. Default: nil, the cost is Cost's
+	CostAfter func(c *fiber.Ctx) int
 
 	// SkipFailedRequests gives back what a request took (Limiter.Release)
 	// when its response is a failure, status 400 or more, once the next
@@ -185,6 +199,7 @@ type fiberDoor struct {
 	next          func(c *fiber.Ctx) bool
 	tenant        func(c *fiber.Ctx) (string, bool)
 	cost          func(c *fiber.Ctx) int
+	costAfter     func(c *fiber.Ctx) int
 	anonymousByIP bool
 	limitReached  fiber.Handler
 
@@ -199,13 +214,13 @@ type fiberDoor struct {
 
 func newFiberDoor(lim *Limiter, cfg Config) *fiberDoor {
 	w := &lim.wiring
-	if err := w.Check(cfg.Cost != nil, cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests); err != nil {
+	if err := w.Check(cfg.Cost != nil, cfg.CostAfter != nil, cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests); err != nil {
 		panic("ratelimit: " + err.Error())
 	}
 	if err := w.CheckDelay(cfg.MaxDelay); err != nil {
 		panic("ratelimit: " + err.Error())
 	}
-	d := &fiberDoor{maxDelay: cfg.MaxDelay, lim: lim, next: cfg.Next, tenant: cfg.Tenant, cost: cfg.Cost,
+	d := &fiberDoor{maxDelay: cfg.MaxDelay, lim: lim, next: cfg.Next, tenant: cfg.Tenant, cost: cfg.Cost, costAfter: cfg.CostAfter,
 		anonymousByIP: cfg.AnonymousByIP, limitReached: cfg.LimitReached,
 		skipFailed: cfg.SkipFailedRequests, skipSuccessful: cfg.SkipSuccessfulRequests,
 		canGiveBack: w.GiveErr == nil, inFlight: w.InFlight, local: w.Local}
@@ -265,8 +280,12 @@ func (d *fiberDoor) handle(c *fiber.Ctx) error {
 		return d.holding(ctx, c, &dec)
 	}
 	err := c.Next()
-	if d.canGiveBack && (d.skipped(c, err) || c.Locals(refusedKey{}) != nil) {
+	switch {
+	case !d.canGiveBack:
+	case d.skipped(c, err) || c.Locals(refusedKey{}) != nil:
 		d.release(ctx, &dec)
+	case d.costAfter != nil && dec.took:
+		d.settle(ctx, c, &dec)
 	}
 	return err
 }
@@ -306,6 +325,14 @@ func (d *fiberDoor) holding(ctx context.Context, c *fiber.Ctx, dec *Decision) er
 // count then stands until its window or lease ends.
 func (d *fiberDoor) release(ctx context.Context, dec *Decision) {
 	_ = d.lim.Release(door.ReleaseContext(ctx), *dec)
+}
+
+// settle settles dec at what CostAfter says c cost. Settle logs a failure
+// itself; the count then stands as decided.
+func (d *fiberDoor) settle(ctx context.Context, c *fiber.Ctx, dec *Decision) {
+	if cost := d.costAfter(c); d.lim.wiring.SettleCost(dec.tenant, cost) {
+		_ = d.lim.Settle(door.ReleaseContext(ctx), *dec, cost)
+	}
 }
 
 // skipped reports whether a skip rule gives back a request whose next

@@ -37,6 +37,9 @@ func newTableDoor(t testing.TB, s doortest.Settings) func(*http.Request) *http.R
 	if s.Cost {
 		cfg.Cost = func(c fiber.Ctx) int { return doortest.CostOf(c.Get("X-Cost")) }
 	}
+	if s.CostAfter != nil {
+		cfg.CostAfter = func(c fiber.Ctx) int { return s.CostAfter(c.GetRespHeader(doortest.CostAfterHeader)) }
+	}
 	if s.CustomLimitReached {
 		cfg.LimitReached = func(c fiber.Ctx) error {
 			return c.Status(http.StatusTeapot).SendString(doortest.CustomBody + c.GetRespHeader("Retry-After"))
@@ -74,6 +77,9 @@ func newTableDoor(t testing.TB, s doortest.Settings) func(*http.Request) *http.R
 	app.Use(func(c fiber.Ctx) error {
 		if s.Handle != nil {
 			s.Handle(c.Path())
+		}
+		if v := c.Get(doortest.CostAfterHeader); v != "" {
+			c.Set(doortest.CostAfterHeader, v)
 		}
 		a := doortest.AnswerTo(c.Path())
 		switch {

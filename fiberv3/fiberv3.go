@@ -39,15 +39,18 @@
 // trip to its counter more, and a request of the same tenant decided
 // meanwhile sees it.
 //
-// # Giving back
+// # Giving back and settling
 //
 // Config.SkipFailedRequests and Config.SkipSuccessfulRequests give back
 // what a request took, as Fiber's own limiter middleware does, when its
-// response fails (status 400 or more) or succeeds. With a Limiter whose
-// Options.Algorithm is ratelimit.InFlight, the handler takes the tenant's
-// slots before c.Next() and gives them back when it returns, panics
-// included. A Release runs on c.Context() without its cancellation: the
-// client may be gone, but the count must still be given back.
+// response fails (status 400 or more) or succeeds. Config.CostAfter
+// settles a request at the cost its response shows
+// (ratelimit.Limiter.Settle), charging the difference or giving it back.
+// With a Limiter whose Options.Algorithm is ratelimit.InFlight, the
+// handler takes the tenant's slots before c.Next() and gives them back
+// when it returns, panics included. A Release or Settle runs on
+// c.Context() without its cancellation: the client may be gone, but the
+// count must still be settled.
 //
 // # Clients without a tenant
 //
@@ -135,6 +138,20 @@ type Config struct {
 	// Optional. Default: 0, refuse what does not fit now
 	MaxDelay time.Duration
 
+	// CostAfter returns what a request cost, once the next handlers have
+	// returned and its response is known (the tokens an upstream reports
+	// in a header of c.Response(), say): the request is settled at that
+	// cost (ratelimit.Limiter.Settle), the difference from its Cost
+	// charged, past the limit if need be, or given back. It is called only
+	// for a request that was allowed and counted, and not when a skip rule
+	// or a later limiter's refusal gives the request back. A cost below 0
+	// is the gateway's mistake: it is logged, and the request keeps its
+	// Cost. New panics for an InFlight Algorithm, which holds slots, not
+	// costs, and when the Limiter's Counter counts by Incr alone.
+	//
+	// Optional. Default: nil, the cost is Cost's
+	CostAfter func(c fiber.Ctx) int
+
 	// SkipFailedRequests gives back what a request took
 	// (ratelimit.Limiter.Release) when its response is a failure, status
 	// 400 or more, once the next handlers have returned: only requests
@@ -207,7 +224,7 @@ func New(lim *ratelimit.Limiter, config ...Config) fiber.Handler {
 	}
 	w := door.Of(lim)
 	cfg := configDefault(w, config...)
-	if err := w.Check(cfg.Cost != nil, cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests); err != nil {
+	if err := w.Check(cfg.Cost != nil, cfg.CostAfter != nil, cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests); err != nil {
 		panic("fiberv3: " + err.Error())
 	}
 	if err := w.CheckDelay(cfg.MaxDelay); err != nil {
@@ -224,14 +241,14 @@ func New(lim *ratelimit.Limiter, config ...Config) fiber.Handler {
 		}
 		ctx := c.Context()
 		var dec ratelimit.Decision
+		id, ok := cfg.Tenant(c)
 		if cfg.MaxDelay > 0 {
-			id, ok := cfg.Tenant(c)
 			var addr netip.Addr
 			if (!ok || id == "") && cfg.AnonymousByIP {
 				addr, _ = netip.ParseAddr(c.IP())
 			}
 			door.Delayed(lim, ctx, &dec, id, addr, addr.IsValid(), cost, cfg.MaxDelay)
-		} else if id, ok := cfg.Tenant(c); ok && id != "" {
+		} else if ok && id != "" {
 			dec = lim.TakeN(ctx, id, cost)
 		} else if cfg.AnonymousByIP {
 			addr, _ := netip.ParseAddr(c.IP())
@@ -252,13 +269,26 @@ func New(lim *ratelimit.Limiter, config ...Config) fiber.Handler {
 			return holding(ctx, lim, c, &dec)
 		}
 		err := c.Next()
-		if canGiveBack && (cfg.skipped(c, err) || c.Locals(refusedKey{}) != nil) {
+		switch {
+		case !canGiveBack:
+		case cfg.skipped(c, err) || c.Locals(refusedKey{}) != nil:
 			// Release logs a failure itself; the count then stands until
 			// its window ends.
 			_ = lim.Release(door.ReleaseContext(ctx), dec)
+		case cfg.CostAfter != nil && counted(&dec):
+			if cost := cfg.CostAfter(c); w.SettleCost(id, cost) {
+				_ = lim.Settle(door.ReleaseContext(ctx), dec, cost)
+			}
 		}
 		return err
 	}
+}
+
+// counted reports whether dec, which allowed its request, counted it:
+// neither failing open (ByNone) nor letting a refusal through in shadow
+// mode, which count nothing to settle.
+func counted(dec *ratelimit.Decision) bool {
+	return dec.By != ratelimit.ByNone && !dec.Shadowed
 }
 
 // holding passes the request on while dec holds its slots of an InFlight

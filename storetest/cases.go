@@ -28,6 +28,7 @@ var cases = []testCase{
 	{"a give-back returns the cost in the window it was taken in only", giveBackSameWindow},
 	{"a give-back with quotas returns the cost in every limit", giveBackQuotas},
 	{"a give-back takes no count below zero", giveBackFloor},
+	{"a give-back of a negative cost charges it, past the limit, in the windows it was taken in only", giveNegativeCharges},
 	{"quotas by window slide beside a sliding main limit", slidingQuotas},
 	{"a request that read the clock early is counted in the window a later one opened", lateArrival},
 	{"a reset clears every limit", resetClears},
@@ -286,6 +287,43 @@ func giveBackQuotas(s *subject) {
 	s.expect("7 taken", took, true, 7, 7, 7)
 	s.give(r, took)
 	s.expect("3 given back", s.read(r), true, 4, 4, 4)
+}
+
+// giveNegativeCharges: Give with a negative Cost charges -Cost
+// (Limiter.Settle at a higher cost), past the limit, in every limit whose
+// window is still the one it was counted in, and never in a window that
+// has ended: that one is not made again.
+func giveNegativeCharges(s *subject) {
+	r := s.req(tenant(s.t, "charge"), ratelimit.FixedWindow, 2, 10, w)
+	took := s.take(r)
+	r.Cost = -48
+	s.give(r, took)
+	s.expect("2 counted, 48 charged", s.read(r), true, 50)
+	r.Cost = 1
+	s.expect("a request after the debt", s.take(r), false, 50)
+	s.advance(w + 50*time.Millisecond)
+	r.Cost = -20
+	s.give(r, took)
+	s.expect("a charge after its window ended", s.read(r), true, 0)
+	r.Cost = 1
+	s.expect("the next window's first request", s.take(r), true, 1)
+
+	sl := s.req(tenant(s.t, "charge-sliding"), ratelimit.SlidingWindow, 2, 10, time.Minute)
+	took = s.take(sl)
+	sl.Cost = -8
+	s.give(sl, took)
+	s.expect("a sliding window charged 8", s.read(sl), true, 10)
+	sl.Cost = 1
+	s.expect("a sliding window after the charge", s.take(sl), false, 10)
+
+	quotas := []ratelimit.Quota{{Name: "q", Limit: 50, Window: time.Minute}, {Name: "day", Limit: 100, Calendar: ratelimit.CalendarDay}}
+	q := s.req(tenant(s.t, "charge-quotas"), ratelimit.FixedWindow, 1, 10, time.Minute, quotas...)
+	took = s.take(q)
+	q.Cost = -59
+	s.give(q, took)
+	s.expect("every limit charged 59", s.read(q), true, 60, 60, 60)
+	q.Cost = 1
+	s.expect("a request after the debt", s.take(q), false, 60, 60, 60)
 }
 
 func giveBackFloor(s *subject) {

@@ -4,14 +4,21 @@
 // top of those budgets: tenant globex is on "free", 100 requests a month,
 // acme on "pro", 10,000 (the months of the UTC calendar).
 //
+// GET /v1/complete stands for a route to an LLM: its upstream reports in
+// the response header X-Upstream-Tokens how many tokens the call used,
+// and each tenant may spend 1,000 tokens a minute. A call is admitted
+// while the tenant has a token left, and then charged what the upstream
+// reported (Config.CostAfter): a call that goes past the budget leaves a
+// debt, and the tenant's next calls are refused until the next minute.
+//
 // GET /usage answers the calling tenant's use of each of its limits, as a
-// JSON array of objects, one a limit ("global", "month", "expensive"), as
-// ratelimit.Usage encodes them:
+// JSON array of objects, one a limit ("global", "month", "expensive",
+// "tokens"), as ratelimit.Usage encodes them:
 //
 //	name       the limit's name, as the RateLimit header fields give it
-//	limit      requests allowed per window
-//	used       requests counted in the window now
-//	remaining  requests left in it
+//	limit      requests (or tokens) allowed per window
+//	used       requests (or tokens) counted in the window now
+//	remaining  requests (or tokens) left in it
 //	window     its window, or the length of the month now running
 //	reset      until more than remaining is available (0: no window runs)
 //
@@ -36,6 +43,7 @@ import (
 	"log"
 	"log/slog"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -103,6 +111,9 @@ func newApp(s demo.Settings, store *demo.Store, logger *slog.Logger) (*fiber.App
 	}
 	expensive := global
 	expensive.Name, expensive.Limit, expensive.Window = "expensive", s.RouteLimit, s.RouteWindow
+	// /v1/complete's budget is in tokens, not requests.
+	tokens := global
+	tokens.Name, tokens.Limit, tokens.Window = "tokens", tokensPerMinute, time.Minute
 	// The monthly quota comes with the tenant's plan, on the limiter that
 	// every request meets; a request without a tenant has none.
 	global.PlanFor = func(tenant string) ratelimit.Plan { return plans[demo.Plans[tenant]] }
@@ -111,9 +122,11 @@ func newApp(s demo.Settings, store *demo.Store, logger *slog.Logger) (*fiber.App
 		// budget keeps the whole gateway near the shared one.
 		global.Fallback, global.FallbackLimit = store.Fallback, s.FallbackLimit(s.Limit)
 		expensive.Fallback, expensive.FallbackLimit = store.Fallback, s.FallbackLimit(s.RouteLimit)
+		tokens.Fallback, tokens.FallbackLimit = store.Fallback, s.FallbackLimit(tokensPerMinute)
 	}
 	globalLimiter, expensiveLimiter := ratelimit.NewLimiter(global), ratelimit.NewLimiter(expensive)
-	if err := demo.Check(globalLimiter, expensiveLimiter); err != nil {
+	tokensLimiter := ratelimit.NewLimiter(tokens)
+	if err := demo.Check(globalLimiter, expensiveLimiter, tokensLimiter); err != nil {
 		return nil, err
 	}
 
@@ -134,6 +147,9 @@ func newApp(s demo.Settings, store *demo.Store, logger *slog.Logger) (*fiber.App
 	app.Get("/expensive", ratelimit.FiberMiddleware(expensiveLimiter, door), func(c *fiber.Ctx) error {
 		return c.SendString(answer(c, "/expensive"))
 	})
+	tokensDoor := door
+	tokensDoor.CostAfter = tokensUsed
+	app.Get("/v1/complete", ratelimit.FiberMiddleware(tokensLimiter, tokensDoor), complete)
 	app.Get("/usage", func(c *fiber.Ctx) error {
 		tenant, _ := c.Locals("tenant").(string)
 		if tenant == "" {
@@ -144,7 +160,7 @@ func newApp(s demo.Settings, store *demo.Store, logger *slog.Logger) (*fiber.App
 		ctx, cancel := context.WithTimeout(c.UserContext(), time.Second)
 		defer cancel()
 		var limits []ratelimit.Usage
-		for _, l := range []*ratelimit.Limiter{globalLimiter, expensiveLimiter} {
+		for _, l := range []*ratelimit.Limiter{globalLimiter, expensiveLimiter, tokensLimiter} {
 			us, err := l.Usage(ctx, tenant)
 			if err != nil {
 				// The error names the store and the tenant: for the log,
@@ -158,6 +174,28 @@ func newApp(s demo.Settings, store *demo.Store, logger *slog.Logger) (*fiber.App
 	})
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendString("ok\n") })
 	return app, nil
+}
+
+// tokensPerMinute is each tenant's budget of tokens on /v1/complete.
+const tokensPerMinute = 1000
+
+// complete stands for the upstream model behind /v1/complete: it answers,
+// and reports in X-Upstream-Tokens the tokens the call used, as an LLM's
+// API reports its usage.
+func complete(c *fiber.Ctx) error {
+	c.Set("X-Upstream-Tokens", "37")
+	return c.SendString(answer(c, "/v1/complete"))
+}
+
+// tokensUsed is what a call to /v1/complete cost, once its upstream has
+// answered: the tokens it reported. A response without the report (the
+// upstream failed) keeps the cost the call was admitted with, 1.
+func tokensUsed(c *fiber.Ctx) int {
+	n, err := strconv.Atoi(string(c.Response().Header.Peek("X-Upstream-Tokens")))
+	if err != nil {
+		return 1
+	}
+	return n
 }
 
 // resolveTenant stores the tenant of the request's API key where the

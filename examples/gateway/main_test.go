@@ -108,8 +108,8 @@ func TestUsageListsEveryLimit(t *testing.T) {
 		t.Fatalf("GET /usage: %v in %s", err, body)
 	}
 
-	if len(got) != 3 {
-		t.Fatalf("GET /usage lists %d limits, want global, month and expensive: %s", len(got), body)
+	if len(got) != 4 {
+		t.Fatalf("GET /usage lists %d limits, want global, month, expensive and tokens: %s", len(got), body)
 	}
 	// The month's reset is read after the request, the test's before.
 	month := got[1]
@@ -120,6 +120,7 @@ func TestUsageListsEveryLimit(t *testing.T) {
 		{Name: "global", Limit: 5, Window: 60, Used: 4, Remaining: 1, Reset: got[0].Reset},
 		{Name: "month", Limit: 10_000, Window: monthSeconds(before), Used: 4, Remaining: 9996, Reset: month.Reset},
 		{Name: "expensive", Limit: 2, Window: 60, Used: 1, Remaining: 1, Reset: got[2].Reset},
+		{Name: "tokens", Limit: 1000, Window: 60, Used: 0, Remaining: 1000, Reset: got[3].Reset},
 	}
 	for i := range want {
 		if got[i] != want[i] {
@@ -188,5 +189,38 @@ func TestRefusedExpensiveSpendsNoGlobalBudget(t *testing.T) {
 	resp, _ := get(t, app, "/", "key-globex")
 	if rl := resp.Header.Get("RateLimit"); resp.StatusCode != http.StatusOK || !strings.Contains(rl, `"global";r=2;`) {
 		t.Fatalf("/ after them: %d, RateLimit %q; want 200 with 2 left of 5: the 2 allowed and this one spent, the refused not", resp.StatusCode, rl)
+	}
+}
+
+// /v1/complete admits a call while the tenant has a token left, then
+// charges what the upstream reported, 37 tokens a call: the 28th call
+// (999 spent before it) is admitted and leaves a debt of 36, and the
+// 29th is refused until the next minute.
+func TestCompleteChargesTheTokensUsed(t *testing.T) {
+	app := newTestApp(t, 100)
+	for i := range 28 {
+		resp, body := get(t, app, "/v1/complete", "key-acme")
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Upstream-Tokens") != "37" {
+			t.Fatalf("call %d: %s, X-Upstream-Tokens %q, %s", i+1, resp.Status, resp.Header.Get("X-Upstream-Tokens"), body)
+		}
+	}
+	resp, _ := get(t, app, "/v1/complete", "key-acme")
+	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(resp.Header.Get("RateLimit"), `"tokens";r=0;`) {
+		t.Fatalf("call 29: %s, RateLimit %q; want 429 with no tokens left", resp.Status, resp.Header.Get("RateLimit"))
+	}
+	if retry, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || retry < 1 || retry > 60 {
+		t.Errorf("Retry-After %q, want the rest of the minute", resp.Header.Get("Retry-After"))
+	}
+	_, body := get(t, app, "/usage", "key-acme")
+	var got []usage
+	if err := json.Unmarshal([]byte(body), &got); err != nil || len(got) != 4 {
+		t.Fatalf("GET /usage: %v, %s", err, body)
+	}
+	if tokens := got[3]; tokens.Name != "tokens" || tokens.Used != 28*37 || tokens.Remaining != 0 {
+		t.Errorf("GET /usage: tokens %+v, want %d used and none left", tokens, 28*37)
+	}
+	// Another tenant's budget is its own.
+	if resp, _ := get(t, app, "/v1/complete", "key-globex"); resp.StatusCode != http.StatusOK {
+		t.Errorf("globex: %s, want 200", resp.Status)
 	}
 }

@@ -236,7 +236,8 @@ func held(slots []slot, now time.Time) int64 {
 
 // Give gives back what a Take of r took: r.Cost in each window that is
 // still the one r.Marks names (one that has ended is left alone), or the
-// slots of r.Slot.
+// slots of r.Slot. A negative r.Cost charges -r.Cost in those windows,
+// past the limit if need be (Limiter.Settle at a higher cost).
 func (s *Store) Give(_ context.Context, r ratelimit.Request) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -256,8 +257,8 @@ func (s *Store) Give(_ context.Context, r ratelimit.Request) error {
 	for j, l := range ls {
 		k := windowKey{key, l.name}
 		w := l.roll(s.windows[k], now)
-		if w.n > 0 && l.count(w, now).Mark == r.Marks[j] {
-			w.n -= min(w.n, r.Cost)
+		if (w.n > 0 || r.Cost < 0) && l.count(w, now).Mark == r.Marks[j] {
+			w.n -= min(w.n, r.Cost) // a charge: min is r.Cost, so w.n grows
 			s.windows[k] = w
 		}
 	}

@@ -1,8 +1,9 @@
 // Package door is what the middlewares of the ratelimit package and of
 // its fiberv3 module share: how a door learns what its Limiter can do,
 // reads a request's tenant, tells a failed response from a successful
-// one, and gives back after the handler. A door reads the tenant (and the
-// cost) from a request and writes the decision; nothing else.
+// one, and gives back or settles after the handler. A door reads the
+// tenant (and the cost) from a request and writes the decision; nothing
+// else.
 package door
 
 import (
@@ -34,6 +35,9 @@ type Wiring struct {
 	// Bucket: the limiter is a TokenBucket, whose requests may wait for
 	// their turn (MaxDelay, see Delayed).
 	Bucket bool
+	// BadCostAfter logs a cost below 0 that a door's CostAfter returned
+	// for a request of tenant: the gateway's mistake.
+	BadCostAfter func(tenant string, cost int)
 }
 
 // Delayed, set by the root package, decides into d, a
@@ -60,11 +64,20 @@ var Of func(lim any) *Wiring
 
 // Check returns why a door cannot run as configured with w's Limiter,
 // naming the field, or nil: a cost function (cost) on a Limiter that
-// cannot count costs, or skip rules on a Limiter that cannot give back or
-// on an InFlight one, which gives back every request.
-func (w *Wiring) Check(cost, skipFailed, skipSuccessful bool) error {
-	if cost && w.CostErr != nil {
+// cannot count costs; a function of the cost after the response
+// (costAfter) on a Limiter that cannot settle it, an InFlight one (which
+// holds slots, not costs) or one that cannot give back or charge; or
+// skip rules on a Limiter that cannot give back or on an InFlight one,
+// which gives back every request.
+func (w *Wiring) Check(cost, costAfter, skipFailed, skipSuccessful bool) error {
+	switch {
+	case cost && w.CostErr != nil:
 		return errors.New("Cost: " + w.CostErr.Error())
+	case costAfter && w.InFlight:
+		return errors.New("CostAfter: an InFlight limiter holds slots, not costs: " +
+			"it gives back every request's slots when its handler returns, and has no cost to settle")
+	case costAfter && w.GiveErr != nil:
+		return errors.New("CostAfter: settling a cost after the response: " + w.GiveErr.Error())
 	}
 	field := "SkipFailedRequests"
 	switch {
@@ -90,6 +103,18 @@ func Skipped(status int, skipFailed, skipSuccessful bool) bool {
 		return skipFailed
 	}
 	return skipSuccessful
+}
+
+// SettleCost reports whether cost, what a door's CostAfter returned for
+// a request of tenant ("" for none), settles it: a cost below 0 is the
+// gateway's mistake, logged, and the request keeps the cost it was
+// decided with.
+func (w *Wiring) SettleCost(tenant string, cost int) bool {
+	if cost < 0 {
+		w.BadCostAfter(tenant, cost)
+		return false
+	}
+	return true
 }
 
 // ReleaseContext is ctx without its cancellation, for giving back after

@@ -10,10 +10,12 @@ import (
 
 // Give gives back what a call took, with c as Take was given it but for
 // Now, and Marks from Take's result: c.Cost in each limit whose window is
-// still the one its mark names (a window that has ended is left alone),
-// or, for an InFlight limit, the slots of c.Slot. A window is named exactly, by its end (a fixed
-// window), its start (a sliding one) or its period's start (a calendar
-// quota).
+// still the one its mark names at c.Now (a window that has ended is left
+// alone), or, for an InFlight limit, the slots of c.Slot. A negative
+// c.Cost charges -c.Cost in those windows instead, past the limit if need
+// be; nothing is charged into a window that has ended or one that came
+// after. A window is named exactly, by its end (a fixed window), its start
+// (a sliding one) or its period's start (a calendar quota).
 func (m *Store) Give(key []byte, c *window.Call) error {
 	if m.closed.Load() {
 		return ErrClosed
@@ -36,6 +38,9 @@ func (m *Store) Give(key []byte, c *window.Call) error {
 		if w.width == bucketMark {
 			giveBucket(w, &c.Main, c.Cost, Nanos(c.Now))
 		}
+	case Nanos(c.Now) >= w.end:
+		// Ended: a sliding window's count weighs in the next one, which
+		// a settlement leaves alone.
 	case k == window.Sliding && w.width == int64(c.Main.Window) && w.start == c.Marks[0],
 		k == window.Fixed && w.width == 0 && w.end == c.Marks[0]:
 		giveBack(&w.count, c.Cost)
@@ -43,8 +48,13 @@ func (m *Store) Give(key []byte, c *window.Call) error {
 	return nil
 }
 
-// giveBack takes up to cost off count, never below 0.
+// giveBack takes up to cost off count, never below 0; a negative cost
+// adds -cost.
 func giveBack(count *atomic.Int64, cost int64) {
+	if cost < 0 {
+		count.Add(-cost)
+		return
+	}
 	for {
 		n := count.Load()
 		if back := min(n, cost); back <= 0 || count.CompareAndSwap(n, n-back) {
@@ -53,8 +63,9 @@ func giveBack(count *atomic.Int64, cost int64) {
 	}
 }
 
-// give gives back c's cost in each of g's windows that is still the one
-// c was counted in.
+// give gives back c's cost (or charges it, when it is negative) in each
+// of g's windows that is still the one c was counted in: roll has ended
+// the others, which no longer carry their mark.
 func (g *group) give(c *window.Call) {
 	ls, n := c.Limits()
 	wall := c.Now
@@ -70,10 +81,12 @@ func (g *group) give(c *window.Call) {
 		s := &g.subs[j]
 		s.roll(&ls[j], now, wall)
 		if s.bucket {
+			// A charge may put the bucket's full time past the entry's.
 			s.count = int64(math.Float64bits(micros(now) + ls[j].Bucket().Give(s.bucketLeft(now), c.Cost)))
+			g.keep.Store(max(g.keep.Load(), s.keep()))
 			continue
 		}
-		if s.count != 0 && s.mark(&ls[j]) == c.Marks[j] {
+		if (s.count != 0 || c.Cost < 0) && s.mark(&ls[j]) == c.Marks[j] {
 			s.count -= min(s.count, c.Cost)
 		}
 	}

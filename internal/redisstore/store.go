@@ -146,8 +146,9 @@ func msWindow(w time.Duration) time.Duration {
 // Give gives back what a call took, with c as Take was given it and Marks
 // from Take's result, in one round trip shared with other calls: c.Cost
 // in each limit whose window is still the one its mark names, or, for an
-// InFlight limit, the slots of c.Slot. It returns what the main limit got
-// back. Windows live on the server's clock, which a replica cannot read:
+// InFlight limit, the slots of c.Slot; a negative c.Cost charges -c.Cost
+// in those windows instead, past the limit if need be, and never in a
+// window that has gone (its key expired or deleted) or a new one. Windows live on the server's clock, which a replica cannot read:
 // the script is told where each window should be now by its mark (its
 // offset: the milliseconds a fixed window or a period has left, or a
 // sliding window has run), and gives back in a window whose offset is

@@ -57,7 +57,7 @@
 -- count of each limit) and delete such a hash, for a usage and a reset;
 -- kinds u and r do the same for a tenant without quotas, given its
 -- window's kind and length. Kinds i and y take and give back slots in
--- flight, x and X give back a cost (a negative one charges it), and b and
+-- flight, x and X give back a cost or charge one, and b and
 -- B decide a token bucket (see below; a tenant with quotas whose main
 -- limit is a bucket has main kind b in its set, and its key's arguments
 -- carry the bucket's burst, interval and delay where a window's carry its
@@ -326,15 +326,21 @@ for ki = 1, #KEYS do
     end
     out[o+1], o = gone, o + 1
   elseif kind == 'x' then
-    -- A cost given back (Limiter.Release) in a window without quotas,
-    -- when it is still the window it was counted in: ARGV holds the
-    -- window's kind (f or s), its length in ms, the cost, and its offset
-    -- as the caller expects it now (a fixed window's ms left, a sliding
-    -- window's ms run). A window whose offset is within half its length
-    -- of that is the one. It returns what was given back; a fixed window
-    -- left at 0 is deleted, so that the next request starts one.
-    local k, ms, c, want = ARGV[at+1], tonumber(ARGV[at+2]), tonumber(ARGV[at+3], 16), tonumber(ARGV[at+4])
+    -- A cost given back (Limiter.Release) or charged (Limiter.Settle) in
+    -- a window without quotas, when it is still the window it was counted
+    -- in: ARGV holds the window's kind (f or s), its length in ms, the
+    -- cost (hexadecimal, a charge with a leading '-', which tonumber's
+    -- strtoul would wrap), and its offset as the caller expects it now (a
+    -- fixed window's ms left, a sliding window's ms run). A window whose
+    -- offset is within half its length of that is the one. It returns what
+    -- was given back or charged; a fixed window left at 0 is deleted, so
+    -- that the next request starts one. A charge goes past the limit if
+    -- need be, and never makes a key: a window that has gone (expired, or
+    -- reset) is not charged.
+    local k, ms, cs, want = ARGV[at+1], tonumber(ARGV[at+2]), ARGV[at+3], tonumber(ARGV[at+4])
     at = at + 5
+    local c = nil
+    if string.sub(cs, 1, 1) == '-' then c = -tonumber(string.sub(cs, 2), 16) else c = tonumber(cs, 16) end
     local curkey, off, given = key, nil, 0
     if k == 'b' then
       -- A token bucket (ms is its interval): it is full again no sooner
@@ -364,6 +370,15 @@ for ki = 1, #KEYS do
         local e = fatal(v)
         if e then return e end
         given = -3
+      elseif c < 0 then
+        if v then
+          if not tonumber(v) then
+            given = -3
+          else
+            call('INCRBY', curkey, string.format('%d', -c))
+            given = -c
+          end
+        end
       else
         v = tonumber(v or 0)
         if not v then
@@ -430,13 +445,19 @@ for ki = 1, #KEYS do
       at = costs + n
     end
     if kind == 'X' then
-      -- A cost given back (Limiter.Release) in a tenant's limits: ARGV
-      -- holds the cost and, for each limit, its offset as the caller
+      -- A cost given back (Limiter.Release) or charged (Limiter.Settle,
+      -- a cost with a leading '-', as kind x has it) in a tenant's limits:
+      -- ARGV holds the cost and, for each limit, its offset as the caller
       -- expects it now (a fixed window's or a period's ms left, a sliding
       -- window's ms run). A limit whose window is the one (not new, and
       -- within half its length, or its period's, of that offset) gets the
-      -- cost back. It returns what the main limit got back.
-      local c, given, m = tonumber(ARGV[at], 16), 0, 0
+      -- cost back, or is charged it, past its limit if need be. A window
+      -- that is new is never charged, nor is a hash that has gone: its
+      -- windows all read as new. It returns what the main limit got back
+      -- or was charged.
+      local cs, given, m, grown = ARGV[at], 0, 0, false
+      local c = nil
+      if string.sub(cs, 1, 1) == '-' then c = -tonumber(string.sub(cs, 2), 16) else c = tonumber(cs, 16) end
       local offs = at
       at = at + 1 + nl
       if err then
@@ -452,13 +473,17 @@ for ki = 1, #KEYS do
             local left = math.max(cur[j] - c * set.mul[j], 0)
             if j == 1 then given = c end
             hargs[m+1], hargs[m+2], m = set.cn[j], nowus + left, m + 2
-          elseif not ch[j] and cur[j] > 0 and 2 * math.abs(ga[j] - tonumber(ARGV[offs+j])) < span then
+            -- A charge may put the bucket's full time past the hash's.
+            local kp = now + math.ceil(left / 1000) + 1
+            if kp > e then hargs[m+1], hargs[m+2], m, e, grown = 'e', kp, m + 2, kp, true end
+          elseif not ch[j] and (cur[j] > 0 or c < 0) and 2 * math.abs(ga[j] - tonumber(ARGV[offs+j])) < span then
             local back = math.min(cur[j], c)
-            if j == 1 then given = back end
+            if j == 1 then given = math.abs(back) end
             hargs[m+1], hargs[m+2], m = set.cn[j], cur[j] - back, m + 2
           end
         end
         if m > 0 then call('HSET', hkey, unpack(hargs, 1, m)) end
+        if grown then call('PEXPIRE', hkey, e - now) end
       end
       out[o+1], o = given, o + 1
     elseif kind == 'R' then

@@ -56,6 +56,11 @@ type Settings struct {
 	// SkipFailedRequests and SkipSuccessfulRequests are the door's
 	// settings of those names.
 	SkipFailedRequests, SkipSuccessfulRequests bool
+	// CostAfter, when set, gives the door (and the second one, Then) a
+	// CostAfter that returns CostAfter of the response's header
+	// CostAfterHeader, which the handler behind the doors copies from the
+	// request's.
+	CostAfter func(reported string) int
 	// Handle, when set, is called by the handler behind the doors with
 	// the request's path, before it answers (see AnswerTo); it may block
 	// or panic.
@@ -133,6 +138,12 @@ func RequestContext(ctx context.Context, how string) context.Context {
 	panic("doortest: RequestContext: unknown " + how)
 }
 
+// CostAfterHeader names the header by which the table tells the handler
+// behind the doors what a request cost: the handler copies it from the
+// request to its response, where a door's CostAfter reads it, as a
+// gateway reads the tokens an upstream reports.
+const CostAfterHeader = "X-Cost-After"
+
 // CostOf is the cost a door with Settings.Cost gives a request whose X-Cost
 // header is v.
 func CostOf(v string) int {
@@ -153,8 +164,9 @@ type Door struct {
 	// of the handlers after it, answering 500; the door's client address
 	// is the X-Client-IP header (the app's proxy header, or a ClientIP
 	// reading it). Requests that pass reach a handler that calls
-	// s.Handle, when set, and answers as AnswerTo says. The function it
-	// returns may be called from several goroutines at once.
+	// s.Handle, when set, and answers as AnswerTo says, with the
+	// request's CostAfterHeader, when present, in its response. The
+	// function it returns may be called from several goroutines at once.
 	New func(t testing.TB, s Settings) func(*http.Request) *http.Response
 }
 
@@ -259,6 +271,9 @@ func (r *run) serve(s Settings) func(req request) *http.Response {
 		if req.ctx != "" {
 			hr.Header.Set(ContextHeader, req.ctx)
 		}
+		if req.after != "" {
+			hr.Header.Set(CostAfterHeader, req.after)
+		}
 		resp := srv(hr)
 		r.t.Cleanup(func() { resp.Body.Close() })
 		return resp
@@ -269,6 +284,7 @@ type request struct {
 	tenant, client, path string
 	cost                 int    // 0: no X-Cost header
 	ctx                  string // how its context is done (see RequestContext); "": it is not
+	after                string // its CostAfterHeader: what the handler reports it cost; "": none
 }
 
 // count returns the count key holds in c, by one more increment: a case
@@ -732,6 +748,98 @@ var cases = []struct {
 		r.expect("plain error, kept", successful(request{tenant: "acme", path: "/error/plain"}), 500, map[string]string{"X-RateLimit-Remaining": "0"})
 		r.expect("over the limit, skipping successes", successful(request{tenant: "acme"}), 429, nil)
 	}},
+	{"CostAfter settles a request at what its response reports", func(r *run) {
+		// Charged more: decided at 1, settled at 50 against a limit of 10,
+		// past the limit, so the tenant's next request is refused.
+		o := r.opts(10)
+		send := r.serve(Settings{Options: o, Cost: true, CostAfter: CostOf})
+		r.expect("reports 50", send(request{tenant: "acme", after: "50"}), 200, map[string]string{"X-RateLimit-Remaining": "9"})
+		r.expect("after the debt", send(request{tenant: "acme"}), 429, map[string]string{"X-RateLimit-Remaining": "0", "Retry-After": "*"})
+		r.checkCount(o.Counter, r.key("acme"), 50)
+		// Given back: decided at 4, settled at 1, so more fit.
+		for i := range 3 {
+			r.expect("cost 4, reports 1, "+strconv.Itoa(i+1), send(request{tenant: "globex", cost: 4, after: "1"}), 200, nil)
+		}
+		r.expect("cost 7 after them", send(request{tenant: "globex", cost: 7, after: "7"}), 200, map[string]string{"X-RateLimit-Remaining": "0"})
+		r.checkCount(o.Counter, r.key("globex"), 10)
+	}},
+	{"CostAfter below 0 is logged, and the cost stands", func(r *run) {
+		o := r.opts(2)
+		var logs syncBuffer
+		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		send := r.serve(Settings{Options: o, CostAfter: CostOf})
+		r.expect("reports -5", send(request{tenant: "acme", after: "-5"}), 200, map[string]string{"X-RateLimit-Remaining": "1"})
+		r.expect("second", send(request{tenant: "acme", after: "1"}), 200, map[string]string{"X-RateLimit-Remaining": "0"})
+		r.expect("third", send(request{tenant: "acme", after: "1"}), 429, nil)
+		if l := logs.String(); !strings.Contains(l, "CostAfter") || !strings.Contains(l, "cost=-5") {
+			r.t.Errorf("log %q, want a line naming CostAfter and the cost -5", l)
+		}
+	}},
+	{"CostAfter is not called for a request refused or given back", func(r *run) {
+		var calls atomic.Int64
+		after := func(reported string) int {
+			calls.Add(1)
+			return CostOf(reported)
+		}
+		// Refused: nothing to settle.
+		send := r.serve(Settings{Options: r.opts(1), CostAfter: after})
+		r.expect("allowed", send(request{tenant: "acme", after: "1"}), 200, nil)
+		r.expect("refused", send(request{tenant: "acme", after: "50"}), 429, nil)
+		if n := calls.Swap(0); n != 1 {
+			r.t.Errorf("CostAfter called %d times, want once: for the allowed request alone", n)
+		}
+		// A skip rule gives the failed request back: the give-back wins.
+		o := r.opts(10)
+		o.Name += "-skip"
+		send = r.serve(Settings{Options: o, CostAfter: after, SkipFailedRequests: true})
+		r.expect("failed", send(request{tenant: "acme", path: "/status/500", after: "50"}), 500, nil)
+		r.expect("succeeded", send(request{tenant: "acme", after: "3"}), 200, map[string]string{"X-RateLimit-Remaining": "9"})
+		if n := calls.Swap(0); n != 1 {
+			r.t.Errorf("CostAfter called %d times, want once: for the successful request alone", n)
+		}
+		r.checkCount(o.Counter, "rl:"+o.Name+"#acme", 3)
+		// A later limiter's refusal gives the request back in the earlier.
+		global := r.opts(10)
+		global.Name = r.name + "-global"
+		route := global
+		route.Name, route.Limit = r.name+"-route", 1
+		send = r.serve(Settings{Options: global, Then: &route, ThenOnly: "/expensive", CostAfter: after})
+		r.expect("/expensive, allowed by both", send(request{tenant: "acme", path: "/expensive", after: "3"}), 200, nil)
+		r.expect("/expensive, refused by the route", send(request{tenant: "acme", path: "/expensive", after: "3"}), 429, nil)
+		if n := calls.Swap(0); n != 2 {
+			r.t.Errorf("CostAfter called %d times, want twice: by each door, for the first request alone", n)
+		}
+		r.checkCount(global.Counter, "rl:"+global.Name+"#acme", 3)
+	}},
+	{"CostAfter needs a limiter that settles costs", func(r *run) {
+		if r.store.name != "memory" {
+			r.t.Skip("a setup check, the same on every store")
+		}
+		inFlight := r.opts(1)
+		inFlight.Algorithm = ratelimit.InFlight
+		upOnly := r.opts(1)
+		upOnly.Counter = &countsUp{}
+		for _, c := range []struct {
+			name  string
+			s     Settings
+			words []string
+		}{
+			{"InFlight", Settings{Options: inFlight, CostAfter: CostOf}, []string{"CostAfter", "InFlight", "slots, not costs"}},
+			{"a Counter that only counts up", Settings{Options: upOnly, CostAfter: CostOf}, []string{"CostAfter", "Counter"}},
+		} {
+			func() {
+				defer func() {
+					msg := fmt.Sprint(recover())
+					for _, w := range c.words {
+						if !strings.Contains(msg, w) {
+							r.t.Errorf("%s: panic %q, want one that says %s", c.name, msg, w)
+						}
+					}
+				}()
+				r.door.New(r.t, c.s)
+			}()
+		}
+	}},
 	{"skip rules need a limiter that gives back", func(r *run) {
 		if r.store.name != "memory" {
 			r.t.Skip("a setup check, the same on every store")
@@ -1038,6 +1146,25 @@ var cases = []struct {
 }
 
 var discard = slog.New(slog.DiscardHandler)
+
+// syncBuffer is a bytes.Buffer that a logger may write from several
+// goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
 
 // countsUp is a Counter of one's own, which only counts up: it cannot give
 // back.
