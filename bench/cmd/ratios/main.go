@@ -6,7 +6,8 @@
 // column each, left out when it is zero throughout the group. Last comes a
 // table of the issue's targets, each figure a ratio (or, for the flood,
 // Redis commands per request; for quotas in memory, allocations per
-// request; for InFlight, a throughput ratio) taken from the groups of
+// request; for InFlight, a throughput ratio; for a TokenBucket in
+// memory, allocations per decision) taken from the groups of
 // this output: the speed goals of past issues, for whoever works on speed
 // (docs/benchmarks.md, for users, states no goal). When the output holds
 // several rounds (run.sh's "# round N of M" lines), each target also
@@ -45,6 +46,9 @@ const (
 	// Release per op (BenchmarkGiveBack)
 	skipFailed = "ratelimit-skipfailed"
 	inFlight   = "ratelimit-inflight"
+	// ours on a TokenBucket beside ours on a fixed window
+	// (BenchmarkTokenBucket)
+	tokenBucket = "ratelimit-tokenbucket"
 )
 
 var procSuffix = regexp.MustCompile(`-\d+$`)
@@ -429,6 +433,34 @@ var targets = []target{
 		figure: throughput(inFlight, ours),
 		met:    func(v float64) bool { return v >= 0.5 },
 	},
+	bucketTarget("Redis, 64 callers", `^BenchmarkTokenBucket/redis/`),
+	bucketTarget("in memory", `^BenchmarkTokenBucket/memory/`),
+	{
+		what:   "allocations per decision of a TokenBucket, in memory",
+		group:  regexp.MustCompile(`^BenchmarkTokenBucket/memory/`),
+		goal:   "0",
+		format: "%.0f",
+		figure: func(g *group) (float64, string, bool) {
+			v, ok := g.allocs(tokenBucket)
+			o, _ := g.allocs(ours)
+			return v, fmt.Sprintf("fixed window %.0f", o), ok
+		},
+		met: func(v float64) bool { return v == 0 },
+	},
+}
+
+// bucketTarget is the time of a decision on a TokenBucket ÷ that of one on
+// a fixed window of the same Limit and Window, in the groups that pattern
+// matches (BenchmarkTokenBucket), at most 1.1.
+func bucketTarget(where, pattern string) target {
+	return target{
+		what:   "time of a TokenBucket's decision ÷ a fixed window's, " + where,
+		group:  regexp.MustCompile(pattern),
+		goal:   "≤ 1.1",
+		format: "%.2f ×",
+		figure: timeOver(tokenBucket, ours),
+		met:    func(v float64) bool { return v <= 1.1 },
+	}
 }
 
 // timeOver is a target's figure: contender a's ns/op ÷ b's, with both in

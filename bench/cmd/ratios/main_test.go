@@ -185,6 +185,27 @@ BenchmarkGiveBack/take/redis/opts=ctxtimeout/tenants=10000/ratelimit-inflight-2 
 	}
 }
 
+func TestTokenBucketTargets(t *testing.T) {
+	in := `BenchmarkTokenBucket/memory/tenants=10000/ratelimit-2 	 1000000 	 100 ns/op 	 0 failopen 	 0 B/op 	 0 allocs/op
+BenchmarkTokenBucket/memory/tenants=10000/ratelimit-tokenbucket-2 	 1000000 	 105 ns/op 	 0 failopen 	 0 B/op 	 0 allocs/op
+BenchmarkTokenBucket/memory/tenants=10000/x-time-rate-2 	 1000000 	 170 ns/op 	 16 B/op 	 1 allocs/op
+BenchmarkTokenBucket/redis/opts=ctxtimeout/tenants=10000/ratelimit-2 	 100000 	 6000 ns/op 	 0 failopen 	 1000 B/op 	 3 allocs/op
+BenchmarkTokenBucket/redis/opts=ctxtimeout/tenants=10000/ratelimit-tokenbucket-2 	 100000 	 9000 ns/op 	 0 failopen 	 1100 B/op 	 7 allocs/op
+BenchmarkTokenBucket/redis/opts=ctxtimeout/tenants=10000/redis-rate-2 	 50000 	 27000 ns/op 	 700 B/op 	 22 allocs/op
+`
+	out, _ := runRatios(t, in)
+	for _, row := range []string{
+		"| time of a TokenBucket's decision ÷ a fixed window's, Redis, 64 callers | BenchmarkTokenBucket/redis/opts=ctxtimeout/tenants=10000 | 1.50 × | ≤ 1.1 | no | 9000 vs 6000 ns/op |",
+		"| time of a TokenBucket's decision ÷ a fixed window's, in memory | BenchmarkTokenBucket/memory/tenants=10000 | 1.05 × | ≤ 1.1 | yes | 105 vs 100 ns/op |",
+		"| allocations per decision of a TokenBucket, in memory | BenchmarkTokenBucket/memory/tenants=10000 | 0 | 0 | yes | fixed window 0 |",
+		"| redis-rate | 27000 | 700 | 22 | 4.50 |",
+	} {
+		if !strings.Contains(out, row) {
+			t.Errorf("no row %q in:\n%s", row, out)
+		}
+	}
+}
+
 // A line logged while a benchmark runs splits its name from its figures.
 func TestLogLineBetweenNameAndFigures(t *testing.T) {
 	in := `BenchmarkCounter/memory/keys=1/ratelimit-2 	2026/12/01 20:39:43 ERROR ratelimit: counter failed tenant=t7
