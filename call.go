@@ -151,10 +151,10 @@ func (l *Limiter) failed(ctx context.Context, d *Decision, r *Request, err error
 			action = "fallback"
 		}
 		if m, ok := errors.AsType[misconfigured](err); ok {
-			l.failures.record(slog.LevelError, "ratelimit: the counter is misconfigured, request decided by "+action,
+			l.failures.Record(slog.LevelError, "ratelimit: the counter is misconfigured, request decided by "+action,
 				slog.String("fix", m.Fix()), slog.String("tenant", logTenant(r.Tenant)), slog.String("key", r.Key()), slog.Any("err", err))
 		} else {
-			l.failures.record(slog.LevelError, "ratelimit: counter failed, request decided by "+action,
+			l.failures.Record(slog.LevelError, "ratelimit: counter failed, request decided by "+action,
 				slog.String("tenant", logTenant(r.Tenant)), slog.String("key", r.Key()), slog.Any("err", err))
 		}
 	}
@@ -180,7 +180,7 @@ func (l *Limiter) failed(ctx context.Context, d *Decision, r *Request, err error
 			return
 		}
 		if ctx.Err() == nil { // else the request gave up: not the fallback's failure
-			l.failures.record(slog.LevelError, "ratelimit: counter failed, request decided by "+lastResort,
+			l.failures.Record(slog.LevelError, "ratelimit: counter failed, request decided by "+lastResort,
 				slog.String("tenant", logTenant(r.Tenant)), slog.String("key", r.Key()), slog.Any("err", ferr))
 		}
 		err = fmt.Errorf("%w; fallback: %w", err, ferr)
@@ -249,7 +249,7 @@ func (l *Limiter) countsByTransaction() {
 	if l.info.scriptRefusal != nil {
 		refusal = l.info.scriptRefusal()
 	}
-	l.failures.write(slog.LevelWarn, "ratelimit: the server refuses scripts, so fixed windows count by MULTI/EXEC: "+
+	l.failures.Write(slog.LevelWarn, "ratelimit: the server refuses scripts, so fixed windows count by MULTI/EXEC: "+
 		"exact, but a refused request's cost stays counted, so a tenant that keeps knocking over its limit keeps its window full",
 		slog.String("fix", fixOf(refusal)), slog.Any("err", refusal))
 }

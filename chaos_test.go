@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9/logging"
 	"github.com/valyala/fasthttp"
 
+	"github.com/gatewaykit/ratelimit/internal/logline"
 	"github.com/gatewaykit/ratelimit/internal/testkit/redistest"
 )
 
@@ -1236,7 +1237,7 @@ func TestOutageLogsOneLineASecond(t *testing.T) {
 	redis.SetLogger(newRedisLogger(logger, newClock(clk.Now)))
 	t.Cleanup(func() {
 		logging.Enable() // go-redis's own logger again
-		goRedisLines.Store(nil)
+		logline.GoRedis.Store(nil)
 	})
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialerRetries: 1, MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })

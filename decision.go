@@ -294,7 +294,7 @@ func (l *Limiter) decided(d *Decision, r *Request) {
 func (l *Limiter) shadow(d *Decision, r *Request) {
 	d.Allowed, d.Shadowed = true, true
 	l.opts.Metrics.decided(outcomeShadowLimited, d.By)
-	l.shadowed.record(slog.LevelInfo, "ratelimit: shadow mode let through a request it would have refused",
+	l.shadowed.Record(slog.LevelInfo, "ratelimit: shadow mode let through a request it would have refused",
 		slog.String("tenant", logTenant(r.Tenant)), slog.String("key", r.Key()),
 		slog.Int("limit", d.Limit), slog.Int("remaining", d.Remaining), slog.String("decided by", d.By.String()))
 }

@@ -797,7 +797,7 @@ func TestFallbackCallThatTheRequestEndsIsNotLogged(t *testing.T) {
 		t.Fatalf("Take: %+v; want decided without a counter, the fallback's wait ended by the request's deadline", d)
 	}
 	// The throttle lets one line a second through and counts the rest.
-	if lines := rec.lines(); len(lines) != 1 || lines[0].msg != "ratelimit: counter failed, request decided by fallback" || l.failures.suppressed.Load() != 0 {
-		t.Fatalf("log %v, %d more held back; want the counter's failure alone", lines, l.failures.suppressed.Load())
+	if lines := rec.lines(); len(lines) != 1 || lines[0].msg != "ratelimit: counter failed, request decided by fallback" || l.failures.Suppressed.Load() != 0 {
+		t.Fatalf("log %v, %d more held back; want the counter's failure alone", lines, l.failures.Suppressed.Load())
 	}
 }

@@ -131,7 +131,7 @@ func newLimiter(opts Options, now func() time.Time) *Limiter {
 		// A local store is called without one: it never waits.
 		l.breakers = breaker.NewSet(func(node string) *breaker.Breaker {
 			opts.Metrics.breakerMade()
-			return breaker.New(opts.BreakerFailures, opts.BreakerCooldown, clk.elapsed, l.failures.write, opts.Metrics.breakerChanged, node)
+			return breaker.New(opts.BreakerFailures, opts.BreakerCooldown, clk.elapsed, l.failures.Write, opts.Metrics.breakerChanged, node)
 		})
 	}
 	l.wiring = door.Wiring{InFlight: opts.Algorithm == InFlight, Local: l.info.Local, Unreadable: l.unreadable,
@@ -327,7 +327,7 @@ var slotSeq atomic.Uint64
 // 1 is the gateway's mistake, logged, and counts as 1.
 func (l *Limiter) setCost(r *Request, cost int) {
 	if cost < 1 {
-		l.mistakes.record(slog.LevelError, "ratelimit: a request's cost is below 1; it counts as 1",
+		l.mistakes.Record(slog.LevelError, "ratelimit: a request's cost is below 1; it counts as 1",
 			slog.String("tenant", logTenant(r.Tenant)), slog.Int("cost", cost))
 		return
 	}
@@ -338,7 +338,7 @@ func (l *Limiter) setCost(r *Request, cost int) {
 // gateway's mistake, after which the request keeps the cost it was
 // decided with.
 func (l *Limiter) badCostAfter(tenant string, cost int) {
-	l.mistakes.record(slog.LevelError, "ratelimit: CostAfter returned a cost below 0; the request keeps the cost it was decided with",
+	l.mistakes.Record(slog.LevelError, "ratelimit: CostAfter returned a cost below 0; the request keeps the cost it was decided with",
 		slog.String("tenant", logTenant(tenant)), slog.Int("cost", cost))
 }
 
@@ -350,7 +350,7 @@ func (l *Limiter) planned(ctx context.Context, d *Decision, r *Request) bool {
 	if err == nil {
 		return true
 	}
-	l.mistakes.record(slog.LevelError, "ratelimit: PlanFor returned an invalid plan; the request is decided as a counter failure",
+	l.mistakes.Record(slog.LevelError, "ratelimit: PlanFor returned an invalid plan; the request is decided as a counter failure",
 		slog.String("tenant", logTenant(r.Tenant)), slog.Any("err", err))
 	l.failed(ctx, d, r, err)
 	return false
@@ -407,7 +407,7 @@ func (l *Limiter) unreadable(typ reflect.Type) {
 	if !ok {
 		log, _ = l.unreadableTypes.LoadOrStore(typ, newThrottledLog(l.opts.Logger, l.clock))
 	}
-	log.(*throttledLog).record(slog.LevelError, "ratelimit: the request's tenant is of a type the limiter cannot read; it counts as a request without a tenant",
+	log.(*throttledLog).Record(slog.LevelError, "ratelimit: the request's tenant is of a type the limiter cannot read; it counts as a request without a tenant",
 		slog.String("type", typ.String()),
 		slog.String("fix", "store the tenant as a string, an integer or a fmt.Stringer (in c.Locals(\"tenant\") for Fiber), or set the middleware's Tenant"))
 }
@@ -465,7 +465,7 @@ func (l *Limiter) warnVolatile(ctx context.Context) {
 	if len(servers) == 0 || !l.saidVolatile.CompareAndSwap(false, true) {
 		return
 	}
-	l.failures.write(slog.LevelWarn, "ratelimit: Redis keeps nothing across a restart (neither AOF nor RDB snapshots), "+
+	l.failures.Write(slog.LevelWarn, "ratelimit: Redis keeps nothing across a restart (neither AOF nor RDB snapshots), "+
 		"so a restart of it gives every tenant its quotas back: a spent month starts again from zero",
 		slog.String("fix", "turn on persistence in Redis: appendonly yes (appendfsync everysec), or RDB snapshots (save 60 1000); see docs/redis.md, Persistence"),
 		slog.Any("servers", servers))

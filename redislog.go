@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+
+	"github.com/gatewaykit/ratelimit/internal/logline"
 )
 
 // RedisLogger returns a logger for go-redis's own lines, such as "redis:
@@ -26,13 +28,13 @@ func RedisLogger(logger *slog.Logger) interface {
 // newRedisLogger is RedisLogger on clk; it becomes the one whose second
 // the limiters share.
 func newRedisLogger(logger *slog.Logger, clk clock) *redisLogger {
-	l := &redisLogger{lines: newRedisLines(logger, clk)}
-	goRedisLines.Store(l.lines)
+	l := &redisLogger{lines: logline.NewRedisLines(logger, clk.elapsed)}
+	logline.GoRedis.Store(l.lines)
 	return l
 }
 
-type redisLogger struct{ lines *redisLines }
+type redisLogger struct{ lines *logline.RedisLines }
 
 func (l *redisLogger) Printf(_ context.Context, format string, v ...any) {
-	l.lines.say(strings.TrimSpace(fmt.Sprintf(format, v...)))
+	l.lines.Say(strings.TrimSpace(fmt.Sprintf(format, v...)))
 }

@@ -100,7 +100,7 @@ func (l *Limiter) Settle(ctx context.Context, d Decision, cost int) error {
 		if r.Cost < 0 {
 			msg = "ratelimit: counter failed to charge a request's settled cost; the request stays counted at the cost it was decided with"
 		}
-		l.failures.record(slog.LevelError, msg,
+		l.failures.Record(slog.LevelError, msg,
 			slog.String("tenant", logTenant(d.tenant)), slog.String("key", r.Key()), slog.Any("err", err))
 	}
 	return err

@@ -111,7 +111,7 @@ func (l *Limiter) await(ctx context.Context, d *Decision, r *Request, cost int, 
 	}
 	if err := l.sleep(ctx, d.wait); err != nil {
 		if gerr := l.Release(context.WithoutCancel(ctx), *d); gerr != nil {
-			l.failures.record(slog.LevelError, "ratelimit: a request that stopped waiting could not give its turn back; it stands",
+			l.failures.Record(slog.LevelError, "ratelimit: a request that stopped waiting could not give its turn back; it stands",
 				slog.String("tenant", logTenant(r.Tenant)), slog.Any("err", gerr))
 		}
 		return err
