@@ -327,8 +327,8 @@ func TestBucketLuaMatchesGo(t *testing.T) {
 	tat := 0.0
 	for i, s := range steps {
 		now := base + s.at
-		vals, err := rdb.Eval(ctx, scriptAtMicros(t, now), []string{key},
-			"B", hexArg(b.Burst), ivArg(b.Interval), s.delay, "1", hexArg(s.cost)).Int64Slice()
+		a := argsOfBucket(bucketSpec{b.Burst, b.Interval, s.delay})
+		vals, err := rdb.Eval(ctx, scriptAtMicros(t, now), []string{key}, "B", a.iv, a.most, a.px, "1", hexArg(s.cost)).Int64Slice()
 		if err != nil || len(vals) != 2 {
 			t.Fatalf("step %d: %v, %v; want 2 values", i, vals, err)
 		}
@@ -344,6 +344,11 @@ func TestBucketLuaMatchesGo(t *testing.T) {
 		}
 		if got, err := rdb.Get(ctx, key).Float64(); err != nil || got != tat {
 			t.Fatalf("step %d: the key holds %v, %v; want the TAT %v exactly", i, got, err, tat)
+		}
+		// The key lives at least until the bucket is full again (the
+		// server's own clock runs on: the key was written at its now).
+		if ttl, err := rdb.PTTL(ctx, key).Result(); err != nil || fits && ttl < time.Duration(after)*time.Microsecond-50*time.Millisecond {
+			t.Fatalf("step %d: PTTL %v, %v; want at least the %v µs until full", i, ttl, err, after)
 		}
 	}
 }

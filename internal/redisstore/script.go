@@ -261,21 +261,20 @@ func (x *opArgs) append(args []any, op *takeOp, setOf func(*takeOp) int, limitAr
 // bucketArgs appends the arguments of op, a token bucket's, to args, but
 // for its callers' costs when it has more than one of cost 1 (one).
 func (op *takeOp) bucketArgs(args []any, one bool, setOf func(*takeOp) int) []any {
-	own := [...]any{hexArg(op.burst), ivArg(op.iv), op.delay}
-	switch {
-	case op.quotas != nil && one:
-		return append(append(args, "g", hexArg(int64(setOf(op)))), own[:]...)
-	case op.quotas != nil:
-		return append(append(args, "G", hexArg(int64(setOf(op)))), own[:]...)
-	case one:
-		return append(append(args, "b"), own[:]...)
+	if op.quotas != nil {
+		// In a tenant's hash: the burst, the interval and the delay.
+		kind := "G"
+		if one {
+			kind = "g"
+		}
+		return append(args, kind, hexArg(int64(setOf(op))), hexArg(op.burst), ivArg(op.iv), op.delay)
 	}
-	return append(append(args, "B"), own[:]...)
+	b := argsOfBucket(bucketSpec{op.burst, op.iv, op.delay})
+	if one {
+		return append(args, "b", b.iv, b.most, b.px)
+	}
+	return append(args, "B", b.iv, b.most, b.px)
 }
-
-// ivArg is a bucket's interval as the script reads it: a decimal
-// fraction that tonumber reads back exactly.
-func ivArg(iv float64) string { return strconv.FormatFloat(iv, 'g', -1, 64) }
 
 // kindIndex is the index of kind's letters in kindOne and kindAny.
 func kindIndex(kind window.Kind) int {

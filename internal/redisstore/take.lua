@@ -220,17 +220,19 @@ for ki = 1, #KEYS do
     o = o + 2
   elseif kind == 'b' or kind == 'B' then
     -- A token bucket, decided as GCRA (window/bucket.go is the same
-    -- arithmetic in Go): ARGV holds the burst, the interval (the µs one
-    -- unit takes to come back, Window/Limit, a decimal fraction), how long
-    -- in µs the callers may wait for their turn and, for B, the callers
-    -- and their costs. The key holds the tenant's theoretical arrival time
+    -- arithmetic in Go): ARGV holds the interval (the µs one unit takes to
+    -- come back, Window/Limit, a decimal fraction), the most µs the bucket
+    -- may be behind now after a caller (the burst's time, how long the
+    -- callers may wait for their turn, and half an interval for rounding),
+    -- the key's expiry in ms (an upper bound of that; 0: work it out) and,
+    -- for B, the callers and their costs (see bucket.go). The key holds the tenant's theoretical arrival time
     -- (TAT): when, in µs on the server's clock, its bucket is full again;
     -- it expires then. A caller fits when the bucket, after its cost, is
     -- full again within the burst's time and the delay, and half an
     -- interval for rounding; a refused caller writes nothing. It returns
     -- a = 0 and, for each caller, the µs until the bucket is full after
     -- its decision, rounded up, or -that-1 for a refusal.
-    local burst, iv, delay, n, costs = tonumber(ARGV[at+1], 16), tonumber(ARGV[at+2]), tonumber(ARGV[at+3]), 1, nil
+    local iv, most, px, n, costs = tonumber(ARGV[at+1]), tonumber(ARGV[at+2]), ARGV[at+3], 1, nil
     if kind == 'B' then
       n, costs = tonumber(ARGV[at+4], 16), at + 5
       at = costs + n
@@ -249,7 +251,7 @@ for ki = 1, #KEYS do
       out[o+1] = -3
       for j = 2, n + 1 do out[o+j] = 0 end
     else
-      local left, most = math.max(tat - nowus, 0), burst * iv + delay + iv / 2
+      local left = math.max(tat - nowus, 0)
       local start = left
       for j = 1, n do
         local c = 1
@@ -261,7 +263,10 @@ for ki = 1, #KEYS do
           out[o+1+j] = -math.ceil(left) - 1
         end
       end
-      if left > start then call('SET', key, nowus + left, 'PX', math.ceil(left / 1000) + 1) end
+      if left > start then
+        if px == '0' then px = math.ceil(left / 1000) + 1 end
+        call('SET', key, nowus + left, 'PX', px)
+      end
       out[o+1] = 0
     end
     o = o + 1 + n
