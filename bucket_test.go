@@ -314,3 +314,23 @@ func TestTokenBucketSettle(t *testing.T) {
 		t.Fatalf("4.1 s after settling at 50: %+v; want allowed", d)
 	}
 }
+
+// A bucket admits no request before its turn, beyond the rounding's
+// allowance (a ten-thousandth of an interval and a microsecond): at one
+// an hour, the second comes an hour after the first, not a moment sooner.
+func TestTokenBucketNoUnitEarly(t *testing.T) {
+	clock := newFakeClock()
+	lim := newLimiter(Options{Limit: 1, Window: time.Hour, Algorithm: TokenBucket, Counter: newMemoryCounter(clock.Now)}, clock.Now)
+	ctx := context.Background()
+	if d := lim.Take(ctx, "a"); !d.Allowed {
+		t.Fatalf("first: %+v", d)
+	}
+	clock.Advance(time.Hour - time.Second)
+	if d := lim.Take(ctx, "a"); d.Allowed || d.RetryAfter != time.Second {
+		t.Fatalf("a second before its turn: %+v; want refused, RetryAfter 1 s", d)
+	}
+	clock.Advance(time.Second)
+	if d := lim.Take(ctx, "a"); !d.Allowed {
+		t.Fatalf("at its turn: %+v; want allowed", d)
+	}
+}

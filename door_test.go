@@ -25,6 +25,7 @@ func newFiberV2Door(t testing.TB, s doortest.Settings) func(*http.Request) *http
 	cfg := configFrom(t, s.Options)
 	cfg.AnonymousByIP = s.AnonymousByIP
 	cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests = s.SkipFailedRequests, s.SkipSuccessfulRequests
+	cfg.MaxDelay = s.MaxDelay
 	if s.Cost {
 		cfg.Cost = func(c *fiber.Ctx) int { return doortest.CostOf(c.Get("X-Cost")) }
 	}
@@ -100,6 +101,7 @@ func newHTTPDoor(t testing.TB, s doortest.Settings) func(*http.Request) *http.Re
 		},
 		SkipFailedRequests:     s.SkipFailedRequests,
 		SkipSuccessfulRequests: s.SkipSuccessfulRequests,
+		MaxDelay:               s.MaxDelay,
 	}
 	if s.Skip != "" {
 		cfg.Next = func(r *http.Request) bool { return s.Skips(r.URL.Path) }

@@ -37,6 +37,7 @@ func newTableDoor(t testing.TB, s doortest.Settings) func(*http.Request) *http.R
 	if s.Cost {
 		cfg.Cost = func(c fiber.Ctx) int { return doortest.CostOf(c.Get("X-Cost")) }
 	}
+	cfg.MaxDelay = s.MaxDelay
 	if s.CostAfter != nil {
 		cfg.CostAfter = func(c fiber.Ctx) int { return s.CostAfter(c.GetRespHeader(doortest.CostAfterHeader)) }
 	}

@@ -5,11 +5,13 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+
+	"github.com/gatewaykit/ratelimit/internal/window"
 )
 
 // A token bucket's arguments of take.lua (kinds b and B): its interval,
 // the most its bucket may be behind now after a caller (the burst's time,
-// the callers' delay, and half an interval for rounding), and the expiry
+// the callers' delay, and window.BucketOf's Eps for rounding), and the expiry
 // its key gets, an upper bound of that in ms, or "0" for the script to
 // work it out. A limiter's (or a plan's) bucket without a delay is the
 // same every call, so its arguments are formatted once: formatting them
@@ -45,7 +47,8 @@ func argsOfBucket(s bucketSpec) *bucketArgs {
 			return v.(*bucketArgs)
 		}
 	}
-	most := float64(s.burst)*s.iv + float64(s.delay) + s.iv/2 // as window.BucketOf.Take compares
+	b := window.BucketOf{Interval: s.iv, Tolerance: float64(s.burst) * s.iv, Eps: window.BucketEps(s.iv)}
+	most := b.Most(float64(s.delay)) // as window.BucketOf.Take compares
 	a := &bucketArgs{iv: ivArg(s.iv), most: ivArg(most), px: "0"}
 	if px := math.Ceil(most/1000) + 1; s.delay == 0 && px <= maxBucketPX {
 		a.px = strconv.FormatInt(int64(px), 10)

@@ -137,9 +137,9 @@ if ARGV[1] == 'Q' then
     at = at + 4
     if sk[1] == 'b' then
       -- A bucket's cost counts in µs: it fits within the burst's time,
-      -- the delay and half an interval (see kind b).
+      -- the delay and the rounding's allowance (see kind b).
       local iv = sms[1]
-      set.lim[1], set.mul[1] = set.lim[1] * iv + tonumber(ARGV[at]) + iv / 2, iv
+      set.lim[1], set.mul[1] = set.lim[1] * iv + tonumber(ARGV[at]) + (iv / 10000 + 1), iv
       at = at + 1
     end
     now = now or clock()
@@ -223,7 +223,7 @@ for ki = 1, #KEYS do
     -- arithmetic in Go): ARGV holds the interval (the µs one unit takes to
     -- come back, Window/Limit, a decimal fraction), the most µs the bucket
     -- may be behind now after a caller (the burst's time, how long the
-    -- callers may wait for their turn, and half an interval for rounding),
+    -- callers may wait for their turn, and an allowance for rounding),
     -- the key's expiry in ms (an upper bound of that; 0: work it out) and,
     -- for B, the callers and their costs (see bucket.go). The key holds the tenant's theoretical arrival time
     -- (TAT): when, in µs on the server's clock, its bucket is full again;

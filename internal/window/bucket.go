@@ -15,24 +15,35 @@ import (
 // same arithmetic in Lua, whose numbers are floats (take.lua, kinds b
 // and B), and a test runs both on the same inputs.
 //
-// The comparisons allow half an interval for rounding: a TAT kept as a
-// float on a clock in microseconds since 1970 is exact to a quarter of a
-// microsecond, and each write may round it. Costs are whole units, so a
-// bucket left alone still holds exactly Burst of them, never one more.
+// The comparisons allow Eps for rounding: a TAT kept as a float on a
+// clock in microseconds since 1970 is exact to a quarter of a
+// microsecond, and each write of one whose interval is no whole number
+// of microseconds may round it. Eps is a ten-thousandth of an interval
+// and a microsecond: far more than a burst's writes round away, and too
+// little to let a whole unit more through, whatever the span.
 
 // BucketOf is a bucket's arithmetic: Interval and Tolerance in
 // microseconds.
 type BucketOf struct {
 	Interval  float64 // Window/Limit: the time one unit takes to come back
 	Tolerance float64 // Burst × Interval: the time a full bucket takes to fill from empty
+	Eps       float64 // what the comparisons allow for rounding
 	Burst     int64
 }
 
 // Bucket returns l's bucket arithmetic.
 func (l *Limit) Bucket() BucketOf {
 	iv := float64(l.Window) / 1e3 / float64(l.Limit)
-	return BucketOf{Interval: iv, Tolerance: float64(l.Burst) * iv, Burst: l.Burst}
+	return BucketOf{Interval: iv, Tolerance: float64(l.Burst) * iv, Eps: BucketEps(iv), Burst: l.Burst}
 }
+
+// BucketEps is the Eps of a bucket whose interval is iv µs.
+func BucketEps(iv float64) float64 { return iv/1e4 + 1 }
+
+// Most is how far behind now, in µs, a bucket may be after a cost that
+// fits, when the caller may wait delay µs: the script's comparison, as
+// Take's.
+func (b BucketOf) Most(delay float64) float64 { return b.Tolerance + delay + b.Eps }
 
 // Take decides a cost for a bucket that is full again after left
 // microseconds (0 or less: full now), when the caller may wait delay
@@ -42,7 +53,7 @@ func (l *Limit) Bucket() BucketOf {
 func (b BucketOf) Take(left float64, cost int64, delay float64) (float64, bool) {
 	left = max(left, 0)
 	after := left + float64(cost)*b.Interval
-	if after <= b.Tolerance+delay+b.Interval/2 {
+	if after <= b.Most(delay) {
 		return after, true
 	}
 	return left, false
@@ -60,10 +71,10 @@ func (b BucketOf) Give(left float64, cost int64) float64 {
 // after left microseconds: rounded up, so that Burst − Used is the whole
 // units it holds now.
 func (b BucketOf) Used(left float64) int64 {
-	if left <= b.Interval/2 {
+	if left <= b.Eps {
 		return 0
 	}
-	return int64(math.Ceil(left/b.Interval - 0.5))
+	return int64(math.Ceil((left - b.Eps) / b.Interval))
 }
 
 // State is the State of a bucket that is full again after left
@@ -87,8 +98,8 @@ func (l *Limit) bucketFigures(st *State, cost int64) Figures {
 	b := l.Bucket()
 	f := Figures{Remaining: max(b.Burst-st.N, 0), Reset: st.Left}
 	if !st.Fits && cost <= b.Burst {
-		// Fits once left + cost × Interval ≤ Tolerance (+ the rounding's
-		// half interval, which Retry does not count on).
+		// Fits once left + cost × Interval ≤ Tolerance (+ Eps, which
+		// Retry does not count on).
 		f.Retry = max(st.Left+CeilDuration(float64(cost)*b.Interval*1e3)-st.Length, 0)
 	}
 	return f

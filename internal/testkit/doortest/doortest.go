@@ -61,6 +61,8 @@ type Settings struct {
 	// CostAfterHeader, which the handler behind the doors copies from the
 	// request's.
 	CostAfter func(reported string) int
+	// MaxDelay is the door's setting of that name.
+	MaxDelay time.Duration
 	// Handle, when set, is called by the handler behind the doors with
 	// the request's path, before it answers (see AnswerTo); it may block
 	// or panic.
@@ -747,6 +749,29 @@ var cases = []struct {
 		r.expect("404 error, kept", successful(request{tenant: "acme", path: "/error/404"}), 404, map[string]string{"X-RateLimit-Remaining": "1"})
 		r.expect("plain error, kept", successful(request{tenant: "acme", path: "/error/plain"}), 500, map[string]string{"X-RateLimit-Remaining": "0"})
 		r.expect("over the limit, skipping successes", successful(request{tenant: "acme"}), 429, nil)
+	}},
+	{"MaxDelay has a token bucket's request wait for its turn", func(r *run) {
+		// 10 a second, a burst of 1: the second request at once waits a
+		// tenth of a second for its turn, within a MaxDelay of half a
+		// second, and is served; within 50 ms it would not fit, and is
+		// refused with when it would.
+		o := r.opts(10)
+		o.Window, o.Algorithm, o.Burst = time.Second, ratelimit.TokenBucket, 1
+		send := r.serve(Settings{Options: o, MaxDelay: 500 * time.Millisecond})
+		r.expect("first", send(request{tenant: "acme"}), 200, map[string]string{"X-RateLimit-Remaining": "0"})
+		start := time.Now()
+		r.expect("second, at once", send(request{tenant: "acme"}), 200, nil)
+		if waited := time.Since(start); waited < 80*time.Millisecond || waited > 450*time.Millisecond {
+			r.t.Errorf("the second request was served after %v; want it to wait about 100 ms for its turn", waited)
+		}
+		o.Name += "-short"
+		send = r.serve(Settings{Options: o, MaxDelay: 50 * time.Millisecond})
+		r.expect("first", send(request{tenant: "acme"}), 200, nil)
+		start = time.Now()
+		r.expect("second, past MaxDelay", send(request{tenant: "acme"}), 429, map[string]string{"Retry-After": "1"})
+		if waited := time.Since(start); waited > 45*time.Millisecond {
+			r.t.Errorf("the refusal came after %v; want it at once, without waiting", waited)
+		}
 	}},
 	{"CostAfter settles a request at what its response reports", func(r *run) {
 		// Charged more: decided at 1, settled at 50 against a limit of 10,
