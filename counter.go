@@ -173,7 +173,12 @@ type Answer struct {
 	byTransaction bool
 }
 
-// A Count is what a Store holds of one limit after a decision.
+// A Count is what a Store holds of one limit after a decision. For a
+// TokenBucket, N is the units spent (Burst less the whole units it holds),
+// Left the time until it is full again, Length the time it takes to fill
+// from empty (Burst × Window/Limit), and Mark is 0; Left past Length is a
+// reserved turn's wait (Request.Delay) or a settled debt. package storetest
+// holds the arithmetic to this.
 type Count struct {
 	// N is the count after the decision: with the cost when it was
 	// counted, without it when not. For InFlight, the slots held.

@@ -1,7 +1,8 @@
 // Package mapstore is a ratelimit.Store of your own, as plain as one can
 // be: a map guarded by a mutex, in the process's memory. It does all that
-// a Limiter asks of a store (fixed and sliding windows, requests in
-// flight, quotas by window and by calendar, costs, giving back, resetting)
+// a Limiter asks of a store (fixed and sliding windows, token buckets,
+// requests in flight, quotas by window and by calendar, costs, giving
+// back, resetting)
 // and passes the contract in package storetest. A store in a database or
 // another cache takes the same steps, with rows or keys for the map and a
 // transaction or a script for the mutex.
@@ -9,6 +10,7 @@ package mapstore
 
 import (
 	"context"
+	"math"
 	"sync"
 	"time"
 
@@ -39,7 +41,8 @@ func New() *Store {
 type windowKey struct{ key, limit string }
 
 // window is what one limit has counted in the window, or calendar period,
-// that it runs. A zero end: no window runs.
+// that it runs. A zero end: no window runs. A token bucket's end is when
+// it is full again (its start too, so that the sweep drops it then).
 type window struct {
 	start, end time.Time
 	n          int64
@@ -61,6 +64,7 @@ type limit struct {
 	width    time.Duration // 0 for a calendar period
 	calendar ratelimit.Calendar
 	sliding  bool
+	burst    int64 // a token bucket's; 0 for a window
 }
 
 // limits returns r's limits in the order of Answer.Counts and
@@ -69,6 +73,9 @@ type limit struct {
 func limits(r *ratelimit.Request) []limit {
 	sliding := r.Algorithm == ratelimit.SlidingWindow
 	ls := []limit{{name: r.Name, max: r.Limit, width: r.Window, sliding: sliding}}
+	if r.Algorithm == ratelimit.TokenBucket {
+		ls[0].burst = r.Burst // a quota beside it counts in a fixed window
+	}
 	for _, q := range r.Quotas {
 		ls = append(ls, limit{name: q.Name, max: int64(q.Limit), width: q.Window,
 			calendar: q.Calendar, sliding: sliding && q.Calendar == 0})
@@ -92,13 +99,20 @@ func (s *Store) Take(_ context.Context, r ratelimit.Request) (ratelimit.Answer, 
 	for j, l := range ls {
 		ws[j] = l.roll(s.windows[windowKey{key, l.name}], now)
 		a.Counts[j] = l.count(ws[j], now)
-		a.Counts[j].Fits = r.Cost == 0 || l.fits(a.Counts[j], r.Cost)
+		a.Counts[j].Fits = r.Cost == 0 || l.fits(a.Counts[j], r.Cost, r.Delay)
 		a.Allowed = a.Allowed && a.Counts[j].Fits
 	}
 	if !a.Allowed || r.Cost == 0 {
 		return a, nil
 	}
 	for j, l := range ls {
+		if l.burst > 0 {
+			ws[j] = l.spend(ws[j], now, r.Cost)
+			s.windows[windowKey{key, l.name}] = ws[j]
+			a.Counts[j] = l.count(ws[j], now)
+			a.Counts[j].Fits = true
+			continue
+		}
 		if ws[j].end.IsZero() {
 			// A fixed window starts with the first request counted in it.
 			ws[j].start, ws[j].end = now, now.Add(l.width)
@@ -119,7 +133,7 @@ func (s *Store) Take(_ context.Context, r ratelimit.Request) (ratelimit.Answer, 
 // count.
 func (s *Store) at(key string, ls []limit, now time.Time) time.Time {
 	for _, l := range ls {
-		if w := s.windows[windowKey{key, l.name}]; now.Before(w.start) {
+		if w := s.windows[windowKey{key, l.name}]; l.burst == 0 && now.Before(w.start) {
 			now = w.start
 		}
 	}
@@ -131,6 +145,7 @@ func (s *Store) at(key string, ls []limit, now time.Time) time.Time {
 // map, so that a read or a refusal leaves no trace.
 func (l limit) roll(w window, now time.Time) window {
 	switch {
+	case l.burst > 0: // a bucket only fills: it rolls into nothing
 	case l.calendar != 0:
 		if start, end := period(l.calendar, now); !w.start.Equal(start) {
 			w = window{start: start, end: end}
@@ -156,6 +171,13 @@ func (l limit) roll(w window, now time.Time) window {
 // count reports w at now as the Limiter reads it: from N, Left, Length and
 // Prev it derives a response's remaining, reset and retry.
 func (l limit) count(w window, now time.Time) ratelimit.Count {
+	if l.burst > 0 {
+		// A bucket: the units spent, the time until it is full again,
+		// the time it takes to fill from empty.
+		left, interval := max(w.end.Sub(now), 0), l.interval()
+		n := int64(math.Ceil((float64(left) - l.eps()) / interval))
+		return ratelimit.Count{N: max(n, 0), Left: left, Length: time.Duration(float64(l.burst) * interval)}
+	}
 	if w.end.IsZero() {
 		// No fixed window runs: report the one a request would start.
 		return ratelimit.Count{Left: l.width, Length: l.width}
@@ -166,8 +188,13 @@ func (l limit) count(w window, now time.Time) ratelimit.Count {
 		Length: w.end.Sub(w.start), Mark: w.start.UnixNano()}
 }
 
-// fits reports whether cost fits in l, whose window stands as c reports.
-func (l limit) fits(c ratelimit.Count, cost int64) bool {
+// fits reports whether cost fits in l, whose window stands as c reports,
+// for a request that may wait delay for its turn (a bucket's only).
+func (l limit) fits(c ratelimit.Count, cost int64, delay time.Duration) bool {
+	if l.burst > 0 {
+		// Full again within the burst's time (and the delay) after it.
+		return float64(c.Left)+float64(cost)*l.interval() <= float64(c.Length+delay)+l.eps()
+	}
 	if l.sliding {
 		// The previous window weighs by the share of it still inside the
 		// last width: all of it at the start of this one, none at its end.
@@ -175,6 +202,24 @@ func (l limit) fits(c ratelimit.Count, cost int64) bool {
 		return estimate+float64(cost) <= float64(l.max)
 	}
 	return c.N+cost <= l.max
+}
+
+// interval is the time, in nanoseconds, one unit of a bucket takes to
+// come back; eps what its comparisons allow for rounding.
+func (l limit) interval() float64 { return float64(l.width) / float64(l.max) }
+func (l limit) eps() float64      { return l.interval()/1e4 + float64(time.Microsecond) }
+
+// spend moves bucket w, at now, cost units later (earlier for a negative
+// cost, given back), never before now: a bucket holds no more than full.
+func (l limit) spend(w window, now time.Time, cost int64) window {
+	end := now
+	if w.end.After(now) {
+		end = w.end
+	}
+	if end = end.Add(time.Duration(float64(cost) * l.interval())); end.Before(now) {
+		end = now
+	}
+	return window{start: end, end: end}
 }
 
 // period returns the period of the UTC calendar that holds now.
@@ -257,6 +302,10 @@ func (s *Store) Give(_ context.Context, r ratelimit.Request) error {
 	for j, l := range ls {
 		k := windowKey{key, l.name}
 		w := l.roll(s.windows[k], now)
+		if l.burst > 0 {
+			s.windows[k] = l.spend(w, now, -r.Cost) // a bucket has no windows to end
+			continue
+		}
 		if (w.n > 0 || r.Cost < 0) && l.count(w, now).Mark == r.Marks[j] {
 			w.n -= min(w.n, r.Cost) // a charge: min is r.Cost, so w.n grows
 			s.windows[k] = w
