@@ -177,8 +177,8 @@ type Answer struct {
 // TokenBucket, N is the units spent (Burst less the whole units it holds),
 // Left the time until it is full again, Length the time it takes to fill
 // from empty (Burst × Window/Limit), and Mark is 0; Left past Length is a
-// reserved turn's wait (Request.Delay) or a settled debt. package storetest
-// holds the arithmetic to this.
+// reserved turn's wait (Request.Delay) or a settled debt; storetest
+// checks a store's buckets against these.
 type Count struct {
 	// N is the count after the decision: with the cost when it was
 	// counted, without it when not. For InFlight, the slots held.
