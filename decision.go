@@ -32,14 +32,16 @@ type Decision struct {
 
 	// Reset is how long until more than Remaining is available: the time a
 	// fixed window has left, or for a sliding window until one more unit
-	// is; 0 when nothing counted the request. For InFlight it is always 1
+	// is, or for a TokenBucket until it is full; 0 when nothing counted
+	// the request. For InFlight it is always 1
 	// second, a hint: a slot frees whenever a request ends.
 	Reset time.Duration
 
 	// RetryAfter is, for a request that a counter refused, how long until
 	// a request of the same cost would fit: the time the fixed window has
-	// left, or until the sliding window's count has fallen enough. 0 when
-	// allowed, or when the cost passes Limit and never fits.
+	// left, or until the sliding window's count has fallen enough, or the
+	// bucket has refilled enough. 0 when allowed, or when the cost passes
+	// Limit (a TokenBucket's Burst) and never fits.
 	RetryAfter time.Duration
 
 	// Shadowed reports that the limiter, in Options.Shadow mode, let

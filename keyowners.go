@@ -24,12 +24,16 @@ type budget struct {
 	limit  int
 	window time.Duration
 	algo   Algorithm
+	burst  int64  // a TokenBucket's
 	plans  bool   // PlanFor is set
 	quotas string // Options.Quotas, from quotaSet.signature
 }
 
 func (b budget) String() string {
 	s := fmt.Sprintf("Limit %d and Window %v, %v", b.limit, b.window, b.algo)
+	if b.burst != 0 {
+		s += fmt.Sprintf(" of Burst %d", b.burst)
+	}
 	if b.plans {
 		s += ", with PlanFor"
 	}
@@ -47,7 +51,7 @@ func (o *keyOwners) claim(r *Request) error {
 	if err != nil {
 		return err
 	}
-	b := budget{int(r.Limit), r.Window, r.Algorithm, r.plans, s.signature()}
+	b := budget{int(r.Limit), r.Window, r.Algorithm, r.Burst, r.plans, s.signature()}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	prefix := r.key.prefix

@@ -591,6 +591,7 @@ func TestConfigPanics(t *testing.T) {
 		{"another limit under the same name", Config{Counter: claimedCounter("route"), Name: "route", Limit: 3, Window: time.Second}, "Name"},
 		{"another limit in the same Redis keys", Config{Counter: claimedRedisCounter(), Limit: 11, Window: time.Second}, "Name"},
 		{"another algorithm in the same keys", Config{Counter: claimedCounter(""), Limit: 10, Window: time.Second, Algorithm: SlidingWindow}, "Name"},
+		{"another burst in the same keys", Config{Counter: bucketCounter(5), Limit: 10, Window: time.Second, Algorithm: TokenBucket, Burst: 6}, "Burst 5"},
 		{"plans in the same keys as none", Config{Counter: claimedCounter(""), Limit: 10, Window: time.Second, PlanFor: func(string) Plan { return Plan{} }}, "Name"},
 		{"limit past 2^53", Config{Limit: 1<<53 + 1, Window: time.Second}, "Limit"},
 		{"fallback limit past 2^53", Config{Limit: 1, Window: time.Second, Fallback: NewMemoryCounter(), FallbackLimit: 1<<53 + 1}, "FallbackLimit"},
@@ -627,6 +628,14 @@ func usedMetrics() *Metrics {
 func claimedCounter(name string) Counter {
 	c := NewMemoryCounter()
 	RateLimitShared(Config{Counter: c, Name: name, Limit: 10, Window: time.Second})
+	return c
+}
+
+// bucketCounter returns a MemoryCounter that an unnamed token bucket of
+// 10 per second and burst counts in.
+func bucketCounter(burst int) Counter {
+	c := NewMemoryCounter()
+	RateLimitShared(Config{Counter: c, Limit: 10, Window: time.Second, Algorithm: TokenBucket, Burst: burst})
 	return c
 }
 

@@ -243,11 +243,7 @@ func New(lim *ratelimit.Limiter, config ...Config) fiber.Handler {
 		var dec ratelimit.Decision
 		id, ok := cfg.Tenant(c)
 		if cfg.MaxDelay > 0 {
-			var addr netip.Addr
-			if (!ok || id == "") && cfg.AnonymousByIP {
-				addr, _ = netip.ParseAddr(c.IP())
-			}
-			door.Delayed(lim, ctx, &dec, id, addr, addr.IsValid(), cost, cfg.MaxDelay)
+			dec = delayed(ctx, lim, c, &cfg, id, ok, cost)
 		} else if ok && id != "" {
 			dec = lim.TakeN(ctx, id, cost)
 		} else if cfg.AnonymousByIP {
@@ -289,6 +285,19 @@ func New(lim *ratelimit.Limiter, config ...Config) fiber.Handler {
 // mode, which count nothing to settle.
 func counted(dec *ratelimit.Decision) bool {
 	return dec.By != ratelimit.ByNone && !dec.Shadowed
+}
+
+// delayed decides the request c of cost, of tenant id (when ok), which
+// may wait up to MaxDelay for its turn. A function of its own, so that a
+// request without MaxDelay puts no Decision on the heap.
+func delayed(ctx context.Context, lim *ratelimit.Limiter, c fiber.Ctx, cfg *Config, id string, ok bool, cost int) ratelimit.Decision {
+	var addr netip.Addr
+	if (!ok || id == "") && cfg.AnonymousByIP {
+		addr, _ = netip.ParseAddr(c.IP())
+	}
+	var dec ratelimit.Decision
+	door.Delayed(lim, ctx, &dec, id, addr, addr.IsValid(), cost, cfg.MaxDelay)
+	return dec
 }
 
 // holding passes the request on while dec holds its slots of an InFlight
