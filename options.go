@@ -252,8 +252,8 @@ func withDefaults(opts Options) Options {
 	if opts.Algorithm < FixedWindow || opts.Algorithm > TokenBucket {
 		panic(fmt.Sprintf("ratelimit: Algorithm must be FixedWindow, SlidingWindow, InFlight or TokenBucket, got %d", int(opts.Algorithm)))
 	}
-	if err := checkBurst(opts.Burst, opts.Algorithm); err != nil {
-		panic("ratelimit: " + err.Error())
+	if why := burstOutOfBounds(opts.Burst, opts.Algorithm); why != "" {
+		panic("ratelimit: " + why)
 	}
 	if opts.Algorithm == InFlight && len(opts.Quotas) > 0 {
 		panic("ratelimit: Quotas: an InFlight limiter counts requests running, not requests per period; " +

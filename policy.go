@@ -48,8 +48,8 @@ type Plan struct {
 // check returns why p cannot be a plan, or nil: a negative limit, or a
 // window outside Options.Window's bounds.
 func (p Plan) check(algo Algorithm) error {
-	if err := checkBurst(p.Burst, algo); err != nil {
-		return fmt.Errorf("ratelimit: plan {Limit:%d Window:%v Burst:%d}: %w", p.Limit, p.Window, p.Burst, err)
+	if why := burstOutOfBounds(p.Burst, algo); why != "" {
+		return fmt.Errorf("ratelimit: plan {Limit:%d Window:%v Burst:%d}: %s", p.Limit, p.Window, p.Burst, why)
 	}
 	if p.Limit < 0 || p.Limit > maxLimit {
 		return fmt.Errorf("ratelimit: plan {Limit:%d Window:%v}: Limit must be between 1 and 2^53, or 0 for Options.Limit", p.Limit, p.Window)
@@ -62,16 +62,16 @@ func (p Plan) check(algo Algorithm) error {
 	return nil
 }
 
-// checkBurst says why burst cannot be the Burst of a limiter of algo, or
-// nil.
-func checkBurst(burst int, algo Algorithm) error {
+// burstOutOfBounds says why burst cannot be the Burst of a limiter of
+// algo, or "".
+func burstOutOfBounds(burst int, algo Algorithm) string {
 	switch {
 	case burst != 0 && algo != TokenBucket:
-		return fmt.Errorf("Burst is set, but Algorithm is %v: only a TokenBucket has a burst", algo)
+		return fmt.Sprintf("Burst is set, but Algorithm is %v: only a TokenBucket has a burst", algo)
 	case burst < 0 || burst > maxLimit:
-		return fmt.Errorf("Burst must be between 1 and 2^53, or 0 for Limit, got %d", burst)
+		return fmt.Sprintf("Burst must be between 1 and 2^53, or 0 for Limit, got %d", burst)
 	}
-	return nil
+	return ""
 }
 
 // headerSwitches are the header families a limiter writes.
