@@ -29,7 +29,9 @@
 // limit if need be) or giving it back: the middlewares' CostAfter uses it.
 // Options.Algorithm InFlight limits how many requests of a tenant run at
 // once across replicas, each holding its slot until Release or until its
-// lease ends.
+// lease ends. TokenBucket is a rate and a burst, as golang.org/x/time/rate
+// has them, decided on the store's clock; Limiter.Wait, and the
+// middlewares' MaxDelay, wait for a request's turn instead of refusing it.
 //
 // The count lives in a Store: MemoryCounter, the default, counts in this
 // process; RedisCounter counts in Redis (single node, cluster, ring or
