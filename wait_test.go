@@ -130,29 +130,3 @@ func TestWaitRefusals(t *testing.T) {
 		}
 	}
 }
-
-// MaxDelay is a token bucket's, and not negative: each door's setup says
-// so, naming the field.
-func TestMaxDelaySetup(t *testing.T) {
-	fixed := NewLimiter(Options{Limit: 1, Window: time.Second})
-	bucket := NewLimiter(Options{Limit: 1, Window: time.Second, Algorithm: TokenBucket})
-	for _, tt := range []struct {
-		name string
-		make func()
-		want string
-	}{
-		{"fiber, fixed window", func() { FiberMiddleware(fixed, Config{MaxDelay: time.Second}) }, "MaxDelay: only a TokenBucket"},
-		{"net/http, fixed window", func() { HTTPMiddleware(fixed, HTTPConfig{MaxDelay: time.Second}) }, "MaxDelay: only a TokenBucket"},
-		{"fiber, negative", func() { FiberMiddleware(bucket, Config{MaxDelay: -time.Second}) }, "MaxDelay must not be negative"},
-		{"net/http, negative", func() { HTTPMiddleware(bucket, HTTPConfig{MaxDelay: -time.Second}) }, "MaxDelay must not be negative"},
-	} {
-		func() {
-			defer func() {
-				if r := recover(); r == nil || !strings.Contains(r.(string), tt.want) {
-					t.Errorf("%s: panic %v; want one saying %q", tt.name, r, tt.want)
-				}
-			}()
-			tt.make()
-		}()
-	}
-}

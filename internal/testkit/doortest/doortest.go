@@ -836,7 +836,7 @@ var cases = []struct {
 		}
 		r.checkCount(global.Counter, "rl:"+global.Name+"#acme", 3)
 	}},
-	{"CostAfter needs a limiter that settles costs", func(r *run) {
+	{"CostAfter, the skip rules and MaxDelay need a limiter that can honour them", func(r *run) {
 		if r.store.name != "memory" {
 			r.t.Skip("a setup check, the same on every store")
 		}
@@ -844,35 +844,8 @@ var cases = []struct {
 		inFlight.Algorithm = ratelimit.InFlight
 		upOnly := r.opts(1)
 		upOnly.Counter = &countsUp{}
-		for _, c := range []struct {
-			name  string
-			s     Settings
-			words []string
-		}{
-			{"InFlight", Settings{Options: inFlight, CostAfter: CostOf}, []string{"CostAfter", "InFlight", "slots, not costs"}},
-			{"a Counter that only counts up", Settings{Options: upOnly, CostAfter: CostOf}, []string{"CostAfter", "Counter"}},
-		} {
-			func() {
-				defer func() {
-					msg := fmt.Sprint(recover())
-					for _, w := range c.words {
-						if !strings.Contains(msg, w) {
-							r.t.Errorf("%s: panic %q, want one that says %s", c.name, msg, w)
-						}
-					}
-				}()
-				r.door.New(r.t, c.s)
-			}()
-		}
-	}},
-	{"skip rules need a limiter that gives back", func(r *run) {
-		if r.store.name != "memory" {
-			r.t.Skip("a setup check, the same on every store")
-		}
-		inFlight := r.opts(1)
-		inFlight.Algorithm = ratelimit.InFlight
-		upOnly := r.opts(1)
-		upOnly.Counter = &countsUp{}
+		bucket := r.opts(1)
+		bucket.Algorithm = ratelimit.TokenBucket
 		for _, c := range []struct {
 			name  string
 			s     Settings
@@ -882,6 +855,10 @@ var cases = []struct {
 			{"InFlight, successful", Settings{Options: inFlight, SkipSuccessfulRequests: true}, []string{"SkipSuccessfulRequests", "InFlight"}},
 			{"a Counter that only counts up", Settings{Options: upOnly, SkipFailedRequests: true}, []string{"SkipFailedRequests", "Counter"}},
 			{"a Counter that only counts up, successful", Settings{Options: upOnly, SkipSuccessfulRequests: true}, []string{"SkipSuccessfulRequests", "Counter"}},
+			{"CostAfter, InFlight", Settings{Options: inFlight, CostAfter: CostOf}, []string{"CostAfter", "InFlight", "slots, not costs"}},
+			{"CostAfter, a Counter that only counts up", Settings{Options: upOnly, CostAfter: CostOf}, []string{"CostAfter", "Counter"}},
+			{"MaxDelay, a fixed window", Settings{Options: r.opts(1), MaxDelay: time.Second}, []string{"MaxDelay", "TokenBucket"}},
+			{"MaxDelay, negative", Settings{Options: bucket, MaxDelay: -time.Second}, []string{"MaxDelay must not be negative"}},
 		} {
 			func() {
 				defer func() {
