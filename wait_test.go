@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -14,7 +15,12 @@ import (
 // three replicas, on one tenant, are all allowed, each in a turn of its
 // own: no two start within 95 ms of each other, as the callers measure it,
 // and the last about 6 s after the first. On the real clock: each subject
-// takes those 6 s, side by side with the others.
+// takes those 6 s, side by side with the others. A caller's sleep can end
+// late on a busy machine (make test-servers runs packages side by side),
+// which brings the next caller's start nearer: a gap under 95 ms is
+// excused by as much lateness of the caller before it, which that caller
+// measures against its turn (when it called, plus the time its Decision
+// said the bucket is full again, less the burst's tenth of a second).
 func TestWaitSpacesCallersAcrossReplicas(t *testing.T) {
 	for _, s := range takeSubjects[:3] { // memory, single node, cluster
 		t.Run(s.name, func(t *testing.T) {
@@ -33,22 +39,26 @@ func TestWaitSpacesCallersAcrossReplicas(t *testing.T) {
 					Algorithm: TokenBucket, StoreTimeout: 5 * time.Second}))
 			}
 			tenant := uniqueTenant(t)
+			type start struct{ at, late time.Duration }
 			var mu sync.Mutex
-			var starts []time.Time
+			var starts []start
+			epoch := time.Now()
 			var wg sync.WaitGroup
 			errs := make(chan error, 60)
 			for i := range 60 {
 				wg.Go(func() {
 					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 					defer cancel()
+					called := time.Since(epoch)
 					d, err := lims[i%3].Wait(ctx, tenant)
-					at := time.Now()
+					at := time.Since(epoch)
 					if err != nil || !d.Allowed || d.By != ByCounter {
 						errs <- errors.Join(err, errors.New("decision: "+d.By.String()))
 						return
 					}
 					mu.Lock()
-					starts = append(starts, at)
+					// Its turn came no earlier than called + Reset − 100 ms.
+					starts = append(starts, start{at, max(at-(called+d.Reset-100*time.Millisecond), 0)})
 					mu.Unlock()
 				})
 			}
@@ -60,13 +70,17 @@ func TestWaitSpacesCallersAcrossReplicas(t *testing.T) {
 			if len(starts) != 60 {
 				t.Fatalf("%d callers started; want 60", len(starts))
 			}
-			slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
+			slices.SortFunc(starts, func(a, b start) int { return cmp.Compare(a.at, b.at) })
+			var late time.Duration
 			for i := 1; i < len(starts); i++ {
-				if gap := starts[i].Sub(starts[i-1]); gap < 95*time.Millisecond {
-					t.Fatalf("callers %d and %d started %v apart; want at least 95 ms at 10 a second", i, i+1, gap)
+				late = max(late, starts[i-1].late)
+				if gap := starts[i].at - starts[i-1].at; gap+starts[i-1].late < 95*time.Millisecond {
+					t.Fatalf("callers %d and %d started %v apart, the first %v late; want at least 95 ms at 10 a second",
+						i, i+1, gap, starts[i-1].late)
 				}
 			}
-			if span := starts[59].Sub(starts[0]); span < 5800*time.Millisecond || span > 7*time.Second {
+			t.Logf("a caller started at most %v after its turn", late)
+			if span := starts[59].at - starts[0].at; span < 5800*time.Millisecond || span > 7*time.Second {
 				t.Fatalf("the last caller started %v after the first; want about 5.9 s", span)
 			}
 		})
