@@ -39,6 +39,10 @@ func TestMemoryPathsAllocateNothing(t *testing.T) {
 		{"plan quotas Take", Options{PlanFor: planQuotas}, func(lim *Limiter) { lim.Take(ctx, "acme") }},
 		{"sliding quotas Take", Options{Algorithm: SlidingWindow, Quotas: quotas}, func(lim *Limiter) { lim.Take(ctx, "acme") }},
 		{"in flight Take and Release", Options{Algorithm: InFlight}, func(lim *Limiter) { _ = lim.Release(ctx, lim.Take(ctx, "acme")) }},
+		{"bucket Take", Options{Algorithm: TokenBucket}, func(lim *Limiter) { lim.Take(ctx, "acme") }},
+		{"bucket TakeN and Settle", Options{Algorithm: TokenBucket}, func(lim *Limiter) { _ = lim.Settle(ctx, lim.TakeN(ctx, "acme", 2), 5) }},
+		{"bucket quotas Take", Options{Algorithm: TokenBucket, Quotas: quotas}, func(lim *Limiter) { lim.Take(ctx, "acme") }},
+		{"bucket Wait", Options{Algorithm: TokenBucket}, func(lim *Limiter) { _, _ = lim.Wait(ctx, "acme") }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			opts := c.opts

@@ -178,8 +178,8 @@ func (m *MemoryCounter) Take(_ context.Context, r Request) (a Answer, err error)
 	var buf [maxKeyLen]byte
 	st := (*window.State)(&a.Counts[0])
 	if r.Algorithm == TokenBucket {
-		main := r.main()
-		err = m.engine.TakeBucket(r.appendKey(buf[:0]), &main, r.Cost, r.Delay, memstore.Nanos(r.Now), st)
+		b := window.NewBucket(r.Limit, r.Window, r.Burst)
+		err = m.engine.TakeBucket(r.appendKey(buf[:0]), b, r.Cost, r.Delay, memstore.Nanos(r.Now), st)
 		a.Allowed = st.Fits
 		return a, memoryError(err)
 	}

@@ -18,25 +18,29 @@ import (
 // bucketMark is the width of a token bucket's entry.
 const bucketMark = -3
 
-// bucketSlack is how long a bucket's entry outlives its TAT.
-const bucketSlack = int64(time.Second)
+// bucketSlack is how long a bucket's entry outlives its TAT; a call
+// counts in it only while it has half that left, in µs.
+const (
+	bucketSlack       = int64(time.Second)
+	bucketSlackMicros = float64(bucketSlack) / 2e3
+)
 
 // micros is t, in nanoseconds on a Store's clock, in microseconds.
-func micros(t int64) float64 { return float64(t) / 1e3 }
+func micros(t int64) float64 { return float64(t) * 1e-3 }
 
 // tat is w's theoretical arrival time, in microseconds.
 func (w *entry) tat() float64 { return math.Float64frombits(uint64(w.count.Load())) }
 
-// TakeBucket decides a request of cost in key's token bucket l (of
-// limit, window and burst), at now on the store's clock (see Nanos), when
-// the caller may wait delay for its turn, and writes the bucket's state
-// after the decision to st.
-func (m *Store) TakeBucket(key []byte, l *window.Limit, cost int64, delay time.Duration, now int64, st *window.State) error {
-	w, err := m.bucket(key, l, now)
+// TakeBucket decides a request of cost in key's token bucket b, at now
+// on the store's clock (see Nanos), when the caller may wait delay for its
+// turn, and writes the bucket's state after the decision to st: Take's
+// short way for a bucket without quotas, as TakeWindow is a window's.
+func (m *Store) TakeBucket(key []byte, b window.BucketOf, cost int64, delay time.Duration, now int64, st *window.State) error {
+	at := micros(now)
+	w, err := m.bucket(key, &b, now, at)
 	if err != nil {
 		return err
 	}
-	b, at := l.Bucket(), micros(now)
 	for {
 		bits := w.count.Load()
 		left := math.Float64frombits(uint64(bits)) - at
@@ -49,18 +53,19 @@ func (m *Store) TakeBucket(key []byte, l *window.Limit, cost int64, delay time.D
 }
 
 // bucket returns key's token bucket entry, made (full) when there is
-// none.
-func (m *Store) bucket(key []byte, l *window.Limit, now int64) (*entry, error) {
+// none, at now (at in µs).
+func (m *Store) bucket(key []byte, b *window.BucketOf, now int64, at float64) (*entry, error) {
 	h, si, w, err := m.lookup(key, now)
 	if err != nil {
 		return nil, err
 	}
-	if w != nil && w.width == bucketMark && now < w.keep() {
+	if w != nil && w.width == bucketMark && at < w.tat()+bucketSlackMicros {
+		// Kept (bucketKeep) for a while yet: no rebuild drops it under us.
 		return w, nil
 	}
 	// A full bucket fills in no time; the tolerance bounds how long an
 	// entry lives after its last request, as a window's length does.
-	life := int64(l.Bucket().Tolerance*1e3) + bucketSlack
+	life := int64(b.Tolerance*1e3) + bucketSlack
 	return m.locked(si, h, key, now, life, func(old *entry, k string) *entry {
 		if old != nil && old.width == bucketMark && now < old.keep() {
 			return old

@@ -20,7 +20,7 @@ func (m *Store) Take(key []byte, c *window.Call, r *window.Result) error {
 	case c.Quotas != nil:
 		return m.takeGroup(key, c, r)
 	case c.Main.Kind == window.Bucket:
-		err := m.TakeBucket(key, &c.Main, c.Cost, c.Delay, Nanos(c.Now), &r.Counts[0])
+		err := m.TakeBucket(key, c.Main.Bucket(), c.Cost, c.Delay, Nanos(c.Now), &r.Counts[0])
 		r.Allowed = r.Counts[0].Fits
 		return err
 	}

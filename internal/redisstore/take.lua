@@ -139,7 +139,7 @@ if ARGV[1] == 'Q' then
       -- A bucket's cost counts in µs: it fits within the burst's time,
       -- the delay and the rounding's allowance (see kind b).
       local iv = sms[1]
-      set.lim[1], set.mul[1] = set.lim[1] * iv + tonumber(ARGV[at]) + (iv / 10000 + 1), iv
+      set.lim[1], set.mul[1] = set.lim[1] * iv + tonumber(ARGV[at]) + (iv * 0.0001 + 1), iv
       at = at + 1
     end
     now = now or clock()

@@ -32,13 +32,17 @@ type BucketOf struct {
 }
 
 // Bucket returns l's bucket arithmetic.
-func (l *Limit) Bucket() BucketOf {
-	iv := float64(l.Window) / 1e3 / float64(l.Limit)
-	return BucketOf{Interval: iv, Tolerance: float64(l.Burst) * iv, Eps: BucketEps(iv), Burst: l.Burst}
+func (l *Limit) Bucket() BucketOf { return NewBucket(l.Limit, l.Window, l.Burst) }
+
+// NewBucket is the arithmetic of a bucket of limit per width, burst at
+// most.
+func NewBucket(limit int64, width time.Duration, burst int64) BucketOf {
+	iv := float64(width) / (1e3 * float64(limit)) // one division: a request makes this
+	return BucketOf{Interval: iv, Tolerance: float64(burst) * iv, Eps: BucketEps(iv), Burst: burst}
 }
 
 // BucketEps is the Eps of a bucket whose interval is iv µs.
-func BucketEps(iv float64) float64 { return iv/1e4 + 1 }
+func BucketEps(iv float64) float64 { return iv*1e-4 + 1 }
 
 // Most is how far behind now, in µs, a bucket may be after a cost that
 // fits, when the caller may wait delay µs: the script's comparison, as
