@@ -405,18 +405,7 @@ var targets = []target{
 	},
 	quotaTarget("Redis, 64 callers", `^BenchmarkQuotas/[^/]+/redis/`, 1.3),
 	quotaTarget("in memory", `^BenchmarkQuotas/[^/]+/memory/`, 1.5),
-	{
-		what:   "allocations per request with two quotas, in memory",
-		group:  regexp.MustCompile(`^BenchmarkQuotas/[^/]+/memory/`),
-		goal:   "0",
-		format: "%.0f",
-		figure: func(g *group) (float64, string, bool) {
-			v, ok := g.allocs(quotas)
-			o, _ := g.allocs(ours)
-			return v, fmt.Sprintf("without quotas %.0f", o), ok
-		},
-		met: func(v float64) bool { return v == 0 },
-	},
+	noAllocs("allocations per request with two quotas, in memory", `^BenchmarkQuotas/[^/]+/memory/`, quotas, "without quotas"),
 	{
 		what:   "time of a request that succeeds with SkipFailedRequests ÷ without, Redis, 64 callers",
 		group:  regexp.MustCompile(`^BenchmarkGiveBack/fiber/redis/`),
@@ -435,23 +424,29 @@ var targets = []target{
 	},
 	bucketTarget("Redis, 64 callers", `^BenchmarkTokenBucket/redis/`),
 	bucketTarget("in memory", `^BenchmarkTokenBucket/memory/`),
-	{
-		what:   "allocations per decision of a TokenBucket, in memory",
-		group:  regexp.MustCompile(`^BenchmarkTokenBucket/memory/`),
-		goal:   "0",
-		format: "%.0f",
-		figure: func(g *group) (float64, string, bool) {
-			v, ok := g.allocs(tokenBucket)
-			o, _ := g.allocs(ours)
-			return v, fmt.Sprintf("fixed window %.0f", o), ok
-		},
-		met: func(v float64) bool { return v == 0 },
-	},
+	noAllocs("allocations per decision of a TokenBucket, in memory", `^BenchmarkTokenBucket/memory/`, tokenBucket, "fixed window"),
 }
 
 // bucketTarget is the time of a decision on a TokenBucket ÷ that of one on
 // a fixed window of the same Limit and Window, in the groups that pattern
 // matches (BenchmarkTokenBucket), at most 1.1.
+// noAllocs is the target of no allocation for contender in the groups
+// of pattern, whose note gives ratelimit's own allocations, labelled.
+func noAllocs(what, pattern, contender, label string) target {
+	return target{
+		what:   what,
+		group:  regexp.MustCompile(pattern),
+		goal:   "0",
+		format: "%.0f",
+		figure: func(g *group) (float64, string, bool) {
+			v, ok := g.allocs(contender)
+			o, _ := g.allocs(ours)
+			return v, fmt.Sprintf("%s %.0f", label, o), ok
+		},
+		met: func(v float64) bool { return v == 0 },
+	}
+}
+
 func bucketTarget(where, pattern string) target {
 	return target{
 		what:   "time of a TokenBucket's decision ÷ a fixed window's, " + where,
