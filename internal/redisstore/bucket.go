@@ -17,7 +17,7 @@ import (
 // same every call, so its arguments are formatted once: formatting them
 // for each call cost four allocations.
 type bucketArgs struct {
-	iv, most, px any
+	burst, iv, most, px any
 }
 
 // bucketSpec is what a bucket's arguments are made of.
@@ -49,7 +49,7 @@ func argsOfBucket(s bucketSpec) *bucketArgs {
 	}
 	b := window.BucketOf{Interval: s.iv, Tolerance: float64(s.burst) * s.iv, Eps: window.BucketEps(s.iv)}
 	most := b.Most(float64(s.delay)) // as window.BucketOf.Take compares
-	a := &bucketArgs{iv: ivArg(s.iv), most: ivArg(most), px: "0"}
+	a := &bucketArgs{burst: hexArg(s.burst), iv: ivArg(s.iv), most: ivArg(most), px: "0"}
 	if px := math.Ceil(most/1000) + 1; s.delay == 0 && px <= maxBucketPX {
 		a.px = strconv.FormatInt(int64(px), 10)
 	}

@@ -241,13 +241,14 @@ func (x *opArgs) append(args []any, op *takeOp, setOf func(*takeOp) int, limitAr
 	case op.kind == window.InFlight:
 		return append(args, "y", x.token, cost)
 	case op.quotas != nil && op.kind == window.Bucket:
-		args = append(args, "X", hexArg(int64(setOf(op))), hexArg(op.burst), ivArg(op.iv), 0, cost)
+		b := argsOfBucket(bucketSpec{op.burst, op.iv, 0})
+		args = append(args, "X", hexArg(int64(setOf(op))), b.burst, b.iv, 0, cost)
 		for j := range op.limits() {
 			args = append(args, x.offsets[j])
 		}
 		return args
 	case op.kind == window.Bucket:
-		return append(args, "x", "b", ivArg(op.iv), cost, 0)
+		return append(args, "x", "b", argsOfBucket(bucketSpec{op.burst, op.iv, 0}).iv, cost, 0)
 	case op.quotas != nil:
 		args = append(args, "X", hexArg(int64(setOf(op))), limitArg, msArg, cost)
 		for j := range op.limits() {
@@ -261,15 +262,15 @@ func (x *opArgs) append(args []any, op *takeOp, setOf func(*takeOp) int, limitAr
 // bucketArgs appends the arguments of op, a token bucket's, to args, but
 // for its callers' costs when it has more than one of cost 1 (one).
 func (op *takeOp) bucketArgs(args []any, one bool, setOf func(*takeOp) int) []any {
+	b := argsOfBucket(bucketSpec{op.burst, op.iv, op.delay})
 	if op.quotas != nil {
 		// In a tenant's hash: the burst, the interval and the delay.
 		kind := "G"
 		if one {
 			kind = "g"
 		}
-		return append(args, kind, hexArg(int64(setOf(op))), hexArg(op.burst), ivArg(op.iv), op.delay)
+		return append(args, kind, hexArg(int64(setOf(op))), b.burst, b.iv, op.delay)
 	}
-	b := argsOfBucket(bucketSpec{op.burst, op.iv, op.delay})
 	if one {
 		return append(args, "b", b.iv, b.most, b.px)
 	}
