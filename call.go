@@ -41,6 +41,13 @@ func fixOf(err error) string {
 // takeFromStore decides r in Options.Counter, a store that is not local:
 // the over-limit cache first, then a call through the breaker, timed.
 func (l *Limiter) takeFromStore(ctx context.Context, d *Decision, r *Request) {
+	if l.leases != nil {
+		if a, ok := l.leases.spend(r); ok {
+			l.counted(d, &l.policy, ByCounter, r, &a, nil)
+			l.decided(d, r)
+			return
+		}
+	}
 	var buf [maxKeyLen]byte
 	kb := r.appendKey(buf[:0])
 	since := l.clock.since(r.Now)

@@ -39,6 +39,9 @@ func TestIncrOnlyCounterRefusalsNameEachFieldOnce(t *testing.T) {
 				NewLimiter(Options{Limit: 5, Window: time.Minute, Algorithm: SlidingWindow, Fallback: incrOnly()})
 			})
 		}},
+		{"leases", "Leases", func() string {
+			return setupPanic(func() { NewLimiter(with(func(o *Options) { o.Leases = true })) })
+		}},
 		{"quotas", "Quotas", func() string {
 			return setupPanic(func() { NewLimiter(with(func(o *Options) { o.Quotas = []Quota{month} })) })
 		}},

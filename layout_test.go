@@ -103,9 +103,12 @@ func TestExportedNames(t *testing.T) {
 
 // Every file of the library keeps to one concern: no more than 500 lines,
 // but for the test scaffolding under internal/testkit. The root package's
-// own code is the public faces, the Limiter, the doors and the headers.
+// own code is the public faces, the Limiter, the doors and the headers,
+// and the one Store in front of a Store, lease.go, which names the
+// package's Request and Answer and so cannot live under internal/ (its
+// blocks do): 5,500 lines until leases, 5,800 since.
 func TestFileSizes(t *testing.T) {
-	const maxLines, maxRoot = 500, 5500
+	const maxLines, maxRoot = 500, 5800
 	root := 0
 	err := filepath.WalkDir(".", func(path string, e os.DirEntry, err error) error {
 		if err != nil {

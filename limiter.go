@@ -34,6 +34,9 @@ type Limiter struct {
 	info                       StoreInfo
 	incrOnly, fallbackIncrOnly bool
 
+	// leases is store, with Options.Leases; else nil.
+	leases *leaseStore
+
 	breakers *breaker.Set // nil for a local store, which is called directly
 	rule     timeRule
 
@@ -155,7 +158,13 @@ func (l *Limiter) attach() {
 			panic(fmt.Sprintf("ratelimit: Algorithm: %v needs %s to be a Store; %T counts by Incr alone", opts.Algorithm, field, c))
 		case l.quotas != nil:
 			panic(fmt.Sprintf("ratelimit: Quotas need %s to be a Store; %T counts by Incr alone", field, c))
+		case opts.Leases && l.incrOnly:
+			panic(fmt.Sprintf("ratelimit: Leases need Counter to be a Store; %T counts by Incr alone", c))
 		}
+	}
+	if opts.Leases {
+		l.leases = newLeaseStore(l.store, opts.Metrics, l.clock.mono, opts.StoreTimeout)
+		l.store = l.leases
 	}
 	r := l.base
 	r.probe, r.plans = true, opts.PlanFor != nil

@@ -38,6 +38,9 @@ type Metrics struct {
 	remembered        atomic.Int64
 	rememberedEvicted atomic.Uint64
 
+	// Options.Leases: blocks claimed, units given back, units expired.
+	leases [numLeaseCounts]atomic.Uint64
+
 	storeErrors [numCauses]atomic.Uint64
 	latency     [len(latencyBuckets) + 1]atomic.Uint64 // per bucket, the last past every bound
 	latencySum  atomic.Int64                           // nanoseconds
@@ -163,6 +166,14 @@ type MetricsSnapshot struct {
 	// the bound is too small for the tenants.
 	Remembered        int64
 	RememberedEvicted uint64
+
+	// With Options.Leases: the blocks of hot tenants' budgets that the
+	// limiter claimed from the store; the units of them it gave back
+	// while their windows lasted (a block left unspent for a while); and
+	// the units that expired unspent with their windows (or, for a
+	// token bucket, their arrival times), which no replica could spend:
+	// the under-admission that leases cost.
+	LeaseBlocks, LeaseUnitsGivenBack, LeaseUnitsExpired uint64
 }
 
 // DecisionCount is how many decisions ended in Outcome, decided by By.
@@ -239,6 +250,8 @@ func (m *Metrics) Snapshot() MetricsSnapshot {
 	h.Sum = time.Duration(m.latencySum.Load()).Seconds()
 	s.SlotsTaken, s.SlotsRefused, s.SlotsExpired = m.slots[0].Load(), m.slots[1].Load(), m.slots[2].Load()
 	s.Remembered, s.RememberedEvicted = m.remembered.Load(), m.rememberedEvicted.Load()
+	s.LeaseBlocks, s.LeaseUnitsGivenBack = m.leases[leaseBlocks].Load(), m.leases[leaseGivenBack].Load()
+	s.LeaseUnitsExpired = m.leases[leaseExpired].Load()
 	return s
 }
 
@@ -280,6 +293,21 @@ func (m *Metrics) rememberedChanged(delta int64, evicted uint64) {
 	m.remembered.Add(delta)
 	if evicted > 0 {
 		m.rememberedEvicted.Add(evicted)
+	}
+}
+
+// What Options.Leases counts: see MetricsSnapshot.LeaseBlocks.
+const (
+	leaseBlocks = iota
+	leaseGivenBack
+	leaseExpired
+	numLeaseCounts
+)
+
+// leased adds n to the lease count c.
+func (m *Metrics) leased(c int, n int64) {
+	if m != nil && n > 0 {
+		m.leases[c].Add(uint64(n))
 	}
 }
 

@@ -230,6 +230,26 @@ type Options struct {
 	//
 	// Optional. Default: false (the cache is on)
 	DisableOverLimitCache bool
+
+	// Leases decides a tenant that is hot on this replica (hundreds of
+	// requests a second here) from a block of its budget that the
+	// replica claims from Counter in one call. The block is counted in
+	// the store when it is claimed, in every limit of the request, so
+	// the replicas together never admit more than the limit, and most of
+	// a hot tenant's requests are decided without a round trip. A block
+	// is sized to about 20 ms of the tenant's requests here, at most a
+	// quarter of what is left of its budget; it is spent only in the
+	// window it was counted in (for a TokenBucket, before the arrival
+	// times it reserved), and what goes unspent for 50 ms is given back.
+	// Near its limit a tenant is decided request by request, as without
+	// leases. The cost: a request may be refused while another replica
+	// holds unspent units of the same window, and the units of a replica
+	// that dies holding a block are lost for that window (Metrics count
+	// those that expire). See docs/algorithms.md, "Leases". Not for
+	// InFlight; Counter must be a Store.
+	//
+	// Optional. Default: false
+	Leases bool
 }
 
 // The defaults of the optional Options fields.
@@ -258,6 +278,10 @@ func withDefaults(opts Options) Options {
 	if opts.Algorithm == InFlight && len(opts.Quotas) > 0 {
 		panic("ratelimit: Quotas: an InFlight limiter counts requests running, not requests per period; " +
 			"give the quotas to a limiter of its own")
+	}
+	if opts.Leases && opts.Algorithm == InFlight {
+		panic("ratelimit: Leases: an InFlight limiter's slots come back as requests end, not per window; " +
+			"leases are for windows and token buckets")
 	}
 	checkDuration("StoreTimeout", opts.StoreTimeout, minStoreTimeout, maxStoreTimeout, true)
 	checkDuration("BreakerCooldown", opts.BreakerCooldown, time.Millisecond, time.Hour, true)

@@ -26,3 +26,20 @@ func TestRedisCounterIsAStore(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) { storetest.Run(t, c.store) })
 	}
 }
+
+// A limiter's store with Options.Leases is a Store in front of a Store,
+// and passes the contract over each built-in one.
+func TestLeaseStoreIsAStore(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		store func(t *testing.T) ratelimit.Store
+	}{
+		{"memory", func(*testing.T) ratelimit.Store { return ratelimit.NewMemoryCounter() }},
+		{"single node", func(t *testing.T) ratelimit.Store { return ratelimit.NewRedisCounter(redistest.Client(t)) }},
+		{"cluster", func(t *testing.T) ratelimit.Store { return ratelimit.NewRedisCounter(redistest.Cluster(t)) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			storetest.Run(t, func(t *testing.T) ratelimit.Store { return ratelimit.NewLeaseStore(c.store(t)) })
+		})
+	}
+}

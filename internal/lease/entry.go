@@ -1,0 +1,291 @@
+package lease
+
+import (
+	"math"
+	"sync"
+	"time"
+
+	"github.com/gatewaykit/ratelimit/internal/window"
+)
+
+// Entry is a hot key's lease on this replica: its block, the claim in
+// flight, the key's rate here and what the store last said of its
+// limits. R is what the caller keeps of the last claim, to give back
+// with.
+type Entry[R any] struct {
+	mu       sync.Mutex
+	t        *Table[R]
+	b        block
+	claiming chan struct{} // closed when the claim in flight ends; nil: none
+	rate     rate
+	last     int64 // the key's last request here
+
+	// What the store last reported of the key's limits, and when.
+	known   [window.MaxLimits]window.State
+	knownAt int64
+	knowing bool
+
+	req     R
+	checked uint64      // b.spends when Idle last looked
+	timer   *time.Timer // runs the caller's Idle check
+	armed   bool        // timer is due
+}
+
+// A Step is what to do next with a request of a hot key (see Entry.Next):
+// it was decided from the block (Spent, Counts holding its limits as this
+// replica sees them), or it waits for the claim in flight and asks again
+// (Wait), or it claims Claim units, its own cost included, then calls
+// Claimed; or, none of those, the store decides it and Learn hears the
+// answer.
+type Step struct {
+	Spent  bool
+	Counts [window.MaxLimits]window.State
+	Wait   <-chan struct{}
+	Claim  int64
+}
+
+// Spend decides a request of cost at now from the block, if it holds
+// the cost; ls are the request's limits.
+func (e *Entry[R]) Spend(now, cost int64, ls []window.Limit) (Step, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.b.take(now, cost) {
+		return Step{}, false
+	}
+	e.rate.add(now, cost)
+	e.last = now
+	return Step{Spent: true, Counts: e.b.seen(now, ls)}, true
+}
+
+// Next is the next step of a request of cost at now, whose limits are
+// ls; first says that it has not asked before. A request waits for every
+// claim in flight: each ends in a block, whose units it may then spend,
+// or in the store's refusal, which makes the next claim smaller.
+func (e *Entry[R]) Next(now, cost int64, ls []window.Limit, first bool) Step {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if first {
+		e.rate.add(now, cost)
+		e.last = now
+	}
+	if e.b.take(now, cost) {
+		return Step{Spent: true, Counts: e.b.seen(now, ls)}
+	}
+	if e.claiming != nil {
+		return Step{Wait: e.claiming}
+	}
+	size := e.size(now, ls)
+	if size <= cost {
+		// Near the limit, or not hot enough: one by one, as a cold key.
+		return Step{}
+	}
+	e.claiming = make(chan struct{})
+	return Step{Claim: size}
+}
+
+// size is how many units to claim at now: what the key spends here in a
+// Horizon (or a sixteenth of its shortest window), at most a quarter of
+// what the store last said was left of each limit.
+func (e *Entry[R]) size(now int64, ls []window.Limit) int64 {
+	span := Horizon
+	left := int64(math.MaxInt64)
+	for i := range ls {
+		l := &ls[i]
+		if l.Window > 0 {
+			span = min(span, l.Window/16)
+		}
+		most := l.Limit
+		if l.Kind == window.Bucket && l.Calendar == 0 {
+			most = l.Burst
+		}
+		if e.knowing {
+			if st, ok := l.Aged(e.known[i], timeOf(now-e.knownAt)); ok {
+				most = l.Figures(&st, 0).Remaining
+			}
+		}
+		left = min(left, most)
+	}
+	want := int64(math.Ceil(e.rate.perNs * float64(span)))
+	return min(want, left/4)
+}
+
+// Claimed ends the claim that Next asked for, of size units for a request
+// of cost at now, res being the store's answer (nil: it failed), req what
+// to keep of it, slack how much earlier than the store says its windows
+// end the block stops being spent (a store that rounds). For a claim the
+// store allowed, the block is made and the request decided from it.
+func (e *Entry[R]) Claimed(now, size, cost int64, ls []window.Limit, res *window.Result, slack time.Duration, req R) Step {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	close(e.claiming)
+	e.claiming = nil
+	if res == nil {
+		return Step{}
+	}
+	e.learn(now, res, len(ls))
+	if !res.Allowed {
+		return Step{}
+	}
+	old := &e.b
+	carry := int64(0)
+	if old.live(now) && !old.bucket && sameMarks(old, res) {
+		// The same windows: what is left of it is the new one's.
+		carry = old.size - old.spent
+	}
+	e.ended(now, carry)
+	b := block{id: e.t.ids.Add(1), size: size + carry, at: now, until: math.MaxInt64, n: len(ls)}
+	for i := range ls {
+		b.counts[i] = res.Counts[i]
+		if i > 0 || ls[0].Kind != window.Bucket {
+			b.until = min(b.until, now+int64(res.Counts[i].Left-slack))
+		}
+	}
+	if ls[0].Kind == window.Bucket {
+		b.bucket = true
+		b.iv = float64(ls[0].Window) / float64(ls[0].Limit)
+		b.t0 = max(float64(now)+float64(res.Counts[0].Left)-float64(size)*b.iv, float64(now))
+	}
+	e.b, e.req, e.checked = b, req, 0
+	if !e.b.take(now, cost) {
+		return Step{}
+	}
+	return Step{Spent: true, Counts: e.b.seen(now, ls)}
+}
+
+// sameMarks reports whether res counted in the windows of b.
+func sameMarks(b *block, res *window.Result) bool {
+	for i := range b.n {
+		if res.Counts[i].Mark != b.counts[i].Mark {
+			return false
+		}
+	}
+	return true
+}
+
+// ended ends the block at now, keeping carry units for the next one:
+// what else it held is reported expired.
+func (e *Entry[R]) ended(now, carry int64) {
+	if e.b.id == 0 {
+		return
+	}
+	if lost := e.b.size - e.b.spent - carry; lost > 0 && e.t.Expired != nil {
+		e.t.Expired(lost)
+	}
+	e.b = block{}
+}
+
+// Learn hears the store's answer to a request of the key that it decided
+// at now, for the size of the next claim.
+func (e *Entry[R]) Learn(now int64, res *window.Result, n int) {
+	e.mu.Lock()
+	e.learn(now, res, n)
+	e.mu.Unlock()
+}
+
+func (e *Entry[R]) learn(now int64, res *window.Result, n int) {
+	copy(e.known[:n], res.Counts[:n])
+	e.knownAt, e.knowing = now, true
+}
+
+// Give gives back cost units into the block a decision was made from
+// (marks naming its windows, n its limits), or charges -cost to it for a
+// negative cost, and reports whether it could: false when the block has
+// ended, is another, or does not hold what is asked; the store then
+// takes it.
+func (e *Entry[R]) Give(now, cost int64, marks *[window.MaxLimits]int64, n int) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.b.live(now) || !e.b.same(marks, n) {
+		return false
+	}
+	if cost < 0 {
+		return e.b.take(now, -cost)
+	}
+	return e.b.give(cost)
+}
+
+// Idle ends a block that nothing was spent from since Idle last looked:
+// it returns the units still live (to give back to the store, with the
+// marks of its windows and what the caller kept of its claim). again
+// says that the block lives on and was spent from: look again after
+// IdleAfter.
+func (e *Entry[R]) Idle(now int64) (give int64, marks [window.MaxLimits]int64, req R, again bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.b.id == 0 {
+		e.armed = false
+		return 0, marks, req, false
+	}
+	if e.b.live(now) && e.b.spends != e.checked {
+		e.checked = e.b.spends
+		e.timer.Reset(IdleAfter)
+		return 0, marks, req, true
+	}
+	e.armed = false
+	give = e.b.left(now)
+	for i := range e.b.n {
+		marks[i] = e.b.counts[i].Mark
+	}
+	req = e.req
+	if e.b.spent+give < e.b.size && e.t.Expired != nil {
+		e.t.Expired(e.b.size - e.b.spent - give)
+	}
+	e.b = block{}
+	return give, marks, req, false
+}
+
+// Arm has f run IdleAfter from now, unless it is due already: f calls
+// Idle, which has it run again while the block is spent from.
+func (e *Entry[R]) Arm(f func()) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.armed:
+	case e.timer == nil:
+		e.timer = time.AfterFunc(IdleAfter, f)
+	default:
+		e.timer.Reset(IdleAfter)
+	}
+	e.armed = true
+}
+
+// Drop ends the block without a word: the store's counts were reset.
+func (e *Entry[R]) Drop() {
+	e.mu.Lock()
+	e.b = block{}
+	e.mu.Unlock()
+}
+
+// stale reports whether the entry can go: no block, no claim, no request
+// for a second.
+func (e *Entry[R]) stale(now int64) bool {
+	if !e.mu.TryLock() {
+		return false
+	}
+	defer e.mu.Unlock()
+	if e.claiming != nil || e.b.live(now) || now-e.last < int64(time.Second) {
+		return false
+	}
+	e.ended(now, 0)
+	return true
+}
+
+// rate is a key's rate on this replica: the units of its requests per
+// nanosecond, measured over periods of five ticks at least.
+type rate struct {
+	units, since int64
+	perNs        float64
+}
+
+func (r *rate) start(now int64) {
+	r.since, r.perNs = now, HotUnits/float64(Tick)
+}
+
+func (r *rate) add(now, cost int64) {
+	r.units += cost
+	if d := now - r.since; d >= int64(5*Tick) {
+		r.perNs, r.units, r.since = float64(r.units)/float64(d), 0, now
+	}
+}
+
+func timeOf(ns int64) time.Duration { return time.Duration(ns) }

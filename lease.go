@@ -1,0 +1,228 @@
+package ratelimit
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/gatewaykit/ratelimit/internal/lease"
+	"github.com/gatewaykit/ratelimit/internal/window"
+)
+
+// leaseStore is the Store of a limiter with Options.Leases, in front of
+// the store it was given: a tenant hot on this replica is decided from a
+// block of its budget, claimed from that store in one Take of the
+// block's size and counted there in every limit of the request, so that
+// the replicas together never admit more than the store would; the
+// blocks are internal/lease's. Everything else passes through: cold
+// tenants, reads (Usage), waiting requests, InFlight, Ping.
+type leaseStore struct {
+	Store
+	table   *lease.Table[Request] // a hot key's entry keeps its last claim's Request, to give back with
+	metrics *Metrics
+	now     func() time.Time // the limiter's clock, for give-backs of idle blocks
+	timeout time.Duration    // a give-back's wait for the store
+
+	// slack: a store that counts in whole milliseconds (not Local) may
+	// end a window up to one later than the time it said was left, so a
+	// block stops being spent that much before.
+	slack time.Duration
+
+	// off: the store counts by transactions, where a refused claim would
+	// stay counted: every request passes through.
+	off atomic.Bool
+}
+
+func newLeaseStore(s Store, m *Metrics, now func() time.Time, timeout time.Duration) *leaseStore {
+	t := lease.NewTable[Request]()
+	t.Expired = func(n int64) { m.leased(leaseExpired, n) }
+	return &leaseStore{Store: s, table: t, metrics: m, now: now, timeout: timeout}
+}
+
+// Attach attaches the limiter to the store behind.
+func (s *leaseStore) Attach(r Request) (StoreInfo, error) {
+	info, err := s.Store.Attach(r)
+	if !info.Local {
+		s.slack = time.Millisecond
+	}
+	return info, err
+}
+
+// leased reports whether r may be decided from a block: a request that
+// takes, now, from a window or a bucket.
+func (s *leaseStore) leased(r *Request) bool {
+	return r.Cost > 0 && r.Delay == 0 && r.Algorithm != InFlight && !r.probe && !s.off.Load()
+}
+
+// spend decides r from its tenant's block when it holds r's cost, without
+// the store: the Limiter asks this before its over-limit cache and its
+// breaker, which a decision from a block has nothing to do with.
+func (s *leaseStore) spend(r *Request) (Answer, bool) {
+	if !s.leased(r) {
+		return Answer{}, false
+	}
+	var buf [maxKeyLen]byte
+	e := s.table.Lookup(r.appendKey(buf[:0]))
+	if e == nil {
+		return Answer{}, false
+	}
+	c, err := r.call()
+	if err != nil {
+		return Answer{}, false
+	}
+	ls, n := c.Limits()
+	st, ok := e.Spend(r.Now.UnixNano(), r.Cost, ls[:n])
+	return answerOf(&st, n), ok
+}
+
+// Take decides r: from its tenant's block when the tenant is hot here,
+// claiming a new block when it runs out; by the store behind for a cold
+// tenant, near the limit (where a block is too small to claim), or when a
+// claim is refused.
+func (s *leaseStore) Take(ctx context.Context, r Request) (Answer, error) {
+	if !s.leased(&r) {
+		return s.direct(ctx, &r, nil, 0)
+	}
+	var buf [maxKeyLen]byte
+	now := r.Now.UnixNano()
+	e := s.table.Hot(r.appendKey(buf[:0]), r.Cost, now)
+	if e == nil {
+		return s.direct(ctx, &r, nil, 0)
+	}
+	c, err := r.call()
+	if err != nil {
+		return Answer{}, err
+	}
+	ls, n := c.Limits()
+	for first := true; ; first = false {
+		st := e.Next(now, r.Cost, ls[:n], first)
+		switch {
+		case st.Spent:
+			return answerOf(&st, n), nil
+		case st.Wait != nil:
+			select {
+			case <-st.Wait:
+				continue
+			case <-ctx.Done():
+				return Answer{}, ctx.Err()
+			}
+		case st.Claim > 0:
+			if a, ok, err := s.claim(ctx, e, &r, st.Claim, ls[:n]); ok || err != nil {
+				return a, err
+			}
+		}
+		return s.direct(ctx, &r, e, n)
+	}
+}
+
+// direct decides r by the store behind, and tells e (nil: none) what it
+// said.
+func (s *leaseStore) direct(ctx context.Context, r *Request, e *lease.Entry[Request], n int) (Answer, error) {
+	a, err := s.Store.Take(ctx, *r)
+	if err != nil {
+		return a, err
+	}
+	if a.byTransaction {
+		s.off.Store(true)
+	}
+	if e != nil {
+		res := resultOf(&a)
+		e.Learn(r.Now.UnixNano(), &res, n)
+	}
+	return a, nil
+}
+
+// claim claims a block of size units for r's tenant, r's cost included,
+// and decides r from it: ok false when the store refused the block (or
+// counts by transactions), which then decides r on its own.
+func (s *leaseStore) claim(ctx context.Context, e *lease.Entry[Request], r *Request, size int64, ls []window.Limit) (Answer, bool, error) {
+	c := *r
+	c.Cost = size
+	a, err := s.Store.Take(ctx, c)
+	var res *window.Result
+	if err == nil && !a.byTransaction {
+		rr := resultOf(&a)
+		res = &rr
+	}
+	st := e.Claimed(r.Now.UnixNano(), size, r.Cost, ls, res, s.slack, c)
+	switch {
+	case err != nil:
+		return Answer{}, false, err
+	case a.byTransaction:
+		// Counted whether it fit or not: it cannot be taken back.
+		s.off.Store(true)
+		if a.Allowed {
+			s.metrics.leased(leaseExpired, size)
+		}
+		return Answer{}, false, nil
+	case !st.Spent:
+		return Answer{}, false, nil
+	}
+	s.metrics.leased(leaseBlocks, 1)
+	e.Arm(func() { s.idle(e) })
+	return answerOf(&st, len(ls)), true, nil
+}
+
+// idle gives back to the store what is left of e's block when nothing was
+// spent from it for lease.IdleAfter, while its windows last.
+func (s *leaseStore) idle(e *lease.Entry[Request]) {
+	now := s.now()
+	give, marks, r, _ := e.Idle(now.UnixNano())
+	if give == 0 {
+		return
+	}
+	r.Cost, r.Marks, r.Now, r.Deadline = give, marks, now, now.Add(s.timeout)
+	if r.Algorithm == TokenBucket {
+		r.Marks[0] = 0 // the block's own name, not the store's
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	if err := s.Store.Give(ctx, r); err != nil {
+		s.metrics.leased(leaseExpired, give)
+		return
+	}
+	s.metrics.leased(leaseGivenBack, give)
+}
+
+// Give gives back into the block a decision was made from while it
+// lasts (a negative cost charges it), else to the store behind.
+func (s *leaseStore) Give(ctx context.Context, r Request) error {
+	if r.Cost != 0 && r.Algorithm != InFlight {
+		var buf [maxKeyLen]byte
+		e := s.table.Lookup(r.appendKey(buf[:0]))
+		if e != nil && e.Give(r.Now.UnixNano(), r.Cost, &r.Marks, 1+len(r.Quotas)) {
+			return nil
+		}
+	}
+	if r.Algorithm == TokenBucket {
+		r.Marks[0] = 0 // perhaps a block's name: a bucket has no windows
+	}
+	return s.Store.Give(ctx, r)
+}
+
+// Reset drops this replica's block of r's tenant, then resets the store.
+func (s *leaseStore) Reset(ctx context.Context, r Request) error {
+	var buf [maxKeyLen]byte
+	if e := s.table.Lookup(r.appendKey(buf[:0])); e != nil {
+		e.Drop()
+	}
+	return s.Store.Reset(ctx, r)
+}
+
+// answerOf is the Answer of a request decided from a block.
+func answerOf(st *lease.Step, n int) (a Answer) {
+	a.Allowed = st.Spent
+	for i := range n {
+		a.Counts[i] = Count(st.Counts[i])
+	}
+	return a
+}
+
+// resultOf is a as the window arithmetic has it.
+func resultOf(a *Answer) (r window.Result) {
+	r.Allowed = a.Allowed
+	for i := range a.Counts {
+		r.Counts[i] = window.State(a.Counts[i])
+	}
+	return r
+}
