@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Options.Leases on every store: a limiter of opts with Leases on each of
@@ -137,4 +139,153 @@ func TestLeasesInFlightPanics(t *testing.T) {
 		}
 	}()
 	NewLimiter(Options{Limit: 10, Window: time.Second, Algorithm: InFlight, Leases: true})
+}
+
+// hotLimiter is a limiter with Leases on a MemoryCounter and a fake
+// clock, whose tenant "hot" has been made hot: 20 requests at one time,
+// the last ones decided from a block.
+func hotLimiter(t *testing.T, opts Options) (*Limiter, *fakeClock) {
+	t.Helper()
+	clock := newFakeClock()
+	opts.Counter, opts.Leases, opts.Metrics = newMemoryCounter(clock.Now), true, &Metrics{}
+	lim := newLimiter(opts, clock.Now)
+	for range 20 {
+		if d := lim.Take(context.Background(), "hot"); !d.Allowed {
+			t.Fatalf("%+v; want allowed", d)
+		}
+	}
+	if s := opts.Metrics.Snapshot(); s.LeaseBlocks == 0 {
+		t.Fatal("20 requests at once claimed no block")
+	}
+	return lim, clock
+}
+
+// Release and Settle give back into the block the decision was made from,
+// without the store: the store's count stays, and the next request spends
+// what came back. A decision's figures count what this replica spent, not
+// the block it holds.
+func TestLeasesReleaseAndSettleIntoTheBlock(t *testing.T) {
+	lim, _ := hotLimiter(t, Options{Limit: 1000, Window: time.Minute})
+	ctx := context.Background()
+	d := lim.Take(ctx, "hot")
+	if d.Remaining != 1000-21 {
+		t.Fatalf("21st request: %d remaining; want %d: the block's unspent units are this replica's", d.Remaining, 1000-21)
+	}
+	stored := used(t, lim, "hot")[0]
+	if stored <= 21 {
+		t.Fatalf("the store counts %d; want the whole block claimed, more than the 21 spent", stored)
+	}
+	if err := lim.Release(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if n := used(t, lim, "hot")[0]; n != stored {
+		t.Fatalf("after Release the store counts %d; want %d: the unit went back into the block", n, stored)
+	}
+	if d := lim.Take(ctx, "hot"); d.Remaining != 1000-21 {
+		t.Fatalf("after Release: %d remaining; want %d", d.Remaining, 1000-21)
+	}
+	d = lim.Take(ctx, "hot") // the block's last unit but one (blocks of 16 at the gate's rate)
+	if err := lim.Settle(ctx, d, 2); err != nil { // 1 more, charged to the block
+		t.Fatal(err)
+	}
+	if n := used(t, lim, "hot")[0]; n != stored {
+		t.Fatalf("after Settle the store counts %d; want %d: the charge came from the block", n, stored)
+	}
+	if d := lim.Take(ctx, "hot"); d.Remaining != 1000-24 {
+		t.Fatalf("after settling a request at 2: %d remaining; want %d", d.Remaining, 1000-24)
+	}
+}
+
+// Reset drops this replica's block with the store's counts: the tenant's
+// next request has the whole budget.
+func TestLeasesReset(t *testing.T) {
+	lim, _ := hotLimiter(t, Options{Limit: 1000, Window: time.Minute})
+	ctx := context.Background()
+	if err := lim.Reset(ctx, "hot"); err != nil {
+		t.Fatal(err)
+	}
+	if n := used(t, lim, "hot")[0]; n != 0 {
+		t.Fatalf("after Reset the store counts %d; want 0", n)
+	}
+	if d := lim.Take(ctx, "hot"); !d.Allowed || d.Remaining != 999 {
+		t.Fatalf("after Reset: %+v; want allowed with 999 remaining", d)
+	}
+}
+
+// What a replica holds unspent goes back to the store: given back once
+// the block goes unspent (its idle check, which a timer runs after
+// lease.IdleAfter, here called by hand), or counted expired when its
+// window ends. Every unit claimed is spent, given back or expired.
+func TestLeasesGiveBackAndExpire(t *testing.T) {
+	lim, clock := hotLimiter(t, Options{Limit: 1000, Window: time.Minute})
+	m := lim.opts.Metrics
+	var buf [maxKeyLen]byte
+	r := lim.base
+	r.Tenant = "hot"
+	e := lim.leases.table.Lookup(r.appendKey(buf[:0]))
+	if e == nil {
+		t.Fatal("the hot tenant has no entry")
+	}
+	claimed := used(t, lim, "hot")[0]
+	lim.leases.idle(e) // spent from since the last look: kept
+	lim.leases.idle(e) // not since: given back
+	if n := used(t, lim, "hot")[0]; n != 20 {
+		t.Fatalf("after the idle give-back the store counts %d; want the 20 spent", n)
+	}
+	if s := m.Snapshot(); s.LeaseUnitsGivenBack != uint64(claimed-20) || s.LeaseUnitsExpired != 0 {
+		t.Fatalf("given back %d, expired %d; want %d given back, none expired", s.LeaseUnitsGivenBack, s.LeaseUnitsExpired, claimed-20)
+	}
+
+	for range 20 { // a block again, then its window ends
+		lim.Take(context.Background(), "hot")
+	}
+	before := m.Snapshot()
+	unspent := used(t, lim, "hot")[0] - 40 // the store's count less the 40 spent
+	clock.Advance(time.Minute)
+	lim.leases.idle(e) // as its timer does: the block's window has ended
+	after := m.Snapshot()
+	expired := after.LeaseUnitsExpired - before.LeaseUnitsExpired
+	given := after.LeaseUnitsGivenBack - before.LeaseUnitsGivenBack
+	if unspent <= 0 || expired+given != uint64(unspent) {
+		t.Fatalf("%d units of the ended window's blocks expired, %d given back; want the %d unspent, one way or the other", expired, given, unspent)
+	}
+}
+
+// A token bucket's Wait passes through the leases: the store reserves
+// the turn, as without them.
+func TestLeasesWait(t *testing.T) {
+	lim, clock := hotLimiter(t, Options{Limit: 100, Window: time.Second, Algorithm: TokenBucket, Burst: 20})
+	lim.sleepFor = func(_ context.Context, d time.Duration) error { clock.Advance(d); return nil }
+	start := clock.Now()
+	if _, err := lim.Wait(context.Background(), "hot"); err != nil {
+		t.Fatal(err)
+	}
+	if waited := clock.Now().Sub(start); waited <= 0 || waited > 20*time.Millisecond {
+		t.Fatalf("waited %v for a turn after a burst of 20 at 100/s; want up to one interval, 10 ms", waited)
+	}
+}
+
+// With Redis gone, a limiter with leases falls back as without them: its
+// breaker opens and the fallback decides.
+func TestLeasesFallBack(t *testing.T) {
+	srv := startChaosRedis(t, 0)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	lim := NewLimiter(Options{Counter: NewRedisCounter(rdb), Limit: 1000, Window: time.Minute, Leases: true,
+		Fallback: NewMemoryCounter(), FallbackLimit: 5, Logger: newLogRecorder().logger(), Metrics: &Metrics{}})
+	for range 50 {
+		if d := lim.Take(ctx, "a"); !d.Allowed || d.By != ByCounter {
+			t.Fatalf("%+v; want allowed by Redis", d)
+		}
+	}
+	if lim.opts.Metrics.Snapshot().LeaseBlocks == 0 {
+		t.Fatal("no block claimed")
+	}
+	srv.Stop()
+	lim.leases.table.Lookup([]byte("rl:a")).Drop() // the block spent: the next request must claim
+	d := lim.Take(ctx, "a")
+	if !d.Allowed || d.By != ByFallback || d.Err == nil {
+		t.Fatalf("with Redis gone: %+v; want allowed by the fallback, with the store's error", d)
+	}
 }

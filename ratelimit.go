@@ -164,6 +164,7 @@ type Config struct {
 	FallbackLimit         int                      // Fallback's budget per replica, 1 to 2^53; default: Limit
 	Metrics               *Metrics                 // counts decisions; default: nil
 	DisableOverLimitCache bool                     // ask Counter even for a tenant already over Limit
+	Leases                bool                     // decide a hot tenant from blocks of its budget claimed from Counter
 }
 
 // options returns the Options fields of cfg.
@@ -190,6 +191,7 @@ func (cfg *Config) options() Options {
 		FallbackLimit:         cfg.FallbackLimit,
 		Metrics:               cfg.Metrics,
 		DisableOverLimitCache: cfg.DisableOverLimitCache,
+		Leases:                cfg.Leases,
 	}
 }
 

@@ -127,6 +127,12 @@ var (
 	rememberedEvictedDesc = prometheus.NewDesc("ratelimit_fallback_remembered_evicted_total",
 		"Keys whose usage the limiter dropped while they held, to stay within its fallback's bound (MaxKeys).",
 		[]string{"limiter"}, nil)
+	leaseBlocksDesc = prometheus.NewDesc("ratelimit_lease_blocks_total",
+		"Blocks of hot tenants' budgets that the limiter claimed from its store (Options.Leases).",
+		[]string{"limiter"}, nil)
+	leaseUnitsDesc = prometheus.NewDesc("ratelimit_lease_units_total",
+		"Units of claimed blocks, by event: given back to the store unspent while their window lasted, or expired unspent with it (the under-admission leases cost).",
+		[]string{"limiter", "event"}, nil)
 	evictedDesc = prometheus.NewDesc("ratelimit_memory_evicted_total",
 		"Live windows the MemoryCounter dropped to stay within its bound (MaxKeys).",
 		[]string{"counter"}, nil)
@@ -214,6 +220,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- slotsDesc
 	ch <- rememberedDesc
 	ch <- rememberedEvictedDesc
+	ch <- leaseBlocksDesc
+	ch <- leaseUnitsDesc
 	ch <- evictedDesc
 }
 
@@ -281,4 +289,8 @@ func collect(ch chan<- prometheus.Metric, name string, s ratelimit.MetricsSnapsh
 
 	ch <- prometheus.MustNewConstMetric(rememberedDesc, prometheus.GaugeValue, float64(s.Remembered), name)
 	ch <- prometheus.MustNewConstMetric(rememberedEvictedDesc, prometheus.CounterValue, float64(s.RememberedEvicted), name)
+
+	ch <- prometheus.MustNewConstMetric(leaseBlocksDesc, prometheus.CounterValue, float64(s.LeaseBlocks), name)
+	ch <- prometheus.MustNewConstMetric(leaseUnitsDesc, prometheus.CounterValue, float64(s.LeaseUnitsGivenBack), name, "given-back")
+	ch <- prometheus.MustNewConstMetric(leaseUnitsDesc, prometheus.CounterValue, float64(s.LeaseUnitsExpired), name, "expired")
 }

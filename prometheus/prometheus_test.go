@@ -507,3 +507,33 @@ func TestConcurrentAdd(t *testing.T) {
 		t.Errorf("%d series of ratelimit_memory_evicted_total, want 8", n)
 	}
 }
+
+// A limiter with Leases exports the blocks it claimed for a hot tenant,
+// and the units of them it gave back once the tenant went quiet (after
+// 50 ms without a request, on the real clock) or that expired; a limiter
+// without leases exports zeros.
+func TestLeases(t *testing.T) {
+	l, m := limiter(ratelimit.Options{Limit: 1000, Leases: true})
+	take(l, 100) // hot within a few requests: blocks of its budget
+	_, none := limiter(ratelimit.Options{Limit: 5})
+	c := NewCollector()
+	c.Add("leased", m)
+	if n := value(t, c, "ratelimit_lease_blocks_total"); n < 1 {
+		t.Fatalf("ratelimit_lease_blocks_total = %v after 100 requests of a hot tenant; want at least 1", n)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for value(t, c, "ratelimit_lease_units_total", "event", "given-back") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no unit given back 10 s after the tenant went quiet")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	quiet := NewCollector()
+	quiet.Add("none", none)
+	if n := value(t, quiet, "ratelimit_lease_blocks_total"); n != 0 {
+		t.Errorf("a limiter without leases exports %v blocks; want 0", n)
+	}
+	if n := value(t, c, "ratelimit_lease_units_total", "event", "expired"); n != 0 {
+		t.Errorf("ratelimit_lease_units_total{event=expired} = %v; want 0: the window never ended", n)
+	}
+}
