@@ -184,7 +184,7 @@ func TestLeasesReleaseAndSettleIntoTheBlock(t *testing.T) {
 	if d := lim.Take(ctx, "hot"); d.Remaining != 1000-21 {
 		t.Fatalf("after Release: %d remaining; want %d", d.Remaining, 1000-21)
 	}
-	d = lim.Take(ctx, "hot") // the block's last unit but one (blocks of 16 at the gate's rate)
+	d = lim.Take(ctx, "hot")                      // the block's last unit but one (blocks of 16 at the gate's rate)
 	if err := lim.Settle(ctx, d, 2); err != nil { // 1 more, charged to the block
 		t.Fatal(err)
 	}
