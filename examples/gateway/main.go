@@ -29,7 +29,7 @@
 //	REDIS_URL=redis://localhost:6379/0 go run ./examples/gateway # shared counter in Redis
 //
 // It listens on 127.0.0.1:3000; ADDR, LIMIT, WINDOW, ROUTE_LIMIT,
-// ROUTE_WINDOW, ALGORITHM and REPLICAS change it (see the start-up
+// ROUTE_WINDOW, ALGORITHM, LEASES and REPLICAS change it (see the start-up
 // message).
 //
 // It is part of the library's own module and needs nothing that the
@@ -107,7 +107,7 @@ func newApp(s demo.Settings, store *demo.Store, logger *slog.Logger) (*fiber.App
 	// to /expensive spends from both.
 	global := ratelimit.Options{
 		Name: "global", Counter: store.Counter, Limit: s.Limit, Window: s.Window, Algorithm: s.Algorithm,
-		Logger: logger,
+		Leases: s.Leases, Logger: logger,
 	}
 	expensive := global
 	expensive.Name, expensive.Limit, expensive.Window = "expensive", s.RouteLimit, s.RouteWindow

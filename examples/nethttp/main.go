@@ -59,7 +59,7 @@ func run() error {
 	// to /expensive spends from both.
 	global := ratelimit.Options{
 		Name: "global", Counter: store.Counter, Limit: s.Limit, Window: s.Window, Algorithm: s.Algorithm,
-		Logger: logger, Metrics: &ratelimit.Metrics{},
+		Leases: s.Leases, Logger: logger, Metrics: &ratelimit.Metrics{},
 	}
 	expensive := global
 	expensive.Name, expensive.Limit, expensive.Window, expensive.Metrics = "expensive", s.RouteLimit, s.RouteWindow, &ratelimit.Metrics{}

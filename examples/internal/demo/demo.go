@@ -36,6 +36,7 @@ type Settings struct {
 	RouteWindow time.Duration       // ROUTE_WINDOW
 	Replicas    int                 // REPLICAS: how many replicas share the Redis counter
 	Algorithm   ratelimit.Algorithm // ALGORITHM: fixed or sliding
+	Leases      bool                // LEASES=1: hot tenants decided from blocks of their budgets (Options.Leases)
 }
 
 // FromEnv reads Settings from the environment; addr is ADDR's default.
@@ -78,6 +79,13 @@ func FromEnv(addr string) (Settings, error) {
 		s.Algorithm = ratelimit.SlidingWindow
 	default:
 		errs = append(errs, fmt.Errorf("ALGORITHM=%q: want fixed or sliding", v))
+	}
+	switch v := os.Getenv("LEASES"); v {
+	case "", "0":
+	case "1":
+		s.Leases = true
+	default:
+		errs = append(errs, fmt.Errorf("LEASES=%q: want 1 or 0", v))
 	}
 	return s, errors.Join(errs...)
 }
@@ -203,7 +211,8 @@ globex's monthly quota refuses its request %d (start with LIMIT=%d, or the budge
 `, strings.Join(plans, ", "), url, free+1, 10*free, free+1, url)
 	}
 	fmt.Print(`Settings: ADDR, LIMIT, WINDOW, ROUTE_LIMIT, ROUTE_WINDOW, ALGORITHM (fixed|sliding),
-REDIS_URL (redis://host:6379/0), REPLICAS (replicas sharing REDIS_URL). Ctrl-C stops it.
+REDIS_URL (redis://host:6379/0), REPLICAS (replicas sharing REDIS_URL),
+LEASES=1 (hot tenants decided from leased blocks). Ctrl-C stops it.
 `)
 }
 
