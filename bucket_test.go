@@ -11,38 +11,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The token bucket on every store: a limiter of opts on each of three
-// replicas, which on memory share one MemoryCounter and one fake clock,
-// and on Redis have a client of their own each on the same servers.
-// advance moves the memory replicas' clock, or sleeps (Redis's clock is
-// the server's).
+// The token bucket on every store: see eachReplicaSubject.
 func eachBucketSubject(t *testing.T, opts Options, f func(t *testing.T, lims []*Limiter, tenant string, advance func(time.Duration))) {
-	for _, s := range takeSubjects {
-		t.Run(s.name, func(t *testing.T) {
-			o := opts
-			o.Algorithm = TokenBucket
-			if o.Logger == nil {
-				o.Logger = newLogRecorder().logger()
-			}
-			var lims []*Limiter
-			c, clock := s.counter(t)
-			advance := time.Sleep
-			for range 3 {
-				o.Counter = c
-				if clock != nil {
-					lims = append(lims, newLimiter(o, clock.Now))
-					advance = clock.Advance
-					continue
-				}
-				lims = append(lims, NewLimiter(o))
-				c, _ = s.counter(t) // the next replica's own client
-			}
-			if clock == nil {
-				clearOfTheHour(t)
-			}
-			f(t, lims, uniqueTenant(t), advance)
-		})
-	}
+	opts.Algorithm = TokenBucket
+	eachReplicaSubject(t, opts, f)
 }
 
 // Limit 100 per 10 s, Burst 100: 600 requests at once over three replicas

@@ -10,37 +10,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Options.Leases on every store: a limiter of opts with Leases on each of
-// three replicas (each with Metrics of its own), which on memory share
-// one MemoryCounter and one fake clock, and on Redis have a client of
-// their own each on the same servers.
+// Options.Leases on every store: see eachReplicaSubject.
 func eachLeaseSubject(t *testing.T, opts Options, f func(t *testing.T, lims []*Limiter, tenant string, advance func(time.Duration))) {
-	for _, s := range takeSubjects {
-		t.Run(s.name, func(t *testing.T) {
-			o := opts
-			o.Leases = true
-			if o.Logger == nil {
-				o.Logger = newLogRecorder().logger()
-			}
-			var lims []*Limiter
-			c, clock := s.counter(t)
-			advance := time.Sleep
-			for range 3 {
-				o.Counter, o.Metrics = c, &Metrics{}
-				if clock != nil {
-					lims = append(lims, newLimiter(o, clock.Now))
-					advance = clock.Advance
-					continue
-				}
-				lims = append(lims, NewLimiter(o))
-				c, _ = s.counter(t) // the next replica's own client
-			}
-			if clock == nil {
-				clearOfTheHour(t)
-			}
-			f(t, lims, uniqueTenant(t), advance)
-		})
-	}
+	opts.Leases = true
+	eachReplicaSubject(t, opts, f)
 }
 
 // leaseCounts adds up the lease metrics of the limiters.

@@ -388,3 +388,36 @@ func newMemoryCounter(now func() time.Time, opts ...MemoryOption) *MemoryCounter
 	m.now = now
 	return m
 }
+
+// eachReplicaSubject runs f on every store with a limiter of opts on each
+// of three replicas, each with Metrics of its own: on memory they share
+// one MemoryCounter and one fake clock, and on Redis each has a client of
+// its own on the same servers. advance moves the memory replicas' clock,
+// or sleeps (Redis's clock is the server's).
+func eachReplicaSubject(t *testing.T, opts Options, f func(t *testing.T, lims []*Limiter, tenant string, advance func(time.Duration))) {
+	for _, s := range takeSubjects {
+		t.Run(s.name, func(t *testing.T) {
+			o := opts
+			if o.Logger == nil {
+				o.Logger = newLogRecorder().logger()
+			}
+			var lims []*Limiter
+			c, clock := s.counter(t)
+			advance := time.Sleep
+			for range 3 {
+				o.Counter, o.Metrics = c, &Metrics{}
+				if clock != nil {
+					lims = append(lims, newLimiter(o, clock.Now))
+					advance = clock.Advance
+					continue
+				}
+				lims = append(lims, NewLimiter(o))
+				c, _ = s.counter(t) // the next replica's own client
+			}
+			if clock == nil {
+				clearOfTheHour(t)
+			}
+			f(t, lims, uniqueTenant(t), advance)
+		})
+	}
+}
