@@ -10,10 +10,10 @@
 // memory, allocations per decision; for a tenant hot on three replicas
 // with Leases, Redis commands and microseconds per decision) taken from
 // the groups of this output: the speed goals of past issues, for whoever
-// works on speed (docs/benchmarks.md, for users, states no goal). When
-// the output holds several rounds (run.sh's "# round N of M" lines),
-// each target also shows its figure in each round alone, which on a
-// noisy machine moves far more than the goals' margins.
+// works on speed (docs/benchmarks.md, for users, states none but those
+// of leases). When the output holds several rounds (run.sh's "# round N
+// of M" lines), each target also shows its figure in each round alone,
+// which on a noisy machine moves far more than the goals' margins.
 // With -svg FILE it also writes FILE, an SVG chart of the handler groups'
 // throughput ratios drawn from the same results (chart.go).
 //
