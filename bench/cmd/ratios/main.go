@@ -7,12 +7,13 @@
 // table of the issue's targets, each figure a ratio (or, for the flood,
 // Redis commands per request; for quotas in memory, allocations per
 // request; for InFlight, a throughput ratio; for a TokenBucket in
-// memory, allocations per decision) taken from the groups of
-// this output: the speed goals of past issues, for whoever works on speed
-// (docs/benchmarks.md, for users, states no goal). When the output holds
-// several rounds (run.sh's "# round N of M" lines), each target also
-// shows its figure in each round alone, which on a noisy machine moves
-// far more than the goals' margins.
+// memory, allocations per decision; for a tenant hot on three replicas
+// with Leases, Redis commands and microseconds per decision) taken from
+// the groups of this output: the speed goals of past issues, for whoever
+// works on speed (docs/benchmarks.md, for users, states none but those
+// of leases). When the output holds several rounds (run.sh's "# round N
+// of M" lines), each target also shows its figure in each round alone,
+// which on a noisy machine moves far more than the goals' margins.
 // With -svg FILE it also writes FILE, an SVG chart of the handler groups'
 // throughput ratios drawn from the same results (chart.go).
 //
@@ -49,6 +50,9 @@ const (
 	// ours on a TokenBucket beside ours on a fixed window
 	// (BenchmarkTokenBucket)
 	tokenBucket = "ratelimit-tokenbucket"
+	// ours with Options.Leases beside ours without, one tenant hot on
+	// three replicas (BenchmarkHotTenant)
+	leases = "ratelimit-leases"
 )
 
 var procSuffix = regexp.MustCompile(`-\d+$`)
@@ -425,11 +429,49 @@ var targets = []target{
 	bucketTarget("Redis, 64 callers", `^BenchmarkTokenBucket/redis/`),
 	bucketTarget("in memory", `^BenchmarkTokenBucket/memory/`),
 	noAllocs("allocations per decision of a TokenBucket, in memory", `^BenchmarkTokenBucket/memory/`, tokenBucket, "fixed window"),
+	leaseTarget("Redis commands per decision with Leases", "cmds/decision", false, "≤ 0.005", func(v float64) bool { return v <= 0.005 }),
+	leaseTarget("Redis's time per decision with Leases, µs", "redis-us/decision", false, "≤ 0.05", func(v float64) bool { return v <= 0.05 }),
+	leaseTarget("decisions per second with Leases ÷ without", "decisions/s", true, "≥ 3", func(v float64) bool { return v >= 3 }),
+	leaseTarget("median time of a decision with Leases ÷ without", "p50-ns", true, "≤ 0.1", func(v float64) bool { return v <= 0.1 }),
 }
 
-// bucketTarget is the time of a decision on a TokenBucket ÷ that of one on
-// a fixed window of the same Limit and Window, in the groups that pattern
-// matches (BenchmarkTokenBucket), at most 1.1.
+// leaseTarget is a target of BenchmarkHotTenant, one tenant hot on three
+// replicas of 64 callers each, on Redis: the median of unit with
+// Options.Leases ("ratelimit-leases"), or with ratio that median ÷ the
+// one without ("ratelimit").
+func leaseTarget(what, unit string, ratio bool, goal string, met func(float64) bool) target {
+	t := target{
+		what:   what + ", one tenant hot on 3 replicas × 64 callers (" + unit + ")",
+		group:  regexp.MustCompile(`^BenchmarkHotTenant/redis/`),
+		goal:   goal,
+		format: "%.3g",
+		figure: func(g *group) (float64, string, bool) { return withAndWithout(g, unit) },
+		met:    met,
+	}
+	if ratio {
+		t.format, t.figure = "%.3g ×", metricOver(leases, ours, unit)
+	}
+	return t
+}
+
+// withAndWithout is a target's figure: the leases contender's median of
+// unit, with ours's (without leases) in its note.
+func withAndWithout(g *group, unit string) (float64, string, bool) {
+	v, ok := g.metric(leases, unit)
+	o, _ := g.metric(ours, unit)
+	return v, "without " + num(o), ok
+}
+
+// metricOver is a target's figure: contender a's median of unit ÷ b's,
+// with both in its note.
+func metricOver(a, b, unit string) func(*group) (float64, string, bool) {
+	return func(g *group) (float64, string, bool) {
+		x, okx := g.metric(a, unit)
+		y, oky := g.metric(b, unit)
+		return x / y, fmt.Sprintf("%s vs %s %s", num(x), num(y), unit), okx && oky && y != 0
+	}
+}
+
 // noAllocs is the target of no allocation for contender in the groups
 // of pattern, whose note gives ratelimit's own allocations, labelled.
 func noAllocs(what, pattern, contender, label string) target {
@@ -447,6 +489,9 @@ func noAllocs(what, pattern, contender, label string) target {
 	}
 }
 
+// bucketTarget is the time of a decision on a TokenBucket ÷ that of one on
+// a fixed window of the same Limit and Window, in the groups that pattern
+// matches (BenchmarkTokenBucket), at most 1.1.
 func bucketTarget(where, pattern string) target {
 	return target{
 		what:   "time of a TokenBucket's decision ÷ a fixed window's, " + where,

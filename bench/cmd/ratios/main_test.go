@@ -206,6 +206,25 @@ BenchmarkTokenBucket/redis/opts=ctxtimeout/tenants=10000/redis-rate-2 	 50000 	 
 	}
 }
 
+func TestHotTenantTargets(t *testing.T) {
+	in := `BenchmarkHotTenant/redis/opts=ctxtimeout/replicas=3/ratelimit-2 	 300000 	 4000 ns/op 	 0.13 cmds/decision 	 250000 decisions/s 	 0 failopen 	 500000 p50-ns 	 4000000 p99-ns 	 0.48 redis-us/decision 	 150 B/op 	 2 allocs/op
+BenchmarkHotTenant/redis/opts=ctxtimeout/replicas=3/ratelimit-leases-2 	 5000000 	 250 ns/op 	 0.006 cmds/decision 	 5000 decisions/block 	 4000000 decisions/s 	 0 failopen 	 344 p50-ns 	 688 p99-ns 	 0.004 redis-us/decision 	 0 B/op 	 0 allocs/op
+`
+	out, _ := runRatios(t, in)
+	for _, row := range []string{
+		"| ratelimit | 4000 | 150 | 2 | 1.00 | 0.13 | 250000 | 500000 | 4000000 | 0.48 | – |",
+		"| ratelimit-leases | 250 | 0 | 0 | 0.06 | 0.006 | 4000000 | 344 | 688 | 0.004 | 5000 |",
+		"| Redis commands per decision with Leases, one tenant hot on 3 replicas × 64 callers (cmds/decision) | BenchmarkHotTenant/redis/opts=ctxtimeout/replicas=3 | 0.006 | ≤ 0.005 | no | without 0.13 |",
+		"| Redis's time per decision with Leases, µs, one tenant hot on 3 replicas × 64 callers (redis-us/decision) | BenchmarkHotTenant/redis/opts=ctxtimeout/replicas=3 | 0.004 | ≤ 0.05 | yes | without 0.48 |",
+		"| decisions per second with Leases ÷ without, one tenant hot on 3 replicas × 64 callers (decisions/s) | BenchmarkHotTenant/redis/opts=ctxtimeout/replicas=3 | 16 × | ≥ 3 | yes | 4000000 vs 250000 decisions/s |",
+		"| median time of a decision with Leases ÷ without, one tenant hot on 3 replicas × 64 callers (p50-ns) | BenchmarkHotTenant/redis/opts=ctxtimeout/replicas=3 | 0.000688 × | ≤ 0.1 | yes | 344 vs 500000 p50-ns |",
+	} {
+		if !strings.Contains(out, row) {
+			t.Errorf("no row %q in:\n%s", row, out)
+		}
+	}
+}
+
 // A line logged while a benchmark runs splits its name from its figures.
 func TestLogLineBetweenNameAndFigures(t *testing.T) {
 	in := `BenchmarkCounter/memory/keys=1/ratelimit-2 	2026/12/01 20:39:43 ERROR ratelimit: counter failed tenant=t7
