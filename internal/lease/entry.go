@@ -271,20 +271,21 @@ func (e *Entry[R]) stale(now int64) bool {
 }
 
 // rate is a key's rate on this replica: the units of its requests per
-// nanosecond, measured over periods of five ticks at least.
+// nanosecond, first measured over the tick after the key turned hot (the
+// gate's own rate until then), then over periods of five ticks at least.
 type rate struct {
-	units, since int64
-	perNs        float64
+	units, since, period int64
+	perNs                float64
 }
 
 func (r *rate) start(now int64) {
-	r.since, r.perNs = now, HotUnits/float64(Tick)
+	r.since, r.period, r.perNs = now, int64(Tick), HotUnits/float64(Tick)
 }
 
 func (r *rate) add(now, cost int64) {
 	r.units += cost
-	if d := now - r.since; d >= int64(5*Tick) {
-		r.perNs, r.units, r.since = float64(r.units)/float64(d), 0, now
+	if d := now - r.since; d >= r.period {
+		r.perNs, r.units, r.since, r.period = float64(r.units)/float64(d), 0, now, int64(5*Tick)
 	}
 }
 
