@@ -41,8 +41,11 @@ func fixOf(err error) string {
 // takeFromStore decides r in Options.Counter, a store that is not local:
 // the over-limit cache first, then a call through the breaker, timed.
 func (l *Limiter) takeFromStore(ctx context.Context, d *Decision, r *Request) {
+	holds := false
 	if l.leases != nil {
-		if a, ok := l.leases.spend(r); ok {
+		var a Answer
+		var spent bool
+		if a, spent, holds = l.leases.spend(r); spent {
 			l.counted(d, &l.policy, ByCounter, r, &a, nil)
 			l.decided(d, r)
 			return
@@ -51,9 +54,10 @@ func (l *Limiter) takeFromStore(ctx context.Context, d *Decision, r *Request) {
 	var buf [maxKeyLen]byte
 	kb := r.appendKey(buf[:0])
 	since := l.clock.since(r.Now)
-	if l.refusals != nil && r.Delay == 0 {
+	if l.refusals != nil && r.Delay == 0 && !holds {
 		// (A request that may wait for its turn may fit where a refusal
-		// without waiting was learned.)
+		// without waiting was learned, and so may one whose lease holds
+		// part of its cost.)
 		if a, ok := l.refusals.refuse(kb, r, since); ok {
 			l.counted(d, &l.policy, ByCache, r, &a, nil)
 			l.decided(d, r)

@@ -28,10 +28,18 @@ type leaseStore struct {
 	// block stops being spent that much before.
 	slack time.Duration
 
-	// off: the store counts by transactions, where a refused claim would
-	// stay counted: every request passes through.
-	off atomic.Bool
+	// state: what the store's answers said of it so far (see Take).
+	state atomic.Int32
 }
+
+// What a lease store knows of the store behind it: nothing yet, that it
+// decides (its answers do not come by transactions), or that it counts
+// by transactions, where a refused claim would stay counted, whole.
+const (
+	storeUnknown int32 = iota
+	storeDecides
+	storeTransacts
+)
 
 func newLeaseStore(s Store, m *Metrics, now func() time.Time, timeout time.Duration) *leaseStore {
 	t := lease.NewTable[Request]()
@@ -51,34 +59,38 @@ func (s *leaseStore) Attach(r Request) (StoreInfo, error) {
 // leased reports whether r may be decided from a block: a request that
 // takes, now, from a window or a bucket.
 func (s *leaseStore) leased(r *Request) bool {
-	return r.Cost > 0 && r.Delay == 0 && r.Algorithm != InFlight && !r.probe && !s.off.Load()
+	return r.Cost > 0 && r.Delay == 0 && r.Algorithm != InFlight && !r.probe && s.state.Load() == storeDecides
 }
 
 // spend decides r from its tenant's block when it holds r's cost, without
 // the store: the Limiter asks this before its over-limit cache and its
-// breaker, which a decision from a block has nothing to do with.
-func (s *leaseStore) spend(r *Request) (Answer, bool) {
+// breaker, which a decision from a block has nothing to do with. holds
+// says that the block holds part of r's cost: the store may then allow
+// r, asked for the rest, where the over-limit cache would refuse it.
+func (s *leaseStore) spend(r *Request) (a Answer, spent, holds bool) {
 	if !s.leased(r) {
-		return Answer{}, false
+		return a, false, false
 	}
 	var buf [maxKeyLen]byte
 	e := s.table.Lookup(r.appendKey(buf[:0]))
 	if e == nil {
-		return Answer{}, false
+		return a, false, false
 	}
 	c, err := r.call()
 	if err != nil {
-		return Answer{}, false
+		return a, false, false
 	}
 	ls, n := c.Limits()
-	st, ok := e.Spend(r.Now.UnixNano(), r.Cost, ls[:n])
-	return answerOf(&st, n), ok
+	st, spent, held := e.Spend(r.Now.UnixNano(), r.Cost, ls[:n])
+	return answerOf(&st, n), spent, held > 0
 }
 
 // Take decides r: from its tenant's block when the tenant is hot here,
 // claiming a new block when it runs out; by the store behind for a cold
 // tenant, near the limit (where a block is too small to claim), or when a
-// claim is refused.
+// claim is refused. Nothing is claimed before the store has answered a
+// request as a store that decides, not by a transaction: a claim that a
+// transaction refused would stay counted, a whole block of it.
 func (s *leaseStore) Take(ctx context.Context, r Request) (Answer, error) {
 	if !s.leased(&r) {
 		return s.direct(ctx, &r, nil, 0)
@@ -111,8 +123,25 @@ func (s *leaseStore) Take(ctx context.Context, r Request) (Answer, error) {
 				return a, err
 			}
 		}
-		return s.direct(ctx, &r, e, n)
+		return s.topUp(ctx, &r, e, n)
 	}
+}
+
+// topUp decides r by the store behind, asking it only what r's tenant's
+// block lacks of r's cost when the block holds some of it (see
+// lease.Entry.Hold).
+func (s *leaseStore) topUp(ctx context.Context, r *Request, e *lease.Entry[Request], n int) (Answer, error) {
+	held, marks := e.Hold(r.Now.UnixNano(), r.Cost)
+	if held == 0 {
+		return s.direct(ctx, r, e, n)
+	}
+	rest := *r
+	rest.Cost -= held
+	a, err := s.direct(ctx, &rest, e, n)
+	if (err != nil || !a.Allowed) && !e.Give(r.Now.UnixNano(), held, &marks, n) {
+		s.giveBack(*r, held, marks) // its block is gone: to the store
+	}
+	return a, err
 }
 
 // direct decides r by the store behind, and tells e (nil: none) what it
@@ -123,7 +152,9 @@ func (s *leaseStore) direct(ctx context.Context, r *Request, e *lease.Entry[Requ
 		return a, err
 	}
 	if a.byTransaction {
-		s.off.Store(true)
+		s.state.Store(storeTransacts)
+	} else if s.state.Load() == storeUnknown {
+		s.state.CompareAndSwap(storeUnknown, storeDecides)
 	}
 	if e != nil {
 		res := resultOf(&a)
@@ -149,8 +180,9 @@ func (s *leaseStore) claim(ctx context.Context, e *lease.Entry[Request], r *Requ
 	case err != nil:
 		return Answer{}, false, err
 	case a.byTransaction:
-		// Counted whether it fit or not: it cannot be taken back.
-		s.off.Store(true)
+		// The store stopped deciding (its scripts refused since): the
+		// block was counted whether it fit or not, and is not spent.
+		s.state.Store(storeTransacts)
 		if a.Allowed {
 			s.metrics.leased(leaseExpired, size)
 		}
@@ -166,22 +198,28 @@ func (s *leaseStore) claim(ctx context.Context, e *lease.Entry[Request], r *Requ
 // idle gives back to the store what is left of e's block when nothing was
 // spent from it for lease.IdleAfter, while its windows last.
 func (s *leaseStore) idle(e *lease.Entry[Request]) {
-	now := s.now()
-	give, marks, r, _ := e.Idle(now.UnixNano())
-	if give == 0 {
-		return
+	give, marks, r, _ := e.Idle(s.now().UnixNano())
+	if give > 0 {
+		s.giveBack(r, give, marks)
 	}
-	r.Cost, r.Marks, r.Now, r.Deadline = give, marks, now, now.Add(s.timeout)
+}
+
+// giveBack gives units of a block of r's tenant, whose windows marks
+// name, back to the store while those windows last: units the store
+// cannot take back, it failing, are counted expired.
+func (s *leaseStore) giveBack(r Request, units int64, marks [window.MaxLimits]int64) {
+	now := s.now()
+	r.Cost, r.Marks, r.Now, r.Deadline = units, marks, now, now.Add(s.timeout)
 	if r.Algorithm == TokenBucket {
 		r.Marks[0] = 0 // the block's own name, not the store's
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
 	if err := s.Store.Give(ctx, r); err != nil {
-		s.metrics.leased(leaseExpired, give)
+		s.metrics.leased(leaseExpired, units)
 		return
 	}
-	s.metrics.leased(leaseGivenBack, give)
+	s.metrics.leased(leaseGivenBack, units)
 }
 
 // Give gives back into the block a decision was made from while it

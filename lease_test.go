@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,6 +41,7 @@ func TestLeasesExactAcrossReplicas(t *testing.T) {
 		{"sliding window", Options{Limit: 100, Window: time.Hour, Algorithm: SlidingWindow}},
 		{"token bucket", Options{Limit: 100, Window: time.Hour, Algorithm: TokenBucket}},
 		{"quota", Options{Limit: 1000, Window: time.Hour, Quotas: []Quota{{Name: "daily", Limit: 100, Calendar: CalendarDay}}}},
+		{"plan", Options{Limit: 1000, Window: time.Hour, PlanFor: func(string) Plan { return Plan{Limit: 100} }}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.opts.StoreTimeout = 5 * time.Second // 600 requests at once under -race: about counting, not time
@@ -260,5 +263,102 @@ func TestLeasesFallBack(t *testing.T) {
 	d := lim.Take(ctx, "a")
 	if !d.Allowed || d.By != ByFallback || d.Err == nil {
 		t.Fatalf("with Redis gone: %+v; want allowed by the fallback, with the store's error", d)
+	}
+}
+
+// Costs with leases: 300 requests of cost 5 at once over three replicas,
+// at a limit of 100 an hour, allow at most 20. A block's last units, too
+// few for a cost of 5, are spent with units from the store (lease.Entry's
+// Hold), but units that the three replicas each hold (up to 4 each) can
+// add up to a cost that none of them can spend alone: once they are given
+// back (a block idle for lease.IdleAfter, its check run here by hand) a
+// second burst spends them, and the window allows exactly 20 in all. (The
+// over-limit cache is off: it would refuse the second burst from the
+// first's answers, for up to 10 s.)
+func TestLeasesCosts(t *testing.T) {
+	opts := Options{Limit: 100, Window: time.Hour, StoreTimeout: 5 * time.Second, DisableOverLimitCache: true}
+	eachLeaseSubject(t, opts, func(t *testing.T, lims []*Limiter, tenant string, _ func(time.Duration)) {
+		burst := func() int64 {
+			var allowed atomic.Int64
+			var wg sync.WaitGroup
+			for i := range 300 {
+				wg.Go(func() {
+					if lims[i%3].TakeN(context.Background(), tenant, 5).Allowed {
+						allowed.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			return allowed.Load()
+		}
+		first := burst()
+		if blocks, _, _ := leaseCounts(lims); first > 20 || first < 18 || blocks == 0 {
+			t.Fatalf("%d allowed, %d blocks claimed; want from blocks, at most 20, at least 18 (3 replicas × 4 units held)", first, blocks)
+		}
+		for _, l := range lims {
+			r := l.base
+			r.Tenant = tenant
+			var buf [maxKeyLen]byte
+			if e := l.leases.table.Lookup(r.appendKey(buf[:0])); e != nil {
+				l.leases.idle(e)
+				l.leases.idle(e)
+			}
+		}
+		if second := burst(); first+second != 20 {
+			t.Fatalf("%d allowed, then %d once the blocks were given back; want 20 in all", first, second)
+		}
+	})
+}
+
+// On a server that refuses scripts the store counts by transactions,
+// where a refused block would stay counted: a limiter with leases claims
+// none, and counts as one without them, exactly.
+func TestLeasesWithoutScripting(t *testing.T) {
+	for _, s := range userClients[:2] { // single node, cluster
+		t.Run(s.name, func(t *testing.T) {
+			user, password := noScriptUser(t, s.admin(t))
+			var lims []*Limiter
+			for range 2 {
+				lims = append(lims, NewLimiter(Options{Limit: 100, Window: time.Minute, Leases: true, Metrics: &Metrics{},
+					Counter: NewRedisCounter(s.client(t, user, password)), Logger: newLogRecorder().logger(), StoreTimeout: time.Second}))
+			}
+			decided, allowed := burstAtOnce(lims, uniqueTenant(t), 600)
+			if blocks, _, _ := leaseCounts(lims); decided != 600 || allowed != 100 || blocks != 0 {
+				t.Fatalf("%d of 600 decided, %d allowed, %d blocks; want all decided, exactly 100 allowed, no block", decided, allowed, blocks)
+			}
+		})
+	}
+}
+
+// On Redis too, Release gives back into the block the decision was made
+// from: the store's count stays. (RedisCounter marks a window a little
+// differently from answer to answer: a block knows its window again within
+// half the window's length, as the store does.)
+func TestLeasesReleaseIntoTheBlockOnRedis(t *testing.T) {
+	for _, s := range takeSubjects[1:] {
+		t.Run(s.name, func(t *testing.T) {
+			c, _ := s.counter(t)
+			ctx := context.Background()
+			lim := NewLimiter(Options{Counter: c, Limit: 100_000, Window: time.Minute, Leases: true, Metrics: &Metrics{},
+				Logger: newLogRecorder().logger()})
+			if err := lim.Ping(ctx); err != nil {
+				t.Fatal(err)
+			}
+			tenant := uniqueTenant(t)
+			for i := 0; lim.opts.Metrics.Snapshot().LeaseBlocks == 0; i++ {
+				if i == 1000 {
+					t.Fatal("1,000 requests claimed no block")
+				}
+				lim.Take(ctx, tenant)
+			}
+			d := lim.Take(ctx, tenant)
+			stored := used(t, lim, tenant)[0]
+			if err := lim.Release(ctx, d); err != nil {
+				t.Fatal(err)
+			}
+			if n := used(t, lim, tenant)[0]; n != stored {
+				t.Fatalf("after Release the store counts %d; want %d: the unit went back into the block", n, stored)
+			}
+		})
 	}
 }

@@ -417,6 +417,13 @@ func eachReplicaSubject(t *testing.T, opts Options, f func(t *testing.T, lims []
 			if clock == nil {
 				clearOfTheHour(t)
 			}
+			for _, l := range lims {
+				// As a gateway does at start-up; with Leases, the store's
+				// first answer says it decides, and blocks may be claimed.
+				if err := l.Ping(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
 			f(t, lims, uniqueTenant(t), advance)
 		})
 	}

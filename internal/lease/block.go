@@ -99,15 +99,37 @@ func (b *block) same(marks *[window.MaxLimits]int64, n int) bool {
 		return false
 	}
 	for i := range n {
-		want := b.counts[i].Mark
 		if i == 0 && b.bucket {
-			want = int64(b.id)
-		}
-		if marks[i] != want {
+			if marks[0] != int64(b.id) {
+				return false
+			}
+		} else if !sameWindow(&b.counts[i], marks[i]) {
 			return false
 		}
 	}
 	return true
+}
+
+// sameWindow reports whether mark names the window st was counted in. A
+// store may mark one window a little differently from answer to answer
+// (RedisCounter marks it on this process's clock by the time the server
+// said it had left), and gives back in a window whose mark is within half
+// its length (see Store.Give): the next window is a whole length away.
+func sameWindow(st *window.State, mark int64) bool {
+	d := st.Mark - mark
+	return max(d, -d) < int64(st.Length/2)
+}
+
+// marks are the marks a decision from b carries (a bucket's main limit:
+// b's name).
+func (b *block) marks() (m [window.MaxLimits]int64) {
+	for i := range b.n {
+		m[i] = b.counts[i].Mark
+	}
+	if b.bucket {
+		m[0] = int64(b.id)
+	}
+	return m
 }
 
 // seen is the limits as this replica sees them after a decision from b

@@ -45,16 +45,17 @@ type Step struct {
 }
 
 // Spend decides a request of cost at now from the block, if it holds
-// the cost; ls are the request's limits.
-func (e *Entry[R]) Spend(now, cost int64, ls []window.Limit) (Step, bool) {
+// the cost; ls are the request's limits. held is what the block holds
+// when that is less than cost.
+func (e *Entry[R]) Spend(now, cost int64, ls []window.Limit) (st Step, spent bool, held int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if !e.b.take(now, cost) {
-		return Step{}, false
+		return Step{}, false, e.b.left(now)
 	}
 	e.rate.add(now, cost)
 	e.last = now
-	return Step{Spent: true, Counts: e.b.seen(now, ls)}, true
+	return Step{Spent: true, Counts: e.b.seen(now, ls)}, true, 0
 }
 
 // Next is the next step of a request of cost at now, whose limits are
@@ -155,7 +156,7 @@ func (e *Entry[R]) Claimed(now, size, cost int64, ls []window.Limit, res *window
 // sameMarks reports whether res counted in the windows of b.
 func sameMarks(b *block, res *window.Result) bool {
 	for i := range b.n {
-		if res.Counts[i].Mark != b.counts[i].Mark {
+		if !sameWindow(&b.counts[i], res.Counts[i].Mark) {
 			return false
 		}
 	}
@@ -185,6 +186,22 @@ func (e *Entry[R]) Learn(now int64, res *window.Result, n int) {
 func (e *Entry[R]) learn(now int64, res *window.Result, n int) {
 	copy(e.known[:n], res.Counts[:n])
 	e.knownAt, e.knowing = now, true
+}
+
+// Hold takes out of the block, for a request of cost at now that the
+// store is to decide, the units it holds when they are fewer than cost:
+// the store is then asked only the rest, so that a block's last units
+// are spent by a request of a higher cost rather than left to expire.
+// It returns them and the marks of the block's windows, to give them
+// back with (Give) should the store refuse the rest.
+func (e *Entry[R]) Hold(now, cost int64) (units int64, marks [window.MaxLimits]int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	units = e.b.left(now)
+	if units <= 0 || units >= cost || !e.b.take(now, units) {
+		return 0, marks
+	}
+	return units, e.b.marks()
 }
 
 // Give gives back cost units into the block a decision was made from
@@ -222,11 +239,7 @@ func (e *Entry[R]) Idle(now int64) (give int64, marks [window.MaxLimits]int64, r
 		return 0, marks, req, true
 	}
 	e.armed = false
-	give = e.b.left(now)
-	for i := range e.b.n {
-		marks[i] = e.b.counts[i].Mark
-	}
-	req = e.req
+	give, marks, req = e.b.left(now), e.b.marks(), e.req
 	if e.b.spent+give < e.b.size && e.t.Expired != nil {
 		e.t.Expired(e.b.size - e.b.spent - give)
 	}
