@@ -101,7 +101,7 @@ func (l *Limiter) call(ctx context.Context, r *Request, op func(context.Context,
 	if !ok {
 		return Answer{}, errBreakerOpen
 	}
-	a, err := l.rule.call(ctx, r, op)
+	a, err := callTimed(ctx, &l.rule, r, op)
 	switch {
 	case err == nil:
 		b.Success(probe)

@@ -98,7 +98,7 @@ func newLimiter(opts Options, now func() time.Time) *Limiter {
 	clk := newClock(now)
 	l := &Limiter{
 		opts:     opts,
-		rule:     timeRule{timeout: opts.StoreTimeout},
+		rule:     timeRule{Timeout: opts.StoreTimeout},
 		failures: newFailureLog(opts.Logger, clk, opts.BreakerCooldown),
 		mistakes: newThrottledLog(opts.Logger, clk),
 		shadowed: newThrottledLog(opts.Logger, clk),

@@ -93,7 +93,7 @@ func TestTimeRule(t *testing.T) {
 			for _, c := range tt.calls {
 				probe.outcomes = append(probe.outcomes, c.outcome)
 			}
-			rule := &timeRule{timeout: timeout}
+			rule := &timeRule{Timeout: timeout}
 			for i, c := range tt.calls {
 				clock.Advance(time.Second)
 				now := clock.Now()
@@ -103,7 +103,7 @@ func TestTimeRule(t *testing.T) {
 					ctx, cancel = context.WithDeadline(ctx, now.Add(c.reqDeadline))
 					defer cancel()
 				}
-				_, err := rule.call(ctx, ruleRequest(now), probe.take)
+				_, err := callTimed(ctx, rule, ruleRequest(now), probe.take)
 				if probe.waits[i] != c.wait || !probe.ends[i].Equal(now.Add(c.wait)) {
 					t.Errorf("call %d: wait %v until %v; want %v until %v",
 						i, probe.waits[i], probe.ends[i].Sub(now), c.wait, c.wait)
@@ -123,10 +123,10 @@ func TestTimeRule(t *testing.T) {
 func TestTimeRuleExpiredRequest(t *testing.T) {
 	clock := newFakeClock()
 	probe := &ruleProbe{}
-	rule := &timeRule{timeout: defaultStoreTimeout}
+	rule := &timeRule{Timeout: defaultStoreTimeout}
 	ctx, cancel := context.WithDeadline(context.Background(), clock.Now().Add(-time.Millisecond))
 	defer cancel()
-	if _, err := rule.call(ctx, ruleRequest(clock.Now()), probe.take); !errors.Is(err, ErrContextDone) || !errors.Is(err, context.DeadlineExceeded) || len(probe.waits) != 0 {
+	if _, err := callTimed(ctx, rule, ruleRequest(clock.Now()), probe.take); !errors.Is(err, ErrContextDone) || !errors.Is(err, context.DeadlineExceeded) || len(probe.waits) != 0 {
 		t.Fatalf("call = %v after %d counter calls; want ErrContextDone, context.DeadlineExceeded and none", err, len(probe.waits))
 	}
 }
@@ -136,23 +136,23 @@ func TestTimeRuleExpiredRequest(t *testing.T) {
 // still gives the next call the connecting allowance.
 func TestTimeRuleCanceledRequest(t *testing.T) {
 	clock := fakeclock.At(time.Now())
-	rule := &timeRule{timeout: defaultStoreTimeout}
+	rule := &timeRule{Timeout: defaultStoreTimeout}
 
 	before, cancel := context.WithCancel(context.Background())
 	cancel()
 	probe := &ruleProbe{}
-	if _, err := rule.call(before, ruleRequest(clock.Now()), probe.take); !errors.Is(err, ErrContextDone) || !errors.Is(err, context.Canceled) || len(probe.waits) != 0 {
+	if _, err := callTimed(before, rule, ruleRequest(clock.Now()), probe.take); !errors.Is(err, ErrContextDone) || !errors.Is(err, context.Canceled) || len(probe.waits) != 0 {
 		t.Fatalf("canceled before: %v after %d counter calls; want ErrContextDone, context.Canceled and none", err, len(probe.waits))
 	}
 
 	during, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	probe = &ruleProbe{outcomes: []error{fmt.Errorf("increment rate limit key rl:a: %w", context.Canceled), nil}, during: cancel}
-	if _, err := rule.call(during, ruleRequest(clock.Now()), probe.take); !errors.Is(err, ErrContextDone) || !errors.Is(err, context.Canceled) {
+	if _, err := callTimed(during, rule, ruleRequest(clock.Now()), probe.take); !errors.Is(err, ErrContextDone) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("canceled during the call: %v; want ErrContextDone and context.Canceled", err)
 	}
 	probe.during = nil
-	if _, err := rule.call(context.Background(), ruleRequest(clock.Now()), probe.take); err != nil || probe.waits[1] != connectFactor*defaultStoreTimeout {
+	if _, err := callTimed(context.Background(), rule, ruleRequest(clock.Now()), probe.take); err != nil || probe.waits[1] != connectFactor*defaultStoreTimeout {
 		t.Fatalf("the next call: %v, wait %v; want an answer within the connecting allowance, %v", err, probe.waits[1], connectFactor*defaultStoreTimeout)
 	}
 }

@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"strings"
 	"sync/atomic"
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/gatewaykit/ratelimit/internal/timerule"
 )
 
 // The errors of a round trip, as the limiter reads them: through methods
@@ -188,10 +189,4 @@ func (e *tripError) Unwrap() error { return e.err }
 func (e *tripError) RoundTrip() uint64 { return e.trip }
 
 // isTimeout reports whether err is a deadline that passed.
-func isTimeout(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	ne, ok := errors.AsType[net.Error](err)
-	return ok && ne.Timeout()
-}
+func isTimeout(err error) bool { return timerule.IsTimeout(err) }
