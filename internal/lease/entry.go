@@ -286,16 +286,22 @@ func (e *Entry[R]) stale(now int64) bool {
 // rate is a key's rate on this replica: the units of its requests per
 // nanosecond, first measured over the tick after the key turned hot (the
 // gate's own rate until then), then over periods of five ticks at least.
+// A key that comes back after five ticks without a request starts again
+// as a key just turned hot: the quiet spell says nothing of its rate now.
 type rate struct {
-	units, since, period int64
-	perNs                float64
+	units, since, period, last int64
+	perNs                      float64
 }
 
 func (r *rate) start(now int64) {
-	r.since, r.period, r.perNs = now, int64(Tick), HotUnits/float64(Tick)
+	r.units, r.since, r.period, r.perNs = 0, now, int64(Tick), HotUnits/float64(Tick)
 }
 
 func (r *rate) add(now, cost int64) {
+	if now-r.last > int64(5*Tick) {
+		r.start(now)
+	}
+	r.last = now
 	r.units += cost
 	if d := now - r.since; d >= r.period {
 		r.perNs, r.units, r.since, r.period = float64(r.units)/float64(d), 0, now, int64(5*Tick)
