@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -115,8 +116,8 @@ func (s *leaseStore) Take(ctx context.Context, r Request) (Answer, error) {
 			select {
 			case <-st.Wait:
 				continue
-			case <-ctx.Done():
-				return Answer{}, ctx.Err()
+			case <-ctx.Done(): // the request's doing: not the store's failure
+				return Answer{}, fmt.Errorf("%w (%w)", ErrContextDone, ctx.Err())
 			}
 		case st.Claim > 0:
 			if a, ok, err := s.claim(ctx, e, &r, st.Claim, ls[:n]); ok || err != nil {

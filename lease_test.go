@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -360,5 +361,57 @@ func TestLeasesReleaseIntoTheBlockOnRedis(t *testing.T) {
 				t.Fatalf("after Release the store counts %d; want %d: the unit went back into the block", n, stored)
 			}
 		})
+	}
+}
+
+// claimGate is a MemoryCounter whose claims (a Take of a cost above 1)
+// wait until open is closed.
+type claimGate struct {
+	*MemoryCounter
+	claiming chan struct{} // closed as the first claim starts
+	open     chan struct{}
+	once     sync.Once
+}
+
+func (g *claimGate) Take(ctx context.Context, r Request) (Answer, error) {
+	if r.Cost > 1 {
+		g.once.Do(func() { close(g.claiming) })
+		<-g.open
+	}
+	return g.MemoryCounter.Take(ctx, r)
+}
+
+// A request that waits for its tenant's claim in flight and whose context
+// ends meanwhile is decided as any request whose context ended: nothing
+// said of the store, nothing logged.
+func TestLeasesWaitEndsWithTheContext(t *testing.T) {
+	g := &claimGate{MemoryCounter: NewMemoryCounter(), claiming: make(chan struct{}), open: make(chan struct{})}
+	rec := newLogRecorder()
+	lim := NewLimiter(Options{Counter: g, Limit: 1000, Window: time.Minute, Leases: true, Logger: rec.logger()})
+	ctx := context.Background()
+	done := make(chan Decision)
+	go func() {
+		for { // until the tenant is hot and a request claims, waiting at the gate
+			d := lim.Take(ctx, "hot")
+			select {
+			case <-g.claiming:
+				done <- d // the claimant's
+				return
+			default:
+			}
+		}
+	}()
+	<-g.claiming
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	if d := lim.Take(canceled, "hot"); !errors.Is(d.Err, ErrContextDone) || d.By != ByNone {
+		t.Fatalf("a request whose context ended while it waited for a claim: %+v; want ErrContextDone, decided by none", d)
+	}
+	close(g.open)
+	if d := <-done; !d.Allowed || d.By != ByCounter {
+		t.Fatalf("the claimant: %+v; want allowed from its block", d)
+	}
+	if lines := rec.lines(); len(lines) != 0 {
+		t.Fatalf("log %v; want nothing: the store did not fail", lines)
 	}
 }
