@@ -286,8 +286,9 @@ func (e *Entry[R]) stale(now int64) bool {
 // rate is a key's rate on this replica: the units of its requests per
 // nanosecond, first measured over the tick after the key turned hot (the
 // gate's own rate until then), then over periods of five ticks at least.
-// A key that comes back after five ticks without a request starts again
-// as a key just turned hot: the quiet spell says nothing of its rate now.
+// A key that comes back after five ticks without a request keeps the
+// rate it had and measures it again over a tick: a quiet spell averaged
+// in would make its blocks tiny, and says nothing of its rate now.
 type rate struct {
 	units, since, period, last int64
 	perNs                      float64
@@ -299,7 +300,7 @@ func (r *rate) start(now int64) {
 
 func (r *rate) add(now, cost int64) {
 	if now-r.last > int64(5*Tick) {
-		r.start(now)
+		r.units, r.since, r.period = 0, now, int64(Tick)
 	}
 	r.last = now
 	r.units += cost

@@ -168,3 +168,28 @@ func TestSize(t *testing.T) {
 		t.Errorf("size = %d; want a quarter of the 40 left", got)
 	}
 }
+
+// A key's rate is measured over its first tick, then over five; a quiet
+// spell is not averaged in: the rate before it stands until a tick after
+// the key comes back.
+func TestRate(t *testing.T) {
+	var r rate
+	r.start(0)
+	const ms = int64(time.Millisecond)
+	for i := range int64(10) {
+		r.add(i*ms, 100) // 100 a millisecond
+	}
+	r.add(10*ms, 100)
+	if r.perNs != 1100.0/float64(10*ms) {
+		t.Fatalf("after the first tick: %v a ns; want 1,100 in 10 ms", r.perNs)
+	}
+	before := r.perNs
+	r.add(2000*ms, 1) // back after two quiet seconds
+	if r.perNs != before {
+		t.Fatalf("after a quiet spell: %v a ns; want the rate before it, %v", r.perNs, before)
+	}
+	r.add(2011*ms, 1)
+	if want := 2.0 / float64(11*ms); r.perNs != want {
+		t.Fatalf("a tick after: %v a ns; want %v, measured since the key came back", r.perNs, want)
+	}
+}
