@@ -41,18 +41,18 @@ func fixOf(err error) string {
 // takeFromStore decides r in Options.Counter, a store that is not local:
 // the over-limit cache first, then a call through the breaker, timed.
 func (l *Limiter) takeFromStore(ctx context.Context, d *Decision, r *Request) {
+	var buf [maxKeyLen]byte
+	kb := r.appendKey(buf[:0])
 	holds := false
 	if l.leases != nil {
 		var a Answer
 		var spent bool
-		if a, spent, holds = l.leases.spend(r); spent {
+		if a, spent, holds = l.leases.spend(kb, r); spent {
 			l.counted(d, &l.policy, ByCounter, r, &a, nil)
 			l.decided(d, r)
 			return
 		}
 	}
-	var buf [maxKeyLen]byte
-	kb := r.appendKey(buf[:0])
 	since := l.clock.since(r.Now)
 	if l.refusals != nil && r.Delay == 0 && !holds {
 		// (A request that may wait for its turn may fit where a refusal

@@ -63,17 +63,17 @@ func (s *leaseStore) leased(r *Request) bool {
 	return r.Cost > 0 && r.Delay == 0 && r.Algorithm != InFlight && !r.probe && s.state.Load() == storeDecides
 }
 
-// spend decides r from its tenant's block when it holds r's cost, without
-// the store: the Limiter asks this before its over-limit cache and its
-// breaker, which a decision from a block has nothing to do with. holds
-// says that the block holds part of r's cost: the store may then allow
-// r, asked for the rest, where the over-limit cache would refuse it.
-func (s *leaseStore) spend(r *Request) (a Answer, spent, holds bool) {
+// spend decides r, whose key is key, from its tenant's block when it
+// holds r's cost, without the store: the Limiter asks this before its
+// over-limit cache and its breaker, which a decision from a block has
+// nothing to do with. holds says that the block holds part of r's cost:
+// the store may then allow r, asked for the rest, where the over-limit
+// cache would refuse it.
+func (s *leaseStore) spend(key []byte, r *Request) (a Answer, spent, holds bool) {
 	if !s.leased(r) {
 		return a, false, false
 	}
-	var buf [maxKeyLen]byte
-	e := s.table.Lookup(r.appendKey(buf[:0]))
+	e := s.table.Lookup(key)
 	if e == nil {
 		return a, false, false
 	}
@@ -199,7 +199,7 @@ func (s *leaseStore) claim(ctx context.Context, e *lease.Entry[Request], r *Requ
 // idle gives back to the store what is left of e's block when nothing was
 // spent from it for lease.IdleAfter, while its windows last.
 func (s *leaseStore) idle(e *lease.Entry[Request]) {
-	give, marks, r, _ := e.Idle(s.now().UnixNano())
+	give, marks, r := e.Idle(s.now().UnixNano())
 	if give > 0 {
 		s.giveBack(r, give, marks)
 	}
@@ -211,12 +211,9 @@ func (s *leaseStore) idle(e *lease.Entry[Request]) {
 func (s *leaseStore) giveBack(r Request, units int64, marks [window.MaxLimits]int64) {
 	now := s.now()
 	r.Cost, r.Marks, r.Now, r.Deadline = units, marks, now, now.Add(s.timeout)
-	if r.Algorithm == TokenBucket {
-		r.Marks[0] = 0 // the block's own name, not the store's
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
-	if err := s.Store.Give(ctx, r); err != nil {
+	if err := s.giveToStore(ctx, r); err != nil {
 		s.metrics.leased(leaseExpired, units)
 		return
 	}
@@ -233,8 +230,14 @@ func (s *leaseStore) Give(ctx context.Context, r Request) error {
 			return nil
 		}
 	}
+	return s.giveToStore(ctx, r)
+}
+
+// giveToStore is the store behind's Give of r, whose bucket mark may name
+// a block: a bucket has no windows, and the store knows no blocks.
+func (s *leaseStore) giveToStore(ctx context.Context, r Request) error {
 	if r.Algorithm == TokenBucket {
-		r.Marks[0] = 0 // perhaps a block's name: a bucket has no windows
+		r.Marks[0] = 0
 	}
 	return s.Store.Give(ctx, r)
 }

@@ -17,8 +17,7 @@ type Entry[R any] struct {
 	t        *Table[R]
 	b        block
 	claiming chan struct{} // closed when the claim in flight ends; nil: none
-	rate     rate
-	last     int64 // the key's last request here
+	rate     rate          // the key's rate here, and its last request
 
 	// What the store last reported of the key's limits, and when.
 	known   [window.MaxLimits]window.State
@@ -54,7 +53,6 @@ func (e *Entry[R]) Spend(now, cost int64, ls []window.Limit) (st Step, spent boo
 		return Step{}, false, e.b.left(now)
 	}
 	e.rate.add(now, cost)
-	e.last = now
 	return Step{Spent: true, Counts: e.b.seen(now, ls)}, true, 0
 }
 
@@ -67,7 +65,6 @@ func (e *Entry[R]) Next(now, cost int64, ls []window.Limit, first bool) Step {
 	defer e.mu.Unlock()
 	if first {
 		e.rate.add(now, cost)
-		e.last = now
 	}
 	if e.b.take(now, cost) {
 		return Step{Spent: true, Counts: e.b.seen(now, ls)}
@@ -223,20 +220,20 @@ func (e *Entry[R]) Give(now, cost int64, marks *[window.MaxLimits]int64, n int) 
 
 // Idle ends a block that nothing was spent from since Idle last looked:
 // it returns the units still live (to give back to the store, with the
-// marks of its windows and what the caller kept of its claim). again
-// says that the block lives on and was spent from: look again after
-// IdleAfter.
-func (e *Entry[R]) Idle(now int64) (give int64, marks [window.MaxLimits]int64, req R, again bool) {
+// marks of its windows and what the caller kept of its claim). A block
+// that lives on and was spent from is kept, and its timer runs Idle
+// again after IdleAfter.
+func (e *Entry[R]) Idle(now int64) (give int64, marks [window.MaxLimits]int64, req R) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.b.id == 0 {
 		e.armed = false
-		return 0, marks, req, false
+		return 0, marks, req
 	}
 	if e.b.live(now) && e.b.spends != e.checked {
 		e.checked = e.b.spends
 		e.timer.Reset(IdleAfter)
-		return 0, marks, req, true
+		return 0, marks, req
 	}
 	e.armed = false
 	give, marks, req = e.b.left(now), e.b.marks(), e.req
@@ -244,7 +241,7 @@ func (e *Entry[R]) Idle(now int64) (give int64, marks [window.MaxLimits]int64, r
 		e.t.Expired(e.b.size - e.b.spent - give)
 	}
 	e.b = block{}
-	return give, marks, req, false
+	return give, marks, req
 }
 
 // Arm has f run IdleAfter from now, unless it is due already: f calls
@@ -276,7 +273,7 @@ func (e *Entry[R]) stale(now int64) bool {
 		return false
 	}
 	defer e.mu.Unlock()
-	if e.claiming != nil || e.b.live(now) || now-e.last < int64(time.Second) {
+	if e.claiming != nil || e.b.live(now) || now-e.rate.last < int64(time.Second) {
 		return false
 	}
 	e.ended(now, 0)
@@ -295,7 +292,7 @@ type rate struct {
 }
 
 func (r *rate) start(now int64) {
-	r.units, r.since, r.period, r.perNs = 0, now, int64(Tick), HotUnits/float64(Tick)
+	r.units, r.since, r.period, r.last, r.perNs = 0, now, int64(Tick), now, HotUnits/float64(Tick)
 }
 
 func (r *rate) add(now, cost int64) {

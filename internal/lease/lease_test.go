@@ -23,7 +23,7 @@ func TestGate(t *testing.T) {
 	if tab.Hot(key, HotUnits, int64(Tick)+1) == nil {
 		t.Fatal("not hot after HotUnits in one tick")
 	}
-	if tab.Lookup(key) == nil || tab.Keys() != 1 {
+	if tab.Lookup(key) == nil {
 		t.Fatal("the hot key has no entry")
 	}
 }

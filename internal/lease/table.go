@@ -131,15 +131,3 @@ func (t *Table[R]) add(key []byte, h uint64, now int64) *Entry[R] {
 	s.m[string(key)] = e
 	return e
 }
-
-// Keys is how many hot keys the table holds.
-func (t *Table[R]) Keys() int {
-	n := 0
-	for i := range t.shards {
-		s := &t.shards[i]
-		s.mu.RLock()
-		n += len(s.m)
-		s.mu.RUnlock()
-	}
-	return n
-}
