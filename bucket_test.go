@@ -115,8 +115,9 @@ func TestTokenBucketPlansAndShadow(t *testing.T) {
 	ctx := context.Background()
 	clock := newFakeClock()
 	plans := map[string]Plan{"small": {Limit: 2}, "bursty": {Limit: 2, Burst: 6}}
+	rec := newLogRecorder()
 	lim := newLimiter(Options{Limit: 100, Window: time.Second, Algorithm: TokenBucket, Counter: newMemoryCounter(clock.Now),
-		PlanFor: func(tenant string) Plan { return plans[tenant] }}, clock.Now)
+		PlanFor: func(tenant string) Plan { return plans[tenant] }, Logger: rec.logger()}, clock.Now)
 	for tenant, want := range map[string]int{"small": 2, "bursty": 6, "other": 100} {
 		n := 0
 		for lim.Take(ctx, tenant).Allowed {
@@ -127,8 +128,11 @@ func TestTokenBucketPlansAndShadow(t *testing.T) {
 		}
 	}
 	plans["bad"] = Plan{Burst: -1}
-	if d := lim.Take(ctx, "bad"); d.By != ByNone || d.Err == nil || !strings.Contains(d.Err.Error(), "Burst") {
-		t.Errorf("a plan with Burst -1: %+v; want decided as a failure, naming Burst", d)
+	if d := lim.Take(ctx, "bad"); d.By != ByCounter || d.Limit != 100 || d.Remaining != 99 {
+		t.Errorf("a plan with Burst -1: %+v; want decided by the limiter's own bucket of 100", d)
+	}
+	if lines := rec.withMsg("ratelimit: PlanFor gave no valid plan"); len(lines) != 1 || !strings.Contains(lines[0].str("err"), "Burst") {
+		t.Errorf("log %v; want the plan's Burst named", rec.lines())
 	}
 	shadow := newLimiter(Options{Limit: 1, Window: time.Second, Algorithm: TokenBucket, Shadow: true,
 		Counter: newMemoryCounter(clock.Now), Logger: newLogRecorder().logger()}, clock.Now)

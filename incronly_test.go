@@ -62,12 +62,16 @@ func TestIncrOnlyCounterRefusalsNameEachFieldOnce(t *testing.T) {
 			return setupPanic(func() { HTTPMiddleware(NewLimiter(base()), HTTPConfig{SkipSuccessfulRequests: true}) })
 		}},
 		{"a plan's quotas", "Plan.Quotas", func() string {
-			lim := NewLimiter(with(func(o *Options) { o.PlanFor = func(string) Plan { return Plan{Quotas: []Quota{month}} } }))
-			d := lim.Take(context.Background(), "acme")
-			if d.Err == nil {
-				return "no error"
+			rec := newLogRecorder()
+			lim := NewLimiter(with(func(o *Options) {
+				o.PlanFor, o.Logger = func(string) Plan { return Plan{Quotas: []Quota{month}} }, rec.logger()
+			}))
+			lim.Take(context.Background(), "acme")
+			lines := rec.withMsg("ratelimit: PlanFor gave no valid plan")
+			if len(lines) == 0 {
+				return "no line logged"
 			}
-			return d.Err.Error()
+			return lines[0].str("err")
 		}},
 	}
 	for _, c := range cases {

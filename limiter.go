@@ -41,9 +41,10 @@ type Limiter struct {
 	rule     timeRule
 
 	// The throttled logs: counter failures, the gateway's own mistakes (a
-	// bad plan, a cost below 1), and shadow mode's would-be refusals.
-	failures, mistakes, shadowed *throttledLog
-	refusals                     *refusals // nil when off, or for a local store
+	// cost below 1), the plans that cannot be, and shadow mode's would-be
+	// refusals.
+	failures, mistakes, badPlans, shadowed *throttledLog
+	refusals                               *refusals // nil when off, or for a local store
 
 	// What the store last reported of each tenant's usage, for the
 	// fallback; nil without one, for a local store, or for InFlight.
@@ -101,6 +102,7 @@ func newLimiter(opts Options, now func() time.Time) *Limiter {
 		rule:     timeRule{Timeout: opts.StoreTimeout},
 		failures: newFailureLog(opts.Logger, clk, opts.BreakerCooldown),
 		mistakes: newThrottledLog(opts.Logger, clk),
+		badPlans: newThrottledLog(opts.Logger, clk),
 		shadowed: newThrottledLog(opts.Logger, clk),
 		clock:    clk,
 	}
@@ -298,8 +300,8 @@ func (l *Limiter) takeAny(ctx context.Context, d *Decision, r *Request, cost int
 	if cost != 1 {
 		l.setCost(r, cost)
 	}
-	if l.opts.PlanFor != nil && !l.planned(ctx, d, r) {
-		return
+	if l.opts.PlanFor != nil {
+		l.planned(r)
 	}
 	if r.set != nil && r.set.calendar {
 		r.Now = l.clock.Now() // a calendar period follows the wall clock
@@ -351,23 +353,23 @@ func (l *Limiter) badCostAfter(tenant string, cost int) {
 		slog.String("tenant", logTenant(tenant)), slog.Int("cost", cost))
 }
 
-// planned sets r to its tenant's plan and reports whether it has one
-// that can be; for one that cannot, it logs the gateway's mistake and
-// decides into d as for a counter failure.
-func (l *Limiter) planned(ctx context.Context, d *Decision, r *Request) bool {
-	err := l.plan(r)
-	if err == nil {
-		return true
+// planned sets r to its tenant's plan. A plan that cannot be (or a
+// PlanFor that panics) is the gateway's mistake: it is logged, and r
+// keeps the limiter's own budget, so that no bad plan means unlimited.
+func (l *Limiter) planned(r *Request) {
+	if err := l.plan(r); err != nil {
+		l.badPlans.Record(slog.LevelError, "ratelimit: PlanFor gave no valid plan; the request is decided by the limiter's own Limit, Window and Quotas",
+			slog.String("tenant", logTenant(r.Tenant)), slog.Any("err", err))
 	}
-	l.mistakes.Record(slog.LevelError, "ratelimit: PlanFor returned an invalid plan; the request is decided as a counter failure",
-		slog.String("tenant", logTenant(r.Tenant)), slog.Any("err", err))
-	l.failed(ctx, d, r, err)
-	return false
 }
 
-// plan sets r's limit, window and quotas to its tenant's plan.
+// plan sets r's limit, window and quotas to its tenant's plan, or
+// returns why it cannot, leaving r as it was.
 func (l *Limiter) plan(r *Request) error {
-	p := l.opts.PlanFor(r.Tenant)
+	p, err := l.planFor(r.Tenant)
+	if err != nil {
+		return err
+	}
 	if p.Limit == 0 && p.Window == 0 && p.Quotas == nil && p.Burst == 0 {
 		return nil
 	}
@@ -406,6 +408,17 @@ func (l *Limiter) plan(r *Request) error {
 		r.Burst = int64(cmp.Or(p.Burst, l.opts.Burst, p.Limit, l.opts.Limit))
 	}
 	return nil
+}
+
+// planFor is Options.PlanFor's plan of tenant, or, when it panics, an
+// error saying so.
+func (l *Limiter) planFor(tenant string) (p Plan, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("ratelimit: PlanFor panicked: %v", v)
+		}
+	}()
+	return l.opts.PlanFor(tenant), nil
 }
 
 // unreadable logs a tenant of type typ that a door cannot read, one line

@@ -79,11 +79,12 @@ type Options struct {
 	// new limit, so a downgrade refuses at once what passes it and an
 	// upgrade allows at once what fits. A new Window applies to a fixed
 	// window from the tenant's next window (the one running keeps its
-	// length), and a sliding window starts afresh in it. A plan with a
-	// Limit or a Window outside the bounds of those fields is the gateway's
-	// mistake: that request is decided as a counter failure is (Fallback,
-	// else failing open or closed), and logged, never a panic. The headers
-	// report the tenant's own plan.
+	// length), and a sliding window starts afresh in it. A plan that
+	// cannot be (a Limit or a Window outside the bounds of those fields,
+	// quotas that cannot be), or a PlanFor that panics, is the gateway's
+	// mistake: that request is decided by the limiter's own Limit, Window
+	// and Quotas, never unlimited, and logged with the tenant and why,
+	// one line a second at most. The headers report the tenant's own plan.
 	//
 	// Optional. Default: nil (every tenant has Limit per Window)
 	PlanFor func(tenant string) Plan
@@ -208,7 +209,7 @@ type Options struct {
 	// FallbackLimit is the budget per window that Fallback enforces on each
 	// replica. Set it to Limit divided by the number of replicas to keep the
 	// total near Limit during an outage. Requires Fallback. When Fallback
-	// decides, the headers report this budget. Between 1 and 2^53 (0
+	// decides, the headers report this budget. Between 1 and Limit (0
 	// takes the default).
 	//
 	// Optional. Default: Limit
@@ -296,6 +297,9 @@ func withDefaults(opts Options) Options {
 	}
 	if opts.FallbackLimit != 0 && opts.Fallback == nil {
 		panic("ratelimit: FallbackLimit is set but Fallback is nil")
+	}
+	if opts.FallbackLimit > opts.Limit {
+		panic(fmt.Sprintf("ratelimit: FallbackLimit %d is above Limit %d: the fallback's budget is each replica's share of Limit", opts.FallbackLimit, opts.Limit))
 	}
 	keyPrefix(opts.Name) // panics on a bad name
 	if _, err := newQuotaSet("Quotas", opts.Quotas, policyName(opts.Name)); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -91,30 +92,42 @@ func TestPlanWindowChange(t *testing.T) {
 	})
 }
 
-// A plan with a negative limit, or a window out of bounds, is the
-// gateway's mistake: the request is decided as a counter failure is, by
-// the fallback or failing open or closed, and logged; never a panic.
-func TestInvalidPlanIsDecidedAsAFailure(t *testing.T) {
-	for _, bad := range []Plan{{Limit: -1}, {Window: time.Microsecond}, {Window: 25 * time.Hour}, {Limit: 1<<53 + 1}} {
-		t.Run("", func(t *testing.T) {
+// A plan that cannot be (a negative limit, a window out of bounds, a
+// burst on a fixed window), or a PlanFor that panics, is the gateway's
+// mistake: the request is decided by the limiter's own Limit and Window,
+// never unlimited, and logged with the tenant and why; never a panic.
+func TestInvalidPlanIsDecidedByTheLimitersOwnBudget(t *testing.T) {
+	plans := []func(string) Plan{
+		func(string) Plan { return Plan{Limit: -1} },
+		func(string) Plan { return Plan{Window: time.Microsecond} },
+		func(string) Plan { return Plan{Window: 25 * time.Hour} },
+		func(string) Plan { return Plan{Limit: 1<<53 + 1} },
+		func(string) Plan { return Plan{Limit: 1000, Burst: 5} },
+		func(string) Plan { panic("plans table not loaded") },
+	}
+	for i, planFor := range plans {
+		t.Run(strconv.Itoa(i), func(t *testing.T) {
 			rec := newLogRecorder()
-			planFor := func(string) Plan { return bad }
 			ctx := context.Background()
-			open := NewLimiter(Options{Limit: 10, Window: time.Minute, PlanFor: planFor, Logger: rec.logger()})
-			if d := open.Take(ctx, "acme"); !d.Allowed || d.By != ByNone || d.Err == nil {
-				t.Fatalf("plan %+v: %+v; want failed open, with the error", bad, d)
+			for _, opts := range []Options{
+				{Limit: 3, Window: time.Minute, PlanFor: planFor, Logger: rec.logger()},
+				{Limit: 3, Window: time.Minute, PlanFor: planFor, FailClosed: true, Logger: rec.logger()},
+				{Limit: 3, Window: time.Minute, PlanFor: planFor, Fallback: NewMemoryCounter(), FallbackLimit: 1, Logger: rec.logger()},
+			} {
+				lim := NewLimiter(opts)
+				for n := 1; n <= 4; n++ {
+					d := lim.Take(ctx, "acme")
+					if d.Allowed != (n <= 3) || d.By != ByCounter || d.Limit != 3 || d.Window != time.Minute {
+						t.Fatalf("request %d: %+v; want decided by the counter at the limiter's own 3 a minute", n, d)
+					}
+				}
 			}
-			closed := NewLimiter(Options{Limit: 10, Window: time.Minute, PlanFor: planFor, FailClosed: true, Logger: rec.logger()})
-			if d := closed.Take(ctx, "acme"); d.Allowed || d.By != ByNone {
-				t.Fatalf("plan %+v, FailClosed: %+v; want failed closed", bad, d)
+			lines := rec.withMsg("ratelimit: PlanFor gave no valid plan")
+			if len(lines) == 0 || lines[0].str("tenant") != "acme" || !strings.Contains(strings.ToLower(lines[0].str("err")), "plan") {
+				t.Fatalf("log %v; want a line with the tenant and why", rec.lines())
 			}
-			fb := NewLimiter(Options{Limit: 10, Window: time.Minute, PlanFor: planFor, Fallback: NewMemoryCounter(), FallbackLimit: 1, Logger: rec.logger()})
-			if d := fb.Take(ctx, "acme"); !d.Allowed || d.By != ByFallback || d.Limit != 1 {
-				t.Fatalf("plan %+v, with a fallback: %+v; want decided by the fallback's budget of 1", bad, d)
-			}
-			lines := rec.withMsg("ratelimit: PlanFor returned an invalid plan")
-			if len(lines) == 0 || lines[0].str("tenant") != "acme" || !strings.Contains(lines[0].str("err"), "plan") {
-				t.Fatalf("log %v; want a line with the tenant and the plan", rec.lines())
+			if len(lines) != 3 {
+				t.Errorf("%d lines for 12 requests of three limiters; want one each, a second at most", len(lines))
 			}
 		})
 	}

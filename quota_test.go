@@ -342,11 +342,11 @@ func TestPlanQuotas(t *testing.T) {
 		t.Errorf("a plan without quotas: policy %q", h.Get(hPolicy))
 	}
 
-	if d := lim.Take(context.Background(), "bad"); d.By != ByNone || !strings.Contains(fmt.Sprint(d.Err), "Plan.Quotas[0]") {
-		t.Errorf("a plan whose quota has the limiter's name: %+v; want decided without the counter, the error naming Plan.Quotas[0]", d)
-	}
-	if lines := rec.withMsg("ratelimit: PlanFor returned an invalid plan"); len(lines) != 1 {
-		t.Errorf("log %v; want the invalid plan logged", rec.lines())
+	// The limiter's own budget: 2 a minute, a day of 1.
+	takeExpect(t, lim, "bad", true, "")
+	takeExpect(t, lim, "bad", false, "day")
+	if lines := rec.withMsg("ratelimit: PlanFor gave no valid plan"); len(lines) != 1 || !strings.Contains(lines[0].str("err"), "Plan.Quotas[0]") {
+		t.Errorf("log %v; want the invalid plan logged once, naming Plan.Quotas[0]", rec.lines())
 	}
 	// A tenant whose plan gains quotas keeps its main count.
 	plans["free"] = Plan{Quotas: []Quota{{Name: "week", Limit: 100, Window: 24 * time.Hour}}}
@@ -628,11 +628,13 @@ func TestWindowPastADayPointsToCalendarQuotas(t *testing.T) {
 	if got := panicOf(Options{Limit: 10, Window: 24 * time.Hour}); got != "<nil>" {
 		t.Errorf("Options.Window of 24h: panic %q, want none", got)
 	}
-	lim := NewLimiter(Options{Limit: 10, Window: time.Minute, Logger: newLogRecorder().logger(),
+	rec := newLogRecorder()
+	lim := NewLimiter(Options{Limit: 10, Window: time.Minute, Logger: rec.logger(),
 		PlanFor: func(string) Plan { return Plan{Limit: 100, Window: week} }})
 	d := lim.Take(context.Background(), "acme")
+	lines := rec.withMsg("ratelimit: PlanFor gave no valid plan")
 	if want := "ratelimit: plan {Limit:100 Window:168h0m0s}: Window must be between 1ms and 24h0m0s, got 168h0m0s: " +
-		"for a budget per day, week, month or year, " + hint; d.By != ByNone || fmt.Sprint(d.Err) != want {
-		t.Errorf("a plan of a week's window: %v (%v), want the error %q", d.Err, d.By, want)
+		"for a budget per day, week, month or year, " + hint; d.Limit != 10 || len(lines) != 1 || lines[0].str("err") != want {
+		t.Errorf("a plan of a week's window: %+v, log %v; want decided at the limiter's own limit, the error %q logged", d, rec.lines(), want)
 	}
 }

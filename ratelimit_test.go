@@ -577,6 +577,7 @@ func TestConfigPanics(t *testing.T) {
 		{"day-long breaker cooldown", Config{Limit: 1, Window: time.Second, BreakerCooldown: 24 * time.Hour}, "BreakerCooldown"},
 		{"negative fallback limit", Config{Limit: 1, Window: time.Second, Fallback: NewMemoryCounter(), FallbackLimit: -1}, "FallbackLimit"},
 		{"fallback limit without fallback", Config{Limit: 1, Window: time.Second, FallbackLimit: 5}, "Fallback"},
+		{"fallback limit above the limit", Config{Limit: 4, Window: time.Second, Fallback: NewMemoryCounter(), FallbackLimit: 5}, "FallbackLimit 5 is above Limit 4"},
 		{"metrics used twice", Config{Limit: 1, Window: time.Second, Metrics: usedMetrics()}, "Metrics"},
 		{"name too long", Config{Name: strings.Repeat("n", maxName+1), Limit: 1, Window: time.Second}, "Name"},
 		{"name with a space", Config{Name: "two words", Limit: 1, Window: time.Second}, "Name"},
