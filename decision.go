@@ -122,6 +122,15 @@ func (d *Decision) policyName() string {
 	return d.policy.policy
 }
 
+// calendar is the calendar period of the limit that d's figures are of,
+// 0 for a window.
+func (d *Decision) calendar() Calendar {
+	if d.named == 0 || d.quotas == nil {
+		return 0
+	}
+	return d.quotas.q[d.named-1].calendar
+}
+
 // String returns "counter", "fallback", "none" or "over-limit-cache".
 func (d Decider) String() string {
 	switch d {

@@ -79,6 +79,34 @@ func TestProblemDetails(t *testing.T) {
 	}
 }
 
+// A refusal's detail names a calendar period as one, and gives when to
+// retry as a date beside the seconds: a calendar period's end exactly.
+func TestRefusalDetail(t *testing.T) {
+	for _, c := range []struct {
+		quotas []Quota
+		want   string
+	}{
+		{nil, `the "default" policy allows 1 per 1m0s; retry after 60 s (2026-01-01T10:31:00Z)`},
+		{[]Quota{{Name: "day", Limit: 1, Calendar: CalendarDay}}, `the "day" policy allows 1 per day; retry after 48600 s (2026-01-02T00:00:00Z)`},
+		{[]Quota{{Name: "week", Limit: 1, Calendar: CalendarWeek}}, `the "week" policy allows 1 per ISO week; retry after 307800 s (2026-01-05T00:00:00Z)`},
+		{[]Quota{{Name: "month", Limit: 1, Calendar: CalendarMonth}}, `the "month" policy allows 1 per month; retry after 2640600 s (2026-02-01T00:00:00Z)`},
+		{[]Quota{{Name: "year", Limit: 1, Calendar: CalendarYear}}, `the "year" policy allows 1 per year; retry after 31498200 s (2027-01-01T00:00:00Z)`},
+	} {
+		clock := newFakeClock()
+		clock.Advance(10*time.Hour + 30*time.Minute) // Thursday, 10:30 UTC
+		limit := 100
+		if c.quotas == nil {
+			limit = 1
+		}
+		lim := newLimiter(Options{Counter: newMemoryCounter(clock.Now), Limit: limit, Window: time.Minute, Quotas: c.quotas}, clock.Now)
+		lim.Take(context.Background(), "acme")
+		d := lim.Take(context.Background(), "acme")
+		if got := refusalDetail(&d, clock.Now()); d.Allowed || got != c.want {
+			t.Errorf("refused %v, detail %q; want %q", !d.Allowed, got, c.want)
+		}
+	}
+}
+
 // RedisLogger writes go-redis's lines through slog, one a second at most.
 func TestRedisLogger(t *testing.T) {
 	rec := newLogRecorder()

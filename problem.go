@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/gatewaykit/ratelimit/internal/window"
 )
@@ -38,14 +39,35 @@ func problem(w http.ResponseWriter, r *http.Request) {
 	}{Type: quotaExceeded, Title: "Request cannot be satisfied as assigned quota has been exceeded", Status: http.StatusTooManyRequests}
 	if d, ok := DecisionFromContext(r.Context()); ok {
 		body.Violated = []string{d.Policy}
-		body.Detail = "the " + strconv.Quote(d.Policy) + " policy allows " + strconv.Itoa(d.Limit) + " per " + d.Window.String()
-		if d.RetryAfter > 0 {
-			body.Detail += "; retry after " + strconv.FormatInt(window.CeilDiv(d.RetryAfter, 1e9), 10) + " s"
-		}
+		body.Detail = refusalDetail(&d, time.Now())
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(http.StatusTooManyRequests)
 	_ = json.NewEncoder(w).Encode(body)
+}
+
+// refusalDetail says why d refused, at now: the policy, its limit per
+// window or calendar period, and when to retry, in seconds and as a date,
+// `the "month" policy allows 150 per month; retry after 2449418 s
+// (2027-01-01T00:00:00Z)`.
+func refusalDetail(d *Decision, now time.Time) string {
+	cal := d.calendar()
+	per := d.Window.String()
+	if cal != 0 {
+		per = cal.noun()
+	}
+	detail := "the " + strconv.Quote(d.Policy) + " policy allows " + strconv.Itoa(d.Limit) + " per " + per
+	if d.RetryAfter <= 0 {
+		return detail
+	}
+	secs := window.CeilDiv(d.RetryAfter, time.Second)
+	at := now.Add(time.Duration(secs) * time.Second).UTC().Truncate(time.Second)
+	if cal != 0 {
+		// The period's end, exactly, though the store's clock is a little
+		// off this one's.
+		_, at = cal.period(now.Add(d.RetryAfter - time.Second))
+	}
+	return detail + "; retry after " + strconv.FormatInt(secs, 10) + " s (" + at.Format(time.RFC3339) + ")"
 }
 
 type contextDecision struct{}

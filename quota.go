@@ -69,6 +69,19 @@ func (c Calendar) period(now time.Time) (start, end time.Time) {
 	return window.Period(window.Calendar(c), now)
 }
 
+// noun names c's period in a sentence: "per month".
+func (c Calendar) noun() string {
+	switch c {
+	case CalendarDay:
+		return "day"
+	case CalendarWeek:
+		return "ISO week"
+	case CalendarMonth:
+		return "month"
+	}
+	return "year"
+}
+
 // maxQuotas is how many quotas a limiter, or a plan, may have.
 const maxQuotas = 4
 
