@@ -99,7 +99,7 @@ func (l *Limiter) call(ctx context.Context, r *Request, op func(context.Context,
 	}
 	ok, probe := b.Allow()
 	if !ok {
-		return Answer{}, errBreakerOpen
+		return Answer{}, b.Err()
 	}
 	a, err := callTimed(ctx, &l.rule, r, op)
 	switch {
@@ -119,6 +119,10 @@ func (l *Limiter) call(ctx context.Context, r *Request, op func(context.Context,
 	}
 	return a, err
 }
+
+// isBreakerOpen reports whether err is an open breaker's, which asked
+// nothing of the store.
+func isBreakerOpen(err error) bool { return errors.Is(err, errBreakerOpen) }
 
 // isKeyAnswer reports whether err is an answer about one key.
 func isKeyAnswer(err error) bool {
@@ -144,8 +148,11 @@ func causeOf(err error) cause {
 }
 
 // failed decides into d the request r that Options.Counter could not
-// decide, for err: by the fallback, or failing open or closed.
+// decide, for err: by the fallback, or failing open or closed. A call of
+// Limiter.Wait (d.waiter) is never let through unmetered: it fails closed,
+// and the fallback, too, has it wait for its turn.
 func (l *Limiter) failed(ctx context.Context, d *Decision, r *Request, err error) {
+	waiter := d.waiter
 	if errors.Is(err, ErrContextDone) {
 		// The request's own doing: nothing to say of the store, and no
 		// fallback's count to spend for a client that is gone.
@@ -153,10 +160,10 @@ func (l *Limiter) failed(ctx context.Context, d *Decision, r *Request, err error
 		return
 	}
 	lastResort := "fail open"
-	if l.opts.FailClosed {
+	if l.opts.FailClosed || waiter {
 		lastResort = "fail closed"
 	}
-	if err != errBreakerOpen { // the breaker logged when it opened
+	if !isBreakerOpen(err) { // the breaker logged when it opened
 		action := lastResort
 		if l.fallback != nil {
 			action = "fallback"
@@ -171,6 +178,9 @@ func (l *Limiter) failed(ctx context.Context, d *Decision, r *Request, err error
 	}
 	if l.fallback != nil {
 		f := l.fallbackRequest(ctx, r)
+		if waiter {
+			f.Delay = r.Delay // the fallback's bucket reserves the turn
+		}
 		if l.usage != nil && f.Cost <= f.most() {
 			var buf [maxKeyLen]byte
 			if a, spent := l.usage.lower(r.appendKey(buf[:0]), r, &f, l.clock.since(r.Now), l.fallbackShare); spent {
@@ -215,7 +225,7 @@ func (l *Limiter) fallbackRequest(ctx context.Context, r *Request) Request {
 // askFallback decides f in Options.Fallback, directly: the fallback is
 // what decides while the counter cannot.
 func (l *Limiter) askFallback(ctx context.Context, f *Request) (Answer, error) {
-	if f.Cost > f.Limit {
+	if f.Cost > f.most() {
 		// It never fits: refused, its window's whole length to run.
 		var a Answer
 		a.Counts[0] = Count{N: f.Limit, Left: f.Window, Length: f.Window}

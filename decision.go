@@ -88,6 +88,10 @@ type Decision struct {
 	// wait is how long a TokenBucket request that may wait for its turn
 	// (Limiter.Wait, MaxDelay) waits for it: the store reserved it.
 	wait time.Duration
+
+	// waiter says that the request is Limiter.Wait's: a call to someone
+	// else's API, which a store failure never lets through unmetered.
+	waiter bool
 }
 
 // Decider is what decided a request.
@@ -229,10 +233,10 @@ func (d *Decision) quotaFigures(r *Request, a *Answer, main window.Figures) {
 }
 
 // uncounted decides into d the request r that nothing counted, for err:
-// let through, or refused with Options.FailClosed. Only the limit and the
-// policy are known.
+// let through, or refused with Options.FailClosed, or for Limiter.Wait.
+// Only the limit and the policy are known.
 func (l *Limiter) uncounted(d *Decision, r *Request, err error) {
-	*d = Decision{Allowed: !l.opts.FailClosed, By: ByNone, Limit: int(r.Limit), Window: r.Window, Remaining: -1,
+	*d = Decision{Allowed: !l.opts.FailClosed && !d.waiter, waiter: d.waiter, By: ByNone, Limit: int(r.Limit), Window: r.Window, Remaining: -1,
 		Err: err, policy: &l.policy, Policy: l.policy.policy}
 	l.unknownFigures(d, r)
 	l.decided(d, r)

@@ -80,8 +80,10 @@ type Limiter struct {
 	sleepFor func(ctx context.Context, d time.Duration) error
 }
 
-// errBreakerOpen: the request was decided without asking the counter.
-var errBreakerOpen = errors.New("ratelimit: circuit breaker open")
+// errBreakerOpen: the request was decided without asking the counter
+// (errors.Is finds it; the breaker's error wraps the failure that opened
+// it).
+var errBreakerOpen = breaker.ErrOpen
 
 // NewLimiter returns a Limiter for opts. It panics, naming the field, when
 // opts is invalid.

@@ -95,7 +95,7 @@ func (l *Limiter) Settle(ctx context.Context, d Decision, cost int) error {
 	if errors.Is(err, ErrContextDone) || ctx.Err() != nil {
 		return err // the caller's own doing: nothing to say of the store
 	}
-	if err != errBreakerOpen {
+	if !isBreakerOpen(err) {
 		msg := "ratelimit: counter failed to give back a request's count; it stands until its window or lease ends"
 		if r.Cost < 0 {
 			msg = "ratelimit: counter failed to charge a request's settled cost; the request stays counted at the cost it was decided with"

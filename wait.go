@@ -41,11 +41,17 @@ func (l *Limiter) Wait(ctx context.Context, tenant string) (Decision, error) {
 // (whose RetryAfter says when the cost would fit), having spent nothing.
 // Without a deadline it waits as long as the turn takes. When ctx ends
 // while it sleeps, it gives the reservation back (see Release) and
-// returns ctx's error with the Decision. A store failure is decided as
-// Take decides it, without waiting: the fallback's Decision, or one let
-// through (fail open), or an error (FailClosed). In shadow mode WaitN
-// never waits: it decides as Take does, and lets through what it would
-// refuse.
+// returns ctx's error with the Decision.
+//
+// WaitN is for calls to someone else's API, whose limit a flood would
+// break, so a store failure never lets a call through unmetered, whatever
+// Options.FailClosed says: with a Fallback, WaitN waits for its turn in
+// the fallback's bucket (FallbackLimit's share of the rate and of the
+// burst), into which the turns this replica reserved on the store and
+// has not started yet are counted first; without one, it returns at once
+// an error that wraps the store's (errors.Is finds it), having spent
+// nothing. In shadow mode WaitN never waits: it decides as Take does, and
+// lets through what it would refuse, a store failure included.
 func (l *Limiter) WaitN(ctx context.Context, tenant string, n int) (Decision, error) {
 	var d Decision
 	if l.opts.Algorithm != TokenBucket {
@@ -63,6 +69,7 @@ func (l *Limiter) WaitN(ctx context.Context, tenant string, n int) (Decision, er
 	}
 	r := l.base
 	r.Tenant, r.Now = tenant, l.clock.mono()
+	d.waiter = true
 	if err := l.await(ctx, &d, &r, n, delay); err != nil {
 		return d, err
 	}
@@ -72,12 +79,12 @@ func (l *Limiter) WaitN(ctx context.Context, tenant string, n int) (Decision, er
 	case d.Allowed:
 		return d, nil
 	case d.By == ByNone:
-		return d, fmt.Errorf("ratelimit: Wait: the counter could not decide, and FailClosed refuses: %w", d.Err)
+		return d, fmt.Errorf("ratelimit: Wait: the counter could not decide, and Wait lets no call through unmetered: %w", d.Err)
 	case d.RetryAfter == 0:
-		return d, fmt.Errorf("ratelimit: Wait: a cost of %d never fits in the tenant's burst of %d", r.Cost, r.Burst)
+		return d, fmt.Errorf("ratelimit: Wait: a cost of %d never fits in the tenant's burst of %d", r.Cost, d.Limit)
 	case d.By == ByFallback:
-		return d, fmt.Errorf("ratelimit: Wait: the counter could not decide, and the fallback, which decides without waiting, refuses: "+
-			"the cost fits its share in %v (%w)", d.RetryAfter, d.Err)
+		return d, fmt.Errorf("ratelimit: Wait: the counter could not decide, and the turn in the fallback's share comes in %v, "+
+			"past the context's deadline (%w)", d.RetryAfter, d.Err)
 	}
 	return d, fmt.Errorf("ratelimit: Wait: the turn comes in %v, past the context's deadline", d.RetryAfter)
 }

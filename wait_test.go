@@ -122,8 +122,10 @@ func TestWaitDeadlineAndCancel(t *testing.T) {
 	}
 }
 
-// Wait needs a token bucket; a store failure is decided as Take decides
-// it, without waiting; a cost above the burst never fits.
+// Wait needs a token bucket; a cost above the burst never fits; a store
+// failure lets no call through, whatever FailClosed says: Wait returns at
+// once an error that wraps the store's, and once the breaker is open, one
+// that wraps the failure that opened it.
 func TestWaitRefusals(t *testing.T) {
 	ctx := context.Background()
 	if _, err := NewLimiter(Options{Limit: 1, Window: time.Second}).Wait(ctx, "a"); err == nil || !strings.Contains(err.Error(), "TokenBucket") {
@@ -133,14 +135,54 @@ func TestWaitRefusals(t *testing.T) {
 	if d, err := lim.WaitN(ctx, "a", 3); err == nil || d.Allowed || !strings.Contains(err.Error(), "never fits") {
 		t.Errorf("WaitN of 3 at burst 2: %+v, %v; want an error saying it never fits", d, err)
 	}
-	down := scriptedStore{&scripted{err: errors.New("connection refused")}}
+	refused := errors.New("connection refused")
 	for _, closed := range []bool{false, true} {
-		lim := NewLimiter(Options{Limit: 1, Window: time.Hour, Algorithm: TokenBucket, Counter: down, FailClosed: closed,
-			Logger: newLogRecorder().logger()})
-		start := time.Now()
-		d, err := lim.Wait(ctx, "a")
-		if d.By != ByNone || d.Allowed == closed || (err != nil) != closed || time.Since(start) > 500*time.Millisecond {
-			t.Errorf("FailClosed %v, the store down: %+v, %v; want decided by the fail policy at once", closed, d, err)
+		m := &Metrics{}
+		rec := newLogRecorder()
+		lim := NewLimiter(Options{Limit: 1, Window: time.Hour, Algorithm: TokenBucket, Counter: scriptedStore{&scripted{err: refused}},
+			FailClosed: closed, BreakerFailures: 2, Metrics: m, Logger: rec.logger()})
+		for i := range 4 { // the last two turned away by the open breaker
+			start := time.Now()
+			d, err := lim.Wait(ctx, "a")
+			if d.By != ByNone || d.Allowed || !errors.Is(err, refused) || time.Since(start) > 500*time.Millisecond {
+				t.Errorf("FailClosed %v, the store down, Wait %d: %+v, %v after %v; want refused at once, the error wrapping the store's",
+					closed, i+1, d, err, time.Since(start))
+			}
 		}
+		if s := m.Snapshot(); s.FailedClosed != 4 || s.FailedOpen != 0 {
+			t.Errorf("FailClosed %v: %+v; want 4 failed closed, none open", closed, s.Decisions)
+		}
+		if lines := rec.withMsg("ratelimit: counter failed, request decided by fail closed"); len(lines) == 0 {
+			t.Errorf("FailClosed %v: log %v; want the failure logged as failing closed", closed, rec.lines())
+		}
+	}
+}
+
+// With a Fallback, a Wait while the store fails waits for its turn in the
+// fallback's bucket, at FallbackLimit's share of the rate and of the
+// burst; a turn past the context's deadline is refused at once, the error
+// wrapping the store's.
+func TestWaitOnTheFallbacksBucket(t *testing.T) {
+	ctx := context.Background()
+	clock := newFakeClock()
+	clock.Advance(time.Since(clock.Now())) // the real time: a context's deadline is on it
+	refused := errors.New("connection refused")
+	lim := newLimiter(Options{Limit: 10, Window: time.Second, Burst: 4, Algorithm: TokenBucket, Counter: scriptedStore{&scripted{err: refused}},
+		Fallback: newMemoryCounter(clock.Now), FallbackLimit: 2, Logger: newLogRecorder().logger()}, clock.Now)
+	lim.sleepFor = func(_ context.Context, d time.Duration) error { clock.Advance(d); return nil }
+	start := clock.Now()
+	for i := range 5 {
+		d, err := lim.Wait(ctx, "a")
+		// 2 a second, a burst of 1 (4 × 2/10, rounded up): a turn each 500 ms.
+		if at, want := clock.Now().Sub(start), time.Duration(i)*500*time.Millisecond; err != nil || d.By != ByFallback || (at-want).Abs() > time.Millisecond {
+			t.Fatalf("Wait %d: %+v, %v at %v; want its turn by the fallback at %v", i+1, d, err, at, want)
+		}
+	}
+	// The clock is 2 s ahead of the real one now, so the context ends 2 s
+	// after the limiter sees it end.
+	short, cancel := context.WithDeadline(ctx, clock.Now().Add(200*time.Millisecond))
+	defer cancel()
+	if d, err := lim.Wait(short, "a"); err == nil || d.Allowed || !errors.Is(err, refused) || !strings.Contains(err.Error(), "past the context's deadline") {
+		t.Errorf("a turn 500 ms away with 200 ms to wait: %+v, %v; want refused, the error wrapping the store's", d, err)
 	}
 }

@@ -74,6 +74,31 @@ type Breaker struct {
 	// failed.
 	outageAt     atomic.Int64
 	failedProbes atomic.Int64
+
+	// What the calls it turns away fail with: ErrOpen, with the failure
+	// that last opened it.
+	openErr atomic.Pointer[openError]
+}
+
+// ErrOpen is what a call that an open breaker turned away fails with
+// (errors.Is finds it), the failure that opened the breaker being its
+// cause.
+var ErrOpen = errors.New("ratelimit: circuit breaker open")
+
+// openError is ErrOpen with its cause.
+type openError struct{ cause error }
+
+func (e *openError) Error() string        { return ErrOpen.Error() + " after: " + e.cause.Error() }
+func (e *openError) Is(target error) bool { return target == ErrOpen }
+func (e *openError) Unwrap() error        { return e.cause }
+
+// Err is the error of a call that b turns away: ErrOpen, wrapping the
+// failure that last opened b.
+func (b *Breaker) Err() error {
+	if e := b.openErr.Load(); e != nil {
+		return e
+	}
+	return ErrOpen
 }
 
 // New returns a closed breaker of node (its address, or "" for the whole
@@ -162,7 +187,7 @@ func (b *Breaker) Success(probe bool) {
 func (b *Breaker) Failure(probe bool, err error) {
 	if probe {
 		b.failedProbes.Add(1)
-		b.open(HalfOpen)
+		b.open(HalfOpen, err)
 		return
 	}
 	if t, ok := errors.AsType[sharedFailure](err); ok && b.lastTrip.Swap(t.RoundTrip()) == t.RoundTrip() {
@@ -171,7 +196,7 @@ func (b *Breaker) Failure(probe bool, err error) {
 		return
 	}
 	n := b.failures.Add(1)
-	if n >= b.threshold && b.open(Closed) {
+	if n >= b.threshold && b.open(Closed, err) {
 		b.outageAt.Store(b.openedAt.Load())
 		b.failedProbes.Store(0)
 		b.say(slog.LevelError, "ratelimit: circuit breaker open",
@@ -189,12 +214,13 @@ func (b *Breaker) Abandoned(probe bool) {
 	}
 }
 
-// open opens the breaker from the state from, and reports whether this
-// call did.
-func (b *Breaker) open(from State) bool {
+// open opens the breaker from the state from, for the failure err, and
+// reports whether this call did.
+func (b *Breaker) open(from State, err error) bool {
 	if b.State() != from {
 		return false // another request opened it
 	}
+	b.openErr.Store(&openError{err})
 	// The time is stored before the state, so that no request sees the new
 	// state with an old time; two requests opening at once both store it.
 	b.openedAt.Store(int64(b.elapsed()))
