@@ -181,9 +181,13 @@ func (l *Limiter) failed(ctx context.Context, d *Decision, r *Request, err error
 		if waiter {
 			f.Delay = r.Delay // the fallback's bucket reserves the turn
 		}
+		var buf [maxKeyLen]byte
+		var key []byte
+		if l.usage != nil {
+			key = r.appendKey(buf[:0])
+		}
 		if l.usage != nil && f.Cost <= f.most() {
-			var buf [maxKeyLen]byte
-			if a, spent := l.usage.lower(r.appendKey(buf[:0]), r, &f, l.clock.since(r.Now), l.fallbackShare); spent {
+			if a, spent := l.usage.lower(key, r, &f, l.clock.since(r.Now), l.fallbackShare); spent {
 				// Less than its cost is this replica's to spend: refused,
 				// with what the store last reported.
 				l.counted(d, &l.policy, ByFallback, r, &a, err)
@@ -192,6 +196,9 @@ func (l *Limiter) failed(ctx context.Context, d *Decision, r *Request, err error
 			}
 		}
 		a, ferr := l.askFallback(ctx, &f)
+		if ferr == nil && l.turns != nil {
+			l.takeOverTurns(ctx, key, &f)
+		}
 		if ferr == nil {
 			l.counted(d, &l.fallbackPolicy, ByFallback, &f, &a, err)
 			if f.Cost > f.most() {
@@ -208,6 +215,31 @@ func (l *Limiter) failed(ctx context.Context, d *Decision, r *Request, err error
 	}
 	l.uncounted(d, r, err)
 }
+
+// takeOverTurns counts in the fallback's bucket for key the turns this
+// replica reserved on the store that are still to come, once, by a
+// charge of the bucket alone (no quota's window has noWindow for its
+// mark): they start at their time all the same.
+func (l *Limiter) takeOverTurns(ctx context.Context, key []byte, f *Request) {
+	n := l.turns.takeOver(key, l.clock.elapsed())
+	if n == 0 {
+		return
+	}
+	g := *f
+	g.Cost, g.Delay = -n, 0
+	for j := range g.Marks {
+		g.Marks[j] = noWindow
+	}
+	if err := l.fallback.Give(ctx, g); err != nil {
+		l.failures.Record(slog.LevelError, "ratelimit: the fallback failed to count the turns reserved on the counter; they start all the same",
+			slog.String("tenant", logTenant(f.Tenant)), slog.Int64("units", n), slog.Any("err", err))
+	}
+}
+
+// noWindow is a mark that names no window (see Count.Mark): a Give with
+// it leaves the limit alone, but for a TokenBucket, which has no
+// windows.
+const noWindow = math.MinInt64
 
 // fallbackRequest is r at the fallback's budget, waiting only as ctx lets
 // it.

@@ -50,6 +50,10 @@ type Limiter struct {
 	// fallback; nil without one, for a local store, or for InFlight.
 	usage *usageMemory
 
+	// The turns reserved on the store and not started, for the fallback
+	// of a TokenBucket; nil where usage is, or for another algorithm.
+	turns *reservedTurns
+
 	// Read once per request.
 	clock clock
 
@@ -133,6 +137,9 @@ func newLimiter(opts Options, now func() time.Time) *Limiter {
 	}
 	if !l.info.Local && l.fallback != nil && opts.Algorithm != InFlight {
 		l.usage = newUsageMemory(keysBound(opts.Fallback), opts.Metrics)
+		if opts.Algorithm == TokenBucket {
+			l.turns = newReservedTurns(keysBound(opts.Fallback))
+		}
 	}
 	if !l.info.Local {
 		// A local store is called without one: it never waits.

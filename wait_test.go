@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -184,5 +185,104 @@ func TestWaitOnTheFallbacksBucket(t *testing.T) {
 	defer cancel()
 	if d, err := lim.Wait(short, "a"); err == nil || d.Allowed || !errors.Is(err, refused) || !strings.Contains(err.Error(), "past the context's deadline") {
 		t.Errorf("a turn 500 ms away with 200 ms to wait: %+v, %v; want refused, the error wrapping the store's", d, err)
+	}
+}
+
+// switchStore is a MemoryCounter that is not local, as Redis is not (the
+// limiter keeps its breaker, its memory of usage and its reserved turns
+// for it), and that fails while down.
+type switchStore struct {
+	*MemoryCounter
+	down *atomic.Bool
+}
+
+var errSwitchedOff = errors.New("connection refused")
+
+func (s switchStore) Attach(r Request) (StoreInfo, error) {
+	_, err := s.MemoryCounter.Attach(r)
+	return StoreInfo{}, err
+}
+
+func (s switchStore) Take(ctx context.Context, r Request) (Answer, error) {
+	if s.down.Load() {
+		return Answer{}, errSwitchedOff
+	}
+	return s.MemoryCounter.Take(ctx, r)
+}
+
+func (s switchStore) Give(ctx context.Context, r Request) error {
+	if s.down.Load() {
+		return errSwitchedOff
+	}
+	return s.MemoryCounter.Give(ctx, r)
+}
+
+// When the store fails, the turns this replica reserved on it and has not
+// started count in the fallback's bucket, once: they start at their time
+// all the same, and a fresh fallback bucket beside them would let as many
+// more through. Turns that started before the failure count no more.
+func TestWaitCountsReservedTurnsInTheFallback(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		startedFirst  bool
+		second, third time.Duration // the fallback's second and third Wait's sleeps
+	}{
+		{"turns to come", false, 800 * time.Millisecond, time.Second},
+		{"turns started", true, 200 * time.Millisecond, 400 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			clock := newFakeClock()
+			down := &atomic.Bool{}
+			// 10 a second, a burst of 1; the fallback's share 5 a second, a
+			// burst of 1.
+			lim := newLimiter(Options{Limit: 10, Window: time.Second, Burst: 1, Algorithm: TokenBucket,
+				Counter: switchStore{newMemoryCounter(clock.Now), down}, Fallback: newMemoryCounter(clock.Now), FallbackLimit: 5,
+				Logger: newLogRecorder().logger()}, clock.Now)
+			var mu sync.Mutex
+			var sleeps []time.Duration
+			gate := make(chan struct{})
+			lim.sleepFor = func(_ context.Context, d time.Duration) error {
+				mu.Lock()
+				sleeps = append(sleeps, d)
+				mu.Unlock()
+				<-gate
+				return nil
+			}
+			var wg sync.WaitGroup
+			for range 4 { // turns now, in 100, 200 and 300 ms: three reserved
+				wg.Go(func() {
+					if _, err := lim.Wait(ctx, "a"); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			for reserved := 0; reserved < 3; {
+				time.Sleep(time.Millisecond)
+				mu.Lock()
+				reserved = len(sleeps)
+				mu.Unlock()
+			}
+			if c.startedFirst {
+				close(gate)
+				wg.Wait()
+			}
+			down.Store(true)
+			var got []time.Duration
+			lim.sleepFor = func(_ context.Context, d time.Duration) error { got = append(got, d); return nil }
+			for i := range 3 {
+				if d, err := lim.Wait(ctx, "a"); err != nil || d.By != ByFallback {
+					t.Fatalf("Wait %d with the store down: %+v, %v; want its turn by the fallback", i+1, d, err)
+				}
+			}
+			if !c.startedFirst {
+				close(gate)
+				wg.Wait()
+			}
+			// The first fallback turn is at once, from a full bucket.
+			if len(got) != 2 || (got[0]-c.second).Abs() > time.Millisecond || (got[1]-c.third).Abs() > time.Millisecond {
+				t.Errorf("the fallback's second and third turns in %v; want %v and %v", got, c.second, c.third)
+			}
+		})
 	}
 }
