@@ -236,7 +236,7 @@ func (s *leaseStore) Give(ctx context.Context, r Request) error {
 // giveToStore is the store behind's Give of r, whose bucket mark may name
 // a block: a bucket has no windows, and the store knows no blocks.
 func (s *leaseStore) giveToStore(ctx context.Context, r Request) error {
-	if r.Algorithm == TokenBucket {
+	if r.Algorithm == TokenBucket && r.Marks[0] != noWindow {
 		r.Marks[0] = 0
 	}
 	return s.Store.Give(ctx, r)

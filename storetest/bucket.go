@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/gatewaykit/ratelimit"
@@ -82,4 +83,27 @@ func bucketDelay(s *subject) {
 	if c := a.Counts[0]; !near(c.Left-c.Length, 200*time.Millisecond, 50*time.Millisecond) {
 		s.t.Errorf("the next turn: Left %v of Length %v; want the wait about 200ms", c.Left, c.Length)
 	}
+}
+
+func bucketNoWindow(s *subject) {
+	r := s.bucketReq(tenant(s.t, "bucket-no-window"), 1)
+	plain := s.take(r)
+	s.expect("1 of 5", plain, true, 1)
+	plain.Counts[0].Mark = math.MinInt64
+	r.Cost = -2
+	s.give(r, plain)
+	s.expect("a charge with a mark that names no window", s.read(r), true, 1)
+
+	r = s.bucketReq(tenant(s.t, "bucket-no-window-quota"), 1)
+	r.Quotas = []ratelimit.Quota{{Name: "hour", Limit: 100, Window: time.Hour}}
+	took := s.take(r)
+	s.expect("1 of 5, 1 of 100", took, true, 1, 1)
+	quotaOnly, bucketOnly := took, took
+	quotaOnly.Counts[0].Mark, bucketOnly.Counts[1].Mark = math.MinInt64, math.MinInt64
+	r.Cost = -3
+	s.give(r, quotaOnly)
+	s.expect("3 charged in the quota alone", s.read(r), true, 1, 4)
+	r.Cost = -2
+	s.give(r, bucketOnly)
+	s.expect("2 charged in the bucket alone", s.read(r), true, 3, 4)
 }

@@ -303,7 +303,9 @@ func (s *Store) Give(_ context.Context, r ratelimit.Request) error {
 		k := windowKey{key, l.name}
 		w := l.roll(s.windows[k], now)
 		if l.burst > 0 {
-			s.windows[k] = l.spend(w, now, -r.Cost) // a bucket has no windows to end
+			if r.Marks[j] != math.MinInt64 { // a mark that names no window
+				s.windows[k] = l.spend(w, now, -r.Cost) // a bucket has no windows to end
+			}
 			continue
 		}
 		if (w.n > 0 || r.Cost < 0) && l.count(w, now).Mark == r.Marks[j] {

@@ -11,7 +11,8 @@ import (
 // Give gives back what a call took, with c as Take was given it but for
 // Now, and Marks from Take's result: c.Cost in each limit whose window is
 // still the one its mark names at c.Now (a window that has ended is left
-// alone), or, for an InFlight limit, the slots of c.Slot. A negative
+// alone, and a bucket is given back whatever its mark but NoWindow), or,
+// for an InFlight limit, the slots of c.Slot. A negative
 // c.Cost charges -c.Cost in those windows instead, past the limit if need
 // be; nothing is charged into a window that has ended or one that came
 // after. A window is named exactly, by its end (a fixed window), its start
@@ -35,7 +36,7 @@ func (m *Store) Give(key []byte, c *window.Call) error {
 		}
 	case w.group() != nil || w.flight() != nil:
 	case k == window.Bucket:
-		if w.width == bucketMark {
+		if w.width == bucketMark && c.Marks[0] != window.NoWindow {
 			giveBucket(w, &c.Main, c.Cost, Nanos(c.Now))
 		}
 	case Nanos(c.Now) >= w.end:
@@ -81,9 +82,11 @@ func (g *group) give(c *window.Call) {
 		s := &g.subs[j]
 		s.roll(&ls[j], now, wall)
 		if s.bucket {
-			// A charge may put the bucket's full time past the entry's.
-			s.count = int64(math.Float64bits(micros(now) + ls[j].Bucket().Give(s.bucketLeft(now), c.Cost)))
-			g.keep.Store(max(g.keep.Load(), s.keep()))
+			if c.Marks[j] != window.NoWindow {
+				// A charge may put the bucket's full time past the entry's.
+				s.count = int64(math.Float64bits(micros(now) + ls[j].Bucket().Give(s.bucketLeft(now), c.Cost)))
+				g.keep.Store(max(g.keep.Load(), s.keep()))
+			}
 			continue
 		}
 		if (s.count != 0 || c.Cost < 0) && s.mark(&ls[j]) == c.Marks[j] {

@@ -155,6 +155,9 @@ func msWindow(w time.Duration) time.Duration {
 // within half its length of that. The next window of a key is a whole
 // length away, and the error, the round trips' latency, is far less.
 func (s *Store) Give(ctx context.Context, key string, c *window.Call, deadline time.Time, wait time.Duration) error {
+	if c.Main.Kind == window.Bucket && c.Quotas == nil && c.Marks[0] == window.NoWindow {
+		return nil // a mark that names no window leaves the bucket alone
+	}
 	x := &opArgs{give: true}
 	if c.Main.Kind == window.InFlight {
 		x.token = slotToken(c.Slot)
@@ -167,10 +170,17 @@ func (s *Store) Give(ctx context.Context, key string, c *window.Call, deadline t
 
 // offsets are where c's windows should be now, as the script measures
 // them: for each limit, the milliseconds a fixed window or a period has
-// left, or a sliding window has run, from its mark.
+// left, or a sliding window has run, from its mark; for a bucket, which
+// has no windows, 0, or 1 for window.NoWindow, which leaves it alone.
 func offsets(c *window.Call, now int64) (off [window.MaxLimits]int64) {
 	ls, n := c.Limits()
 	for j := range n {
+		if ls[j].Kind == window.Bucket && ls[j].Calendar == 0 {
+			if c.Marks[j] == window.NoWindow {
+				off[j] = 1
+			}
+			continue
+		}
 		d := c.Marks[j] - now
 		if ls[j].Kind == window.Sliding && ls[j].Calendar == 0 {
 			d = -d

@@ -475,12 +475,16 @@ for ki = 1, #KEYS do
           if set.k[j] ~= 'f' and set.k[j] ~= 's' then span = gb[j] end
           if set.k[j] == 'b' then
             -- A bucket has no windows: it is full again no sooner than now.
-            local left = math.max(cur[j] - c * set.mul[j], 0)
-            if j == 1 then given = c end
-            hargs[m+1], hargs[m+2], m = set.cn[j], nowus + left, m + 2
-            -- A charge may put the bucket's full time past the hash's.
-            local kp = now + math.ceil(left / 1000) + 1
-            if kp > e then hargs[m+1], hargs[m+2], m, e, grown = 'e', kp, m + 2, kp, true end
+            -- Its offset is 1 for a mark that names no window, which
+            -- leaves it alone.
+            if tonumber(ARGV[offs+j]) == 0 then
+              local left = math.max(cur[j] - c * set.mul[j], 0)
+              if j == 1 then given = c end
+              hargs[m+1], hargs[m+2], m = set.cn[j], nowus + left, m + 2
+              -- A charge may put the bucket's full time past the hash's.
+              local kp = now + math.ceil(left / 1000) + 1
+              if kp > e then hargs[m+1], hargs[m+2], m, e, grown = 'e', kp, m + 2, kp, true end
+            end
           elseif not ch[j] and (cur[j] > 0 or c < 0) and 2 * math.abs(ga[j] - tonumber(ARGV[offs+j])) < span then
             local back = math.min(cur[j], c)
             if j == 1 then given = math.abs(back) end

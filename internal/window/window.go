@@ -23,6 +23,11 @@ const (
 	Bucket               // a token bucket, decided as GCRA on the store's clock (bucket.go)
 )
 
+// NoWindow is a mark (State.Mark) that names no window: giving back or
+// charging with it leaves the limit alone, a bucket too, whose own mark
+// is 0.
+const NoWindow = math.MinInt64
+
 // MaxLimits is how many limits one request is decided against at most:
 // the main one and four quotas.
 const MaxLimits = 5
