@@ -56,9 +56,9 @@ type Counter interface {
 // them, past the limit if need be: a window that has ended is left
 // alone, and nothing is charged into a new one (a store that drops an
 // ended window must not make it again to charge it). A TokenBucket has
-// no windows: it is given back or charged whatever its mark, beside
-// quotas whose marks may name no window (math.MinInt64), which are then
-// left alone. InFlight is never charged.
+// no windows: it is given back or charged whatever its mark (0 from
+// Take), but for math.MinInt64, a mark that names no window and leaves
+// any limit alone. InFlight is never charged.
 //
 // Reset clears every window of r's limits (a sliding window's previous
 // one too, and an InFlight tenant's slots), so that the tenant's next
