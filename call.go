@@ -7,7 +7,11 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"sync"
 	"syscall"
+
+	"github.com/gatewaykit/ratelimit/internal/owed"
+	"github.com/gatewaykit/ratelimit/internal/window"
 )
 
 // The call of a store that waits: the over-limit cache first, then a call
@@ -105,6 +109,7 @@ func (l *Limiter) call(ctx context.Context, r *Request, op func(context.Context,
 	switch {
 	case err == nil:
 		b.Success(probe)
+		l.owedDue()
 	case errors.Is(err, ErrContextDone):
 		b.Abandoned(probe)
 		l.opts.Metrics.canceled()
@@ -199,6 +204,12 @@ func (l *Limiter) failed(ctx context.Context, d *Decision, r *Request, err error
 		if ferr == nil && l.turns != nil {
 			l.takeOverTurns(ctx, key, &f)
 		}
+		if ferr == nil && a.Allowed && l.owed != nil {
+			now := l.clock.since(r.Now)
+			if w, ok := l.usage.owedIn(key, r, now); ok {
+				l.owed.Add(key, *r, underOf(r), f.Cost, &w, now)
+			}
+		}
 		if ferr == nil {
 			l.counted(d, &l.fallbackPolicy, ByFallback, &f, &a, err)
 			if f.Cost > f.most() {
@@ -221,7 +232,7 @@ func (l *Limiter) failed(ctx context.Context, d *Decision, r *Request, err error
 // charge of the bucket alone (no quota's window has noWindow for its
 // mark): they start at their time all the same.
 func (l *Limiter) takeOverTurns(ctx context.Context, key []byte, f *Request) {
-	n := l.turns.takeOver(key, l.clock.elapsed())
+	n := l.turns.TakeOver(key, l.clock.elapsed())
 	if n == 0 {
 		return
 	}
@@ -230,6 +241,7 @@ func (l *Limiter) takeOverTurns(ctx context.Context, key []byte, f *Request) {
 	for j := range g.Marks {
 		g.Marks[j] = noWindow
 	}
+	g.Marks[0] = 0 // the bucket's own mark
 	if err := l.fallback.Give(ctx, g); err != nil {
 		l.failures.Record(slog.LevelError, "ratelimit: the fallback failed to count the turns reserved on the counter; they start all the same",
 			slog.String("tenant", logTenant(f.Tenant)), slog.Int64("units", n), slog.Any("err", err))
@@ -239,7 +251,7 @@ func (l *Limiter) takeOverTurns(ctx context.Context, key []byte, f *Request) {
 // noWindow is a mark that names no window (see Count.Mark): a Give with
 // it leaves the limit alone, but for a TokenBucket, which has no
 // windows.
-const noWindow = math.MinInt64
+const noWindow = window.NoWindow
 
 // fallbackRequest is r at the fallback's budget, waiting only as ctx lets
 // it.
@@ -289,6 +301,92 @@ func (l *Limiter) fallbackShare(left int64) int64 {
 		return left
 	}
 	return int64(math.Floor(float64(left) * float64(l.opts.FallbackLimit) / float64(l.opts.Limit)))
+}
+
+// owedDue starts a sweep that charges the store what the fallback
+// admitted while it failed (see chargeOwed), when something is owed and
+// the store has just answered: one at a time, and one a BreakerCooldown
+// at most, so that a store whose servers fail in part (a cluster's node
+// down) is not swept on every answer of the others.
+func (l *Limiter) owedDue() {
+	if l.owed != nil && l.owed.Due(l.clock.elapsed()) {
+		go l.chargeOwed()
+	}
+}
+
+// chargeOwed charges the store what this replica's fallback admitted
+// while the store failed, once, in each limit whose window (or calendar
+// period) is still the one the store last reported before the failure,
+// as Settle charges (see Store's Give): a window that has ended meanwhile
+// is left alone, and nothing is charged into one the store never had. So
+// a month quota counts the requests an outage let through, and no
+// replica counts them twice: each charges only its own, taking them out
+// before it sends the charge. It goes shard by shard, a few keys at once,
+// each through the breaker and under the time rule, as a request's call.
+//
+// The windows are those of the fallback's memory of usage (usageMemory):
+// a tenant the replica had not heard the store answer for (a replica
+// started during the outage, or one that forgot the tenant to stay within
+// its bound) owes nothing, and neither does a token bucket, which refills
+// as time goes (the quotas beside it do). What is owed is bounded as that
+// memory is, and counted in Metrics; a debt dropped to make room goes
+// uncharged (MetricsSnapshot.OwedEvicted), and so does what a replica
+// held when it stopped.
+func (l *Limiter) chargeOwed() {
+	defer func() { l.owed.Swept(l.clock.elapsed() + l.opts.BreakerCooldown) }()
+	const atOnce = 8
+	sem := make(chan struct{}, atOnce)
+	var wg sync.WaitGroup
+	for i := range l.owed.Shards() {
+		for _, it := range l.owed.Take(i, l.clock.elapsed()) {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				l.chargeOne(&it)
+			})
+		}
+	}
+	wg.Wait()
+}
+
+// chargeOne charges the store what one key owes: one Give for each
+// amount owed, in the limits that owe it. A charge that reached no server
+// (the breaker is open, the server cannot be reached) is kept for the
+// next sweep; one that failed after it may have reached the store is not
+// sent again, so as never to count twice, and is logged and counted.
+func (l *Limiter) chargeOne(it *owed.Item[Request, under]) {
+	var charged, unsure int64
+	for {
+		u, marks := it.Next()
+		if u == 0 {
+			break
+		}
+		r := it.Req
+		r.Cost, r.Delay, r.Slot, r.Marks = -u, 0, 0, marks
+		r.Now = l.clock.mono()
+		if r.set != nil && r.set.calendar {
+			r.Now = l.clock.Now() // a calendar period follows the wall clock
+		}
+		_, err := l.call(context.Background(), &r, func(ctx context.Context, r Request) (Answer, error) { return Answer{}, l.store.Give(ctx, r) })
+		if err != nil && notSent(err) {
+			l.owed.PutBack(it, l.clock.elapsed())
+			break
+		}
+		if err != nil {
+			unsure = max(unsure, u)
+			l.failures.Record(slog.LevelError, "ratelimit: counter failed to charge what the fallback admitted; it is not sent again, so as never to count it twice",
+				slog.String("tenant", logTenant(r.Tenant)), slog.String("key", it.Key), slog.Int64("units", u), slog.Any("err", err))
+		} else {
+			charged = max(charged, u)
+		}
+		it.Paid(u)
+	}
+	l.opts.Metrics.owedSettled(charged, unsure)
+}
+
+// notSent reports whether err says that a call reached no server.
+func notSent(err error) bool {
+	return isBreakerOpen(err) || errors.Is(err, ErrContextDone) || causeOf(err) == causeRefused
 }
 
 // countsByTransaction says once, at warning level, that the store counts

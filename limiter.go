@@ -14,6 +14,8 @@ import (
 
 	"github.com/gatewaykit/ratelimit/internal/breaker"
 	"github.com/gatewaykit/ratelimit/internal/door"
+	"github.com/gatewaykit/ratelimit/internal/owed"
+	"github.com/gatewaykit/ratelimit/internal/turns"
 )
 
 // Limiter decides whether a request is within its tenant's budget: Limit
@@ -50,9 +52,13 @@ type Limiter struct {
 	// fallback; nil without one, for a local store, or for InFlight.
 	usage *usageMemory
 
+	// What the fallback admitted, owed to the store (see chargeOwed); nil
+	// where usage is.
+	owed *owed.Table[Request, under]
+
 	// The turns reserved on the store and not started, for the fallback
 	// of a TokenBucket; nil where usage is, or for another algorithm.
-	turns *reservedTurns
+	turns *turns.Table
 
 	// Read once per request.
 	clock clock
@@ -137,8 +143,9 @@ func newLimiter(opts Options, now func() time.Time) *Limiter {
 	}
 	if !l.info.Local && l.fallback != nil && opts.Algorithm != InFlight {
 		l.usage = newUsageMemory(keysBound(opts.Fallback), opts.Metrics)
+		l.owed = owed.New[Request, under](keysBound(opts.Fallback), opts.Metrics.owedChanged)
 		if opts.Algorithm == TokenBucket {
-			l.turns = newReservedTurns(keysBound(opts.Fallback))
+			l.turns = turns.New(keysBound(opts.Fallback))
 		}
 	}
 	if !l.info.Local {
@@ -441,63 +448,4 @@ func (l *Limiter) unreadable(typ reflect.Type) {
 	log.(*throttledLog).Record(slog.LevelError, "ratelimit: the request's tenant is of a type the limiter cannot read; it counts as a request without a tenant",
 		slog.String("type", typ.String()),
 		slog.String("fix", "store the tenant as a string, an integer or a fmt.Stringer (in c.Locals(\"tenant\") for Fiber), or set the middleware's Tenant"))
-}
-
-// Ping checks that the limiter's store works, for a gateway to call at
-// start-up, before it serves: it decides a request on a key of the
-// limiter's own that no tenant has ("rl:#ping", or under its Name), in
-// its algorithm, with its Options.Quotas, at a limit of 1. A RedisCounter
-// first checks that Redis can be reached on every server its client
-// knows, and accepts the client's credentials and database; the request
-// then checks that the server lets it run what the limiter runs. The
-// error carries the server's own words (NOAUTH, WRONGPASS, NOPERM, an
-// unknown database) and what to fix: a misconfigured store then fails
-// the deployment, rather than fail open request after request. ctx
-// bounds the check.
-//
-// A limiter whose tenants may have quotas (Options.Quotas, or PlanFor,
-// whose plans may sell them) on a Redis that keeps nothing across a
-// restart, neither AOF nor RDB snapshots (CONFIG GET appendonly and
-// save), has Ping warn of it, once, in one log line that names the fix:
-// a restart of that Redis gives every tenant its month back (see
-// docs/redis.md, "Persistence"). A server that does not answer CONFIG
-// GET is not warned of.
-func (l *Limiter) Ping(ctx context.Context) error {
-	r := l.base
-	r.probe, r.Limit, r.Window, r.Now = true, 1, time.Millisecond, l.clock.Now()
-	r.Deadline, _ = ctx.Deadline()
-	if r.Algorithm == InFlight {
-		r.Slot = slotSeq.Add(1)
-	}
-	// The quotas' commands too, on keys of the probe's own; at a limit of
-	// 1, a month's key holds 1 until the month ends.
-	r.setQuotas(l.quotas.probeSet())
-	a, err := l.store.Take(ctx, r)
-	if err == nil && a.byTransaction {
-		l.countsByTransaction()
-	}
-	if m, ok := errors.AsType[misconfigured](err); ok {
-		return fmt.Errorf("ratelimit: the counter failed its check: %w; to fix: %s", err, m.Fix())
-	}
-	if err != nil {
-		return fmt.Errorf("ratelimit: the counter failed its check: %w", err)
-	}
-	l.warnVolatile(ctx)
-	return nil
-}
-
-// warnVolatile says once, at warning level, that the Redis the limiter
-// counts quotas in keeps nothing across a restart, and what to do.
-func (l *Limiter) warnVolatile(ctx context.Context) {
-	if l.quotas == nil && l.opts.PlanFor == nil || l.info.volatile == nil || l.saidVolatile.Load() {
-		return
-	}
-	servers := l.info.volatile(ctx)
-	if len(servers) == 0 || !l.saidVolatile.CompareAndSwap(false, true) {
-		return
-	}
-	l.failures.Write(slog.LevelWarn, "ratelimit: Redis keeps nothing across a restart (neither AOF nor RDB snapshots), "+
-		"so a restart of it gives every tenant its quotas back: a spent month starts again from zero",
-		slog.String("fix", "turn on persistence in Redis: appendonly yes (appendfsync everysec), or RDB snapshots (save 60 1000); see docs/redis.md, Persistence"),
-		slog.Any("servers", servers))
 }

@@ -38,6 +38,12 @@ type Metrics struct {
 	remembered        atomic.Int64
 	rememberedEvicted atomic.Uint64
 
+	// What the fallback admitted, owed to the store: the keys that owe,
+	// those dropped while they owed, and the units charged and uncertain
+	// (see MetricsSnapshot).
+	owedKeys                             atomic.Int64
+	owedEvicted, owedCharged, owedUnsure atomic.Uint64
+
 	// Options.Leases: blocks claimed, units given back, units expired.
 	leases [numLeaseCounts]atomic.Uint64
 
@@ -167,6 +173,16 @@ type MetricsSnapshot struct {
 	Remembered        int64
 	RememberedEvicted uint64
 
+	// What the fallback admitted while the store failed, which the
+	// limiter charges to the store when it answers again (see
+	// Options.Fallback): the keys that owe now; those dropped while they
+	// owed, to stay within the bound, whose admissions go uncharged; the
+	// units charged (a request's cost once, whatever its quotas); and the
+	// units whose charge failed in a way that may have reached the store,
+	// which is not sent again, so as never to count twice.
+	OwedKeys                             int64
+	OwedEvicted, OwedCharged, OwedUnsure uint64
+
 	// With Options.Leases: the blocks of hot tenants' budgets that the
 	// limiter claimed from the store; the units of them it gave back
 	// while their windows lasted (a block left unspent for a while); and
@@ -250,6 +266,8 @@ func (m *Metrics) Snapshot() MetricsSnapshot {
 	h.Sum = time.Duration(m.latencySum.Load()).Seconds()
 	s.SlotsTaken, s.SlotsRefused, s.SlotsExpired = m.slots[0].Load(), m.slots[1].Load(), m.slots[2].Load()
 	s.Remembered, s.RememberedEvicted = m.remembered.Load(), m.rememberedEvicted.Load()
+	s.OwedKeys, s.OwedEvicted = m.owedKeys.Load(), m.owedEvicted.Load()
+	s.OwedCharged, s.OwedUnsure = m.owedCharged.Load(), m.owedUnsure.Load()
 	s.LeaseBlocks, s.LeaseUnitsGivenBack = m.leases[leaseBlocks].Load(), m.leases[leaseGivenBack].Load()
 	s.LeaseUnitsExpired = m.leases[leaseExpired].Load()
 	return s
@@ -293,6 +311,32 @@ func (m *Metrics) rememberedChanged(delta int64, evicted uint64) {
 	m.remembered.Add(delta)
 	if evicted > 0 {
 		m.rememberedEvicted.Add(evicted)
+	}
+}
+
+// owedChanged records keys that owe the store what the fallback admitted:
+// held more by delta, and evicted more dropped while they owed.
+func (m *Metrics) owedChanged(delta int64, evicted uint64) {
+	if m == nil {
+		return
+	}
+	m.owedKeys.Add(delta)
+	if evicted > 0 {
+		m.owedEvicted.Add(evicted)
+	}
+}
+
+// owedSettled records units charged to the store, and units whose charge
+// may or may not have reached it.
+func (m *Metrics) owedSettled(charged, unsure int64) {
+	if m == nil {
+		return
+	}
+	if charged > 0 {
+		m.owedCharged.Add(uint64(charged))
+	}
+	if unsure > 0 {
+		m.owedUnsure.Add(uint64(unsure))
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gatewaykit/ratelimit/internal/keyed"
+	"github.com/gatewaykit/ratelimit/internal/owed"
 	"github.com/gatewaykit/ratelimit/internal/window"
 )
 
@@ -81,6 +82,33 @@ func (u *usageMemory) learn(key []byte, r *Request, a *Answer, now time.Duration
 	held := s.Put(key, end, now)
 	e.from, e.capped, e.caps = held.from, held.capped, held.caps // nil for a new key
 	*held = e
+}
+
+// owedIn returns the windows of the store in which what the fallback
+// admits for r (whose key is key) at now is owed: each limit's as the
+// store last reported it, while that window lasts; none for a bucket,
+// which has no windows, or for a limit in which nothing counted. It
+// reports false when there is none.
+func (u *usageMemory) owedIn(key []byte, r *Request, now time.Duration) (w owed.Windows, ok bool) {
+	s := u.m.Lock(key)
+	defer s.Unlock()
+	e, held := s.Get(key, now)
+	if !held || e.under != underOf(r) {
+		return w, false
+	}
+	for j := range w.Marks {
+		w.Marks[j] = noWindow
+	}
+	ls, _ := r.limits()
+	for j := range e.n {
+		c := &e.counts[j]
+		end := e.at + c.Left
+		if ls[j].Kind == window.Bucket && ls[j].Calendar == 0 || c.N == 0 || now >= end {
+			continue
+		}
+		w.Marks[j], w.Lens[j], w.End, ok = c.Mark, c.Length, max(w.End, end), true
+	}
+	return w, ok
 }
 
 // forget drops key's entry: its counts have been reset.

@@ -84,11 +84,15 @@ func (l *Limiter) Settle(ctx context.Context, d Decision, cost int) error {
 		_, err = l.call(ctx, &r, func(ctx context.Context, r Request) (Answer, error) { return Answer{}, store.Give(ctx, r) })
 	}
 	if err == nil {
+		var buf [maxKeyLen]byte
 		if l.refusals != nil && r.Cost > 0 {
 			// A refusal this replica cached for the tenant may no longer
 			// hold.
-			var buf [maxKeyLen]byte
 			l.refusals.forget(r.appendKey(buf[:0]))
+		}
+		if store == l.fallback && l.owed != nil {
+			// What the store is owed of the request changes with it.
+			l.owed.Settle(r.appendKey(buf[:0]), r.Cost, l.clock.elapsed())
 		}
 		return nil
 	}

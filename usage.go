@@ -136,6 +136,7 @@ func (l *Limiter) Reset(ctx context.Context, tenant string) error {
 	}
 	if l.usage != nil {
 		l.usage.forget(r.appendKey(buf[:0]))
+		l.owed.Forget(r.appendKey(buf[:0]))
 	}
 	if l.fallback != nil {
 		f := l.fallbackRequest(ctx, &r)

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/gatewaykit/ratelimit/internal/door"
-	"github.com/gatewaykit/ratelimit/internal/keyed"
 )
 
 // Waiting instead of refusing: a TokenBucket request that does not fit
@@ -123,11 +122,11 @@ func (l *Limiter) await(ctx context.Context, d *Decision, r *Request, cost int, 
 	if l.turns != nil && d.By == ByCounter {
 		key = r.appendKey(buf[:0])
 		now := l.clock.since(r.Now)
-		gen = l.turns.reserve(key, d.cost, now, now+d.wait)
+		gen = l.turns.Reserve(key, d.cost, now, now+d.wait)
 	}
 	err := l.sleep(ctx, d.wait)
 	if key != nil {
-		l.turns.started(key, d.cost, gen, l.clock.elapsed())
+		l.turns.Started(key, d.cost, gen, l.clock.elapsed())
 	}
 	if err != nil {
 		if gerr := l.Release(context.WithoutCancel(ctx), *d); gerr != nil {
@@ -137,67 +136,6 @@ func (l *Limiter) await(ctx context.Context, d *Decision, r *Request, cost int, 
 		return err
 	}
 	return nil
-}
-
-// reservedTurns are the turns this replica reserved on the store and has
-// not started yet, per key, so that when the store fails they count in
-// the fallback's bucket: they still start at their time, and a fallback
-// that did not count them would let as many more through beside them. A
-// TokenBucket limiter with a Fallback keeps them, bounded as the
-// fallback's memory of usage is (see usageMemory); an entry ends with
-// its last turn.
-type reservedTurns struct{ m *keyed.Map[turns] }
-
-// turns are one key's: the units reserved, the start of the last, and
-// their generation, which a fallback that takes them over ends.
-type turns struct {
-	units int64
-	last  time.Duration
-	gen   uint64
-}
-
-func newReservedTurns(bound int) *reservedTurns { return &reservedTurns{keyed.New[turns](bound, nil)} }
-
-// reserve records, at now, a turn of cost units for key that starts at
-// start (both since the limiter's epoch), and returns the generation it
-// is in.
-func (t *reservedTurns) reserve(key []byte, cost int64, now, start time.Duration) uint64 {
-	s := t.m.Lock(key)
-	defer s.Unlock()
-	e, ok := s.Get(key, now)
-	if !ok {
-		e = s.Put(key, start, now)
-	}
-	e.units += cost
-	e.last = max(e.last, start)
-	s.Put(key, e.last, now)
-	return e.gen
-}
-
-// started records, at now, that a turn of cost units reserved in
-// generation gen has started (or was given up): it is no longer to come,
-// unless a fallback has taken it over already.
-func (t *reservedTurns) started(key []byte, cost int64, gen uint64, now time.Duration) {
-	s := t.m.Lock(key)
-	defer s.Unlock()
-	if e, ok := s.Get(key, now); ok && e.gen == gen {
-		e.units -= cost
-	}
-}
-
-// takeOver returns the units of key's turns still to come at now, for
-// the fallback to count, which then has them: a later call returns them
-// no more.
-func (t *reservedTurns) takeOver(key []byte, now time.Duration) int64 {
-	s := t.m.Lock(key)
-	defer s.Unlock()
-	e, ok := s.Get(key, now)
-	if !ok || e.units <= 0 {
-		return 0
-	}
-	n := e.units
-	e.units, e.gen = 0, e.gen+1
-	return n
 }
 
 // sleep waits for d, or until ctx ends, whose error it then returns. A

@@ -4,10 +4,12 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"net"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -190,13 +192,15 @@ func TestWaitOnTheFallbacksBucket(t *testing.T) {
 
 // switchStore is a MemoryCounter that is not local, as Redis is not (the
 // limiter keeps its breaker, its memory of usage and its reserved turns
-// for it), and that fails while down.
+// for it), and that fails while down (its Give also while giveDown, when
+// set), as a server that refuses connections does.
 type switchStore struct {
 	*MemoryCounter
-	down *atomic.Bool
+	down, giveDown *atomic.Bool
+	refusedGives   *atomic.Int64 // counts the Gives refused, when set
 }
 
-var errSwitchedOff = errors.New("connection refused")
+var errSwitchedOff = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 
 func (s switchStore) Attach(r Request) (StoreInfo, error) {
 	_, err := s.MemoryCounter.Attach(r)
@@ -211,7 +215,10 @@ func (s switchStore) Take(ctx context.Context, r Request) (Answer, error) {
 }
 
 func (s switchStore) Give(ctx context.Context, r Request) error {
-	if s.down.Load() {
+	if s.down.Load() || s.giveDown != nil && s.giveDown.Load() {
+		if s.refusedGives != nil {
+			s.refusedGives.Add(1)
+		}
 		return errSwitchedOff
 	}
 	return s.MemoryCounter.Give(ctx, r)
@@ -237,7 +244,7 @@ func TestWaitCountsReservedTurnsInTheFallback(t *testing.T) {
 			// 10 a second, a burst of 1; the fallback's share 5 a second, a
 			// burst of 1.
 			lim := newLimiter(Options{Limit: 10, Window: time.Second, Burst: 1, Algorithm: TokenBucket,
-				Counter: switchStore{newMemoryCounter(clock.Now), down}, Fallback: newMemoryCounter(clock.Now), FallbackLimit: 5,
+				Counter: switchStore{newMemoryCounter(clock.Now), down, nil, nil}, Fallback: newMemoryCounter(clock.Now), FallbackLimit: 5,
 				Logger: newLogRecorder().logger()}, clock.Now)
 			var mu sync.Mutex
 			var sleeps []time.Duration

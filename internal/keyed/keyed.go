@@ -79,6 +79,33 @@ func (m *Map[V]) Len() (n int) {
 	return n
 }
 
+// Shards is how many shards m has, for TakeShard.
+func (m *Map[V]) Shards() int { return len(m.shards) }
+
+// An Item is a key and its entry, taken out of a Map.
+type Item[V any] struct {
+	Key string
+	End time.Duration
+	V   V
+}
+
+// TakeShard takes every entry of shard i out of m and returns those that
+// have not ended at now.
+func (m *Map[V]) TakeShard(i int, now time.Duration) []Item[V] {
+	s := &m.shards[i]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	items := make([]Item[V], 0, len(s.m))
+	for k, e := range s.m {
+		if now < e.end {
+			items = append(items, Item[V]{k, e.end, e.v})
+		}
+	}
+	s.count(-int64(len(s.m)), 0)
+	clear(s.m)
+	return items
+}
+
 // Get returns key's entry, which the caller may change while s is locked,
 // unless it has ended at now: it is dropped then.
 func (s *Shard[V]) Get(key []byte, now time.Duration) (*V, bool) {

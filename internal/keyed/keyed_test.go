@@ -91,6 +91,31 @@ func TestEntriesEnd(t *testing.T) {
 	}
 }
 
+// TakeShard takes every entry out of each shard, returning the live ones
+// with their keys and ends, and the count says they are gone.
+func TestTakeShard(t *testing.T) {
+	var c counter
+	m := New[int](4096, c.changed) // two shards
+	for i := range 100 {
+		put(m, strconv.Itoa(i), i, time.Duration(i)*time.Second, 0)
+	}
+	got := map[string]int{}
+	for i := range m.Shards() {
+		for _, it := range m.TakeShard(i, 50*time.Second) {
+			if it.End != time.Duration(it.V)*time.Second {
+				t.Errorf("%s: ends at %v, want %v", it.Key, it.End, time.Duration(it.V)*time.Second)
+			}
+			got[it.Key] = it.V
+		}
+	}
+	if len(got) != 49 || got["51"] != 51 || got["99"] != 99 {
+		t.Errorf("took %d entries (%v); want the 49 live at 50s, 51 to 99", len(got), got)
+	}
+	if _, ok := got["50"]; ok || m.Len() != 0 || c.held != 0 {
+		t.Errorf("after taking every shard: 50, ended, taken %v, %d in the map, %d held by the count; want none", ok, m.Len(), c.held)
+	}
+}
+
 // A new key that finds its shard full makes room: the entries that have
 // ended go first, uncounted as evictions; then, if less than an eighth of
 // the share is free, the live ones that end soonest, counted, until an

@@ -1,0 +1,159 @@
+package ratelimit
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// outage is a limiter with a Fallback whose store (a switchStore) goes
+// down and comes back, on a fake clock: 10 a minute, 100 a month, the
+// fallback's share half of each.
+type outage struct {
+	lim            *Limiter
+	clock          *fakeClock
+	m              *Metrics
+	down, giveDown *atomic.Bool
+	refusedGives   *atomic.Int64
+}
+
+func newOutage(t *testing.T, fallbackOpts ...MemoryOption) *outage {
+	o := &outage{clock: newFakeClock(), m: &Metrics{}, down: &atomic.Bool{}, giveDown: &atomic.Bool{}, refusedGives: &atomic.Int64{}}
+	o.lim = newLimiter(Options{Limit: 10, Window: time.Minute, Quotas: []Quota{{Name: "month", Limit: 100, Calendar: CalendarMonth}},
+		Counter:  switchStore{newMemoryCounter(o.clock.Now), o.down, o.giveDown, o.refusedGives},
+		Fallback: newMemoryCounter(o.clock.Now, fallbackOpts...), FallbackLimit: 5, Metrics: o.m,
+		Logger: newLogRecorder().logger()}, o.clock.Now)
+	return o
+}
+
+// take has tenant send n requests, and checks each was allowed by by.
+func (o *outage) take(t *testing.T, tenant string, n int, by Decider) []Decision {
+	t.Helper()
+	var ds []Decision
+	for i := range n {
+		d := o.lim.Take(context.Background(), tenant)
+		if !d.Allowed || d.By != by {
+			t.Fatalf("request %d of %s: %+v; want allowed by %v", i+1, tenant, d, by)
+		}
+		ds = append(ds, d)
+	}
+	return ds
+}
+
+// settled waits until the limiter owes the store nothing and has charged
+// it charged units in all, and returns its metrics then. Each round, a
+// request of another tenant answered by the store starts a sweep, which
+// runs on a goroutine of its own, the clock past the sweeps' cool-down;
+// the bound is no time the test measures, only how long it waits before
+// it gives up.
+func (o *outage) settled(t *testing.T, charged uint64) MetricsSnapshot {
+	t.Helper()
+	for start := time.Now(); ; time.Sleep(time.Millisecond) {
+		s := o.m.Snapshot()
+		if s.OwedKeys == 0 && s.OwedCharged >= charged {
+			return s
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("not settled after 10 s: %+v", s)
+		}
+		o.clock.Advance(2 * time.Second)
+		o.lim.Take(context.Background(), "trigger")
+	}
+}
+
+// What the fallback admits while the store is down is charged to the
+// store once it answers again, in the windows it was admitted in: the
+// minute's and the month's, which Usage then counts; a second recovery
+// charges nothing more.
+func TestOutageAdmissionsAreCharged(t *testing.T) {
+	o := newOutage(t)
+	o.take(t, "acme", 3, ByCounter)
+	o.down.Store(true)
+	o.take(t, "acme", 2, ByFallback)
+	if s := o.m.Snapshot(); s.OwedKeys != 1 {
+		t.Fatalf("during the outage: %d keys owe; want 1", s.OwedKeys)
+	}
+	o.down.Store(false)
+	s := o.settled(t, 2)
+	expectUsed(t, o.lim, "acme", 5, 5)
+	if s.OwedCharged != 2 || s.OwedUnsure != 0 {
+		t.Errorf("%d units charged, %d unsure; want 2, 0", s.OwedCharged, s.OwedUnsure)
+	}
+	o.settled(t, 2) // later sweeps charge nothing more
+	expectUsed(t, o.lim, "acme", 5, 5)
+}
+
+// A limit whose window ends during the outage is charged nothing more
+// (nothing is charged into a window the store never had, nor into one
+// that has ended), while the month, whose period runs on, is charged all.
+func TestOutageAdmissionsSkipAnEndedWindow(t *testing.T) {
+	o := newOutage(t)
+	o.take(t, "acme", 3, ByCounter)
+	o.down.Store(true)
+	o.take(t, "acme", 2, ByFallback)
+	o.clock.Advance(61 * time.Second) // the minute learned has ended
+	o.take(t, "acme", 2, ByFallback)
+	o.down.Store(false)
+	s := o.settled(t, 4)
+	expectUsed(t, o.lim, "acme", 0, 7)
+	if s.OwedCharged != 4 {
+		t.Errorf("%d units charged; want 4, the month's", s.OwedCharged)
+	}
+}
+
+// A charge that reached no server is kept, and charged by a later sweep;
+// a Release of what the fallback admitted takes it off what is owed.
+func TestOutageChargeKeptUntilItIsSent(t *testing.T) {
+	o := newOutage(t)
+	o.take(t, "acme", 3, ByCounter)
+	o.down.Store(true)
+	ds := o.take(t, "acme", 3, ByFallback)
+	if err := o.lim.Release(context.Background(), ds[2]); err != nil {
+		t.Fatal(err)
+	}
+	o.giveDown.Store(true) // Takes are answered, charges refused
+	o.down.Store(false)
+	for start := time.Now(); o.refusedGives.Load() == 0 || o.m.Snapshot().OwedKeys != 1; time.Sleep(time.Millisecond) {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("no charge refused and kept after 10 s: %+v", o.m.Snapshot())
+		}
+		o.lim.Take(context.Background(), "trigger")
+	}
+	if s := o.m.Snapshot(); s.OwedCharged != 0 {
+		t.Fatalf("after a refused charge: %d units charged; want 0", s.OwedCharged)
+	}
+	expectUsed(t, o.lim, "acme", 3, 3)
+	o.giveDown.Store(false)
+	s := o.settled(t, 2)
+	expectUsed(t, o.lim, "acme", 5, 5)
+	if s.OwedCharged != 2 {
+		t.Errorf("%d units charged; want 2, the third given back", s.OwedCharged)
+	}
+}
+
+// What is owed is bounded by the Fallback's MaxKeys, and a debt dropped
+// to make room is counted.
+func TestOutageChargesAreBounded(t *testing.T) {
+	o := newOutage(t, MaxKeys(2))
+	o.take(t, "a", 1, ByCounter)
+	o.take(t, "b", 1, ByCounter)
+	o.down.Store(true)
+	o.take(t, "a", 1, ByFallback)
+	o.take(t, "b", 1, ByFallback)
+	// The store answers a third tenant, and refuses the charges, which
+	// stay owed.
+	o.giveDown.Store(true)
+	o.down.Store(false)
+	o.take(t, "c", 1, ByCounter)
+	for start := time.Now(); o.refusedGives.Load() < 2 || o.m.Snapshot().OwedKeys != 2; time.Sleep(time.Millisecond) {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("the charges not refused and kept after 10 s: %+v", o.m.Snapshot())
+		}
+	}
+	o.down.Store(true)
+	o.take(t, "c", 1, ByFallback)
+	if s := o.m.Snapshot(); s.OwedKeys > 2 || s.OwedEvicted == 0 {
+		t.Errorf("3 tenants owing under a bound of 2: %d keys held, %d evicted; want at most 2, one evicted", s.OwedKeys, s.OwedEvicted)
+	}
+}
