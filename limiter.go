@@ -143,7 +143,9 @@ func newLimiter(opts Options, now func() time.Time) *Limiter {
 	}
 	if !l.info.Local && l.fallback != nil && opts.Algorithm != InFlight {
 		l.usage = newUsageMemory(keysBound(opts.Fallback), opts.Metrics)
-		l.owed = owed.New[Request, under](keysBound(opts.Fallback), opts.Metrics.owedChanged)
+		if !l.incrOnly { // a store that counts by Incr alone cannot be charged
+			l.owed = owed.New[Request, under](keysBound(opts.Fallback), opts.Metrics.owedChanged)
+		}
 		if opts.Algorithm == TokenBucket {
 			l.turns = turns.New(keysBound(opts.Fallback))
 		}

@@ -136,7 +136,9 @@ func (l *Limiter) Reset(ctx context.Context, tenant string) error {
 	}
 	if l.usage != nil {
 		l.usage.forget(r.appendKey(buf[:0]))
-		l.owed.Forget(r.appendKey(buf[:0]))
+		if l.owed != nil {
+			l.owed.Forget(r.appendKey(buf[:0]))
+		}
 	}
 	if l.fallback != nil {
 		f := l.fallbackRequest(ctx, &r)

@@ -64,6 +64,17 @@
 //     that the bound is too small for the tenants: each such tenant is
 //     decided by the fallback from zero during an outage. A limiter
 //     without a Fallback exports zeros.
+//   - ratelimit_fallback_owed_keys, a gauge,
+//     ratelimit_fallback_owed_evicted_total, a counter, and
+//     ratelimit_fallback_owed_units_total{event}, a counter: what a
+//     limiter's fallback admitted while the store failed, which the
+//     limiter charges to the store once it answers again (see
+//     ratelimit.Options.Fallback): the keys that owe now; those dropped
+//     while they owed, to stay within the fallback's bound, whose
+//     admissions go uncharged; and the units charged (event="charged")
+//     or whose charge failed after it may have reached the store, which
+//     is not sent again (event="unsure"). A limiter without a Fallback
+//     exports zeros.
 //
 // A MemoryCounter is not a limiter's own (limiters may share one, or have
 // one as their Fallback), so it is added by itself, under a name of its
@@ -127,6 +138,15 @@ var (
 	rememberedEvictedDesc = prometheus.NewDesc("ratelimit_fallback_remembered_evicted_total",
 		"Keys whose usage the limiter dropped while they held, to stay within its fallback's bound (MaxKeys).",
 		[]string{"limiter"}, nil)
+	owedKeysDesc = prometheus.NewDesc("ratelimit_fallback_owed_keys",
+		"Keys that owe the store what the limiter's fallback admitted while the store failed, charged when it answers again.",
+		[]string{"limiter"}, nil)
+	owedEvictedDesc = prometheus.NewDesc("ratelimit_fallback_owed_evicted_total",
+		"Keys whose debt to the store the limiter dropped, to stay within its fallback's bound (MaxKeys): what they owed goes uncharged.",
+		[]string{"limiter"}, nil)
+	owedUnitsDesc = prometheus.NewDesc("ratelimit_fallback_owed_units_total",
+		"Units the fallback admitted while the store failed, by event: charged to the store once it answered, or unsure (the charge failed after it may have reached the store, and is not sent again).",
+		[]string{"limiter", "event"}, nil)
 	leaseBlocksDesc = prometheus.NewDesc("ratelimit_lease_blocks_total",
 		"Blocks of hot tenants' budgets that the limiter claimed from its store (Options.Leases).",
 		[]string{"limiter"}, nil)
@@ -220,6 +240,9 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- slotsDesc
 	ch <- rememberedDesc
 	ch <- rememberedEvictedDesc
+	ch <- owedKeysDesc
+	ch <- owedEvictedDesc
+	ch <- owedUnitsDesc
 	ch <- leaseBlocksDesc
 	ch <- leaseUnitsDesc
 	ch <- evictedDesc
@@ -289,6 +312,10 @@ func collect(ch chan<- prometheus.Metric, name string, s ratelimit.MetricsSnapsh
 
 	ch <- prometheus.MustNewConstMetric(rememberedDesc, prometheus.GaugeValue, float64(s.Remembered), name)
 	ch <- prometheus.MustNewConstMetric(rememberedEvictedDesc, prometheus.CounterValue, float64(s.RememberedEvicted), name)
+	ch <- prometheus.MustNewConstMetric(owedKeysDesc, prometheus.GaugeValue, float64(s.OwedKeys), name)
+	ch <- prometheus.MustNewConstMetric(owedEvictedDesc, prometheus.CounterValue, float64(s.OwedEvicted), name)
+	ch <- prometheus.MustNewConstMetric(owedUnitsDesc, prometheus.CounterValue, float64(s.OwedCharged), name, "charged")
+	ch <- prometheus.MustNewConstMetric(owedUnitsDesc, prometheus.CounterValue, float64(s.OwedUnsure), name, "unsure")
 
 	ch <- prometheus.MustNewConstMetric(leaseBlocksDesc, prometheus.CounterValue, float64(s.LeaseBlocks), name)
 	ch <- prometheus.MustNewConstMetric(leaseUnitsDesc, prometheus.CounterValue, float64(s.LeaseUnitsGivenBack), name, "given-back")

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -428,6 +429,59 @@ ratelimit_fallback_remembered_evicted_total{limiter="none"} 0
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
 		"ratelimit_fallback_remembered_keys", "ratelimit_fallback_remembered_evicted_total"); err != nil {
 		t.Error(err)
+	}
+}
+
+// remoteMemory is a MemoryCounter that is not local, as Redis is not (the
+// limiter remembers usage for its fallback), and that fails while down.
+type remoteMemory struct {
+	*ratelimit.MemoryCounter
+	down *atomic.Bool
+}
+
+func (s remoteMemory) Attach(r ratelimit.Request) (ratelimit.StoreInfo, error) {
+	_, err := s.MemoryCounter.Attach(r)
+	return ratelimit.StoreInfo{}, err
+}
+
+func (s remoteMemory) Take(ctx context.Context, r ratelimit.Request) (ratelimit.Answer, error) {
+	if s.down.Load() {
+		return ratelimit.Answer{}, errors.New("down")
+	}
+	return s.MemoryCounter.Take(ctx, r)
+}
+
+func (s remoteMemory) Give(ctx context.Context, r ratelimit.Request) error {
+	if s.down.Load() {
+		return errors.New("down")
+	}
+	return s.MemoryCounter.Give(ctx, r)
+}
+
+// What the fallback admitted while the store failed: owed by one key
+// during the outage, charged once the store answers.
+func TestOwed(t *testing.T) {
+	down := &atomic.Bool{}
+	l, m := limiter(ratelimit.Options{Counter: remoteMemory{ratelimit.NewMemoryCounter(), down}, Limit: 10,
+		Fallback: ratelimit.NewMemoryCounter(), FallbackLimit: 5})
+	take(l, 2)
+	down.Store(true)
+	take(l, 3)
+	c := NewCollector()
+	c.Add("fallback", m)
+	if got := value(t, c, "ratelimit_fallback_owed_keys", "limiter", "fallback"); got != 1 {
+		t.Errorf("during the outage: %v keys owe, want 1", got)
+	}
+	down.Store(false)
+	for start := time.Now(); value(t, c, "ratelimit_fallback_owed_units_total", "limiter", "fallback", "event", "charged") != 3; {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("not charged within 10 s: %+v", m.Snapshot())
+		}
+		l.Take(context.Background(), "trigger")
+		time.Sleep(time.Millisecond)
+	}
+	if got := value(t, c, "ratelimit_fallback_owed_keys", "limiter", "fallback"); got != 0 {
+		t.Errorf("once charged: %v keys owe, want 0", got)
 	}
 }
 
