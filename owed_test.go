@@ -2,9 +2,14 @@ package ratelimit
 
 import (
 	"context"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/gatewaykit/ratelimit/internal/testkit/redistest"
 )
 
 // outage is a limiter with a Fallback whose store (a switchStore) goes
@@ -155,5 +160,76 @@ func TestOutageChargesAreBounded(t *testing.T) {
 	o.take(t, "c", 1, ByFallback)
 	if s := o.m.Snapshot(); s.OwedKeys > 2 || s.OwedEvicted == 0 {
 		t.Errorf("3 tenants owing under a bound of 2: %d keys held, %d evicted; want at most 2, one evicted", s.OwedKeys, s.OwedEvicted)
+	}
+}
+
+// Three replicas on one Redis that keeps its data across a restart
+// (appendonly, fsync always): a tenant spends 40 of its month of 100 on
+// Redis, Redis is killed, the replicas' fallbacks serve 30 more, and
+// Redis comes back on its port. Each replica charges what its fallback
+// served once Redis answers it: Usage then counts all 70, none twice, in
+// the month and in the main limit's window, which runs on.
+func TestOutageAdmissionsAreChargedAcrossReplicas(t *testing.T) {
+	skipIfShort(t)
+	if !haveRedisServer() {
+		skipWithoutServer(t, "the test restarts a redis-server of its own and it is not on PATH: "+howToRunRedisTests)
+	}
+	dir := t.TempDir()
+	persist := []string{"--appendonly", "yes", "--appendfsync", "always", "--dir", dir}
+	start := func(port int) *redistest.Server {
+		srv, _, err := redistest.StartOn(port, false, persist...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.Stop)
+		return srv
+	}
+	port, err := freePort(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := start(port)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	var replicas []*Limiter
+	var metrics []*Metrics
+	for range 3 {
+		m := &Metrics{}
+		replicas = append(replicas, NewLimiter(Options{Counter: NewRedisCounter(rdb), Limit: 1000, Window: time.Hour,
+			Quotas: []Quota{{Name: "month", Limit: 100, Calendar: CalendarMonth}}, Fallback: NewMemoryCounter(), FallbackLimit: 333,
+			StoreTimeout: 2 * time.Second, Metrics: m, Logger: slog.New(slog.DiscardHandler)}))
+		metrics = append(metrics, m)
+	}
+	tenant := uniqueTenant(t)
+	served := func(by Decider, n int) {
+		t.Helper()
+		for k := range n {
+			if d := replicas[k%3].Take(ctx, tenant); !d.Allowed || d.By != by {
+				t.Fatalf("request %d on replica %d: %+v; want allowed by %v", k, k%3, d, by)
+			}
+		}
+	}
+	served(ByCounter, 40)
+	srv.Stop()
+	served(ByFallback, 30)
+	start(port)
+	for i, lim := range replicas {
+		for begin := time.Now(); ; time.Sleep(10 * time.Millisecond) {
+			lim.Take(ctx, tenant+"-other") // an answer of Redis's starts the charge
+			if s := metrics[i].Snapshot(); s.OwedKeys == 0 && s.OwedCharged == 10 {
+				break
+			}
+			if time.Since(begin) > 20*time.Second {
+				t.Fatalf("replica %d has not charged its 10 within 20 s: %+v", i, metrics[i].Snapshot())
+			}
+		}
+	}
+	us, err := replicas[0].Usage(ctx, tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if us[0].Used != 70 || us[1].Used != 70 {
+		t.Errorf("after the outage: %+v; want 70 used in the hour and in the month, the fallbacks' 30 included", us)
 	}
 }
