@@ -200,10 +200,10 @@ func (l *Limiter) failed(ctx context.Context, d *Decision, r *Request, err error
 				return
 			}
 		}
-		a, ferr := l.askFallback(ctx, &f)
-		if ferr == nil && l.turns != nil {
+		if l.turns != nil {
 			l.takeOverTurns(ctx, key, &f)
 		}
+		a, ferr := l.askFallback(ctx, &f)
 		if ferr == nil && a.Allowed && l.owed != nil {
 			now := l.clock.since(r.Now)
 			if w, ok := l.usage.owedIn(key, r, now); ok {

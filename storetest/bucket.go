@@ -65,6 +65,9 @@ func bucketGiveAndCharge(s *subject) {
 		s.t.Fatal(err)
 	}
 	s.expect("after a reset", s.read(r), true, 0)
+	r.Cost = -10 // a bucket the store no longer holds is full, and a charge puts it in debt
+	s.give(r, took)
+	s.expect("10 charged in a bucket reset", s.read(r), true, 10)
 }
 
 func bucketDelay(s *subject) {

@@ -35,7 +35,7 @@ var cases = []testCase{
 	{"slots in flight are freed by a give-back or when their lease ends", inFlightLeases},
 	{"concurrent callers get exactly the limit", concurrentExact},
 	{"a token bucket holds its burst, refills at its rate, and a refusal spends nothing", bucketBurstAndRate},
-	{"a token bucket's give-back never fills it past full, and a charge goes past empty", bucketGiveAndCharge},
+	{"a token bucket's give-back never fills it past full, and a charge goes past empty, of a bucket not held too", bucketGiveAndCharge},
 	{"a token bucket reserves a turn within the request's Delay, and later callers queue behind it", bucketDelay},
 	{"a mark that names no window leaves a limit alone, a token bucket too", bucketNoWindow},
 	{"Attach accepts a limiter", attach},

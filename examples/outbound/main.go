@@ -11,7 +11,9 @@
 //
 // Each process runs WORKERS workers (default 3) for JOBS calls in all
 // (default 15), and prints when each call went out. Two processes on one
-// Redis print calls that, merged, are still 200 ms apart.
+// Redis print calls that, merged, are still 200 ms apart. When Redis
+// fails, each process keeps to its share of the rate (PROCESSES, default
+// 1, processes share it): Wait never lets a call through unmetered.
 package main
 
 import (
@@ -64,10 +66,11 @@ func newLimiter(counter ratelimit.Counter) *ratelimit.Limiter {
 		Limit:     rate,
 		Window:    time.Second,
 		Burst:     burst,
-		// A worker that cannot reach Redis waits for nobody: with a
-		// fallback in memory, each process keeps to a share of the rate.
+		// A worker that cannot reach Redis waits its turn in a fallback
+		// in memory, at this process's share of the rate: PROCESSES
+		// processes share the provider's 5 a second.
 		Fallback:      ratelimit.NewMemoryCounter(),
-		FallbackLimit: rate,
+		FallbackLimit: max(1, rate/envInt("PROCESSES", 1)),
 	})
 }
 
@@ -120,21 +123,13 @@ func run(ctx context.Context, lim *ratelimit.Limiter, workers, jobs int, do func
 	return calls
 }
 
-// wait waits for a turn on lim. While the store cannot be reached, the
-// fallback decides without waiting: a refusal then says when to try
-// again, which wait does.
+// wait waits for a turn on lim. While the store cannot be reached, Wait
+// waits for a turn in the fallback's bucket, this process's share of the
+// rate; it never lets a call through unmetered, so that the provider is
+// never flooded: without a fallback it would return the store's error.
 func wait(ctx context.Context, lim *ratelimit.Limiter) error {
-	for {
-		d, err := lim.Wait(ctx, apiKey)
-		if err == nil || d.By != ratelimit.ByFallback || d.RetryAfter == 0 {
-			return err
-		}
-		select {
-		case <-time.After(d.RetryAfter):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	_, err := lim.Wait(ctx, apiKey)
+	return err
 }
 
 // callAPI stands for the third party's API.

@@ -16,10 +16,21 @@ import (
 // c.Cost charges -c.Cost in those windows instead, past the limit if need
 // be; nothing is charged into a window that has ended or one that came
 // after. A window is named exactly, by its end (a fixed window), its start
-// (a sliding one) or its period's start (a calendar quota).
+// (a sliding one) or its period's start (a calendar quota). A bucket has
+// no windows: one this store no longer holds is full, and a charge puts
+// it in debt, as RedisCounter's does.
 func (m *Store) Give(key []byte, c *window.Call) error {
 	if m.closed.Load() {
 		return ErrClosed
+	}
+	if c.Main.Kind == window.Bucket && c.Quotas == nil && c.Cost < 0 && c.Marks[0] != window.NoWindow {
+		now := Nanos(c.Now)
+		b := c.Main.Bucket()
+		w, err := m.bucket(key, &b, now, micros(now))
+		if err == nil {
+			giveBucket(w, &c.Main, c.Cost, now)
+		}
+		return err
 	}
 	w := m.peek(key)
 	if w == nil {
