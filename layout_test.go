@@ -106,9 +106,12 @@ func TestExportedNames(t *testing.T) {
 // own code is the public faces, the Limiter, the doors and the headers,
 // and the one Store in front of a Store, lease.go, which names the
 // package's Request and Answer and so cannot live under internal/ (its
-// blocks do): 5,500 lines until leases, 5,800 since.
+// blocks do): 5,500 lines until leases, 5,800 since, 6,150 since the
+// fallback counts Wait's turns and charges the store what it admitted
+// (their tables are under internal/: turns, owed). The seam's types in a
+// package of their own, as database/sql/driver's are, take it back down.
 func TestFileSizes(t *testing.T) {
-	const maxLines, maxRoot = 500, 5800
+	const maxLines, maxRoot = 500, 6150
 	root := 0
 	err := filepath.WalkDir(".", func(path string, e os.DirEntry, err error) error {
 		if err != nil {
