@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -71,6 +73,52 @@ func (o *outageReplicas) spend(t *testing.T, tenant string, used int) (left [3]i
 func (o *outageReplicas) kill() {
 	o.srv.Stop()
 	o.clock.Advance(maxRefusalAge + time.Second)
+}
+
+// remoteMemory is a MemoryCounter that says it is not local, as a store
+// across the network does: the Limiter calls it through its breaker, with
+// its over-limit cache and leases' slack, and remembers its answers for
+// the fallback. On a fake clock it stands for Redis without the waiting.
+// While down is set, every call fails as a refused connection; takes
+// counts the calls of Take.
+type remoteMemory struct {
+	*MemoryCounter
+	down  atomic.Bool
+	takes atomic.Int64
+}
+
+var errRemoteDown = fmt.Errorf("dial tcp 10.0.0.1:6379: %w", syscall.ECONNREFUSED)
+
+func newRemoteMemory(clock *fakeClock) *remoteMemory {
+	return &remoteMemory{MemoryCounter: newMemoryCounter(clock.Now)}
+}
+
+func (m *remoteMemory) Attach(r Request) (StoreInfo, error) {
+	info, err := m.MemoryCounter.Attach(r)
+	info.Local = false
+	return info, err
+}
+
+func (m *remoteMemory) Take(ctx context.Context, r Request) (Answer, error) {
+	m.takes.Add(1)
+	if m.down.Load() {
+		return Answer{}, errRemoteDown
+	}
+	return m.MemoryCounter.Take(ctx, r)
+}
+
+func (m *remoteMemory) Give(ctx context.Context, r Request) error {
+	if m.down.Load() {
+		return errRemoteDown
+	}
+	return m.MemoryCounter.Give(ctx, r)
+}
+
+func (m *remoteMemory) Reset(ctx context.Context, r Request) error {
+	if m.down.Load() {
+		return errRemoteDown
+	}
+	return m.MemoryCounter.Reset(ctx, r)
 }
 
 // A sold budget outlives an outage: three replicas whose Redis dies decide
