@@ -109,6 +109,29 @@ func TestTokenBucketWithQuotas(t *testing.T) {
 	})
 }
 
+// A bucket beside a quota reserves a waiter's turn as a bucket alone
+// does: at 10 a second, Burst 1, two callers of Wait after a request each
+// get a turn (a tenth of a second apart), counted in the quota too, on
+// every store; a bound that left the delay out would refuse them.
+func TestTokenBucketWaitWithQuotas(t *testing.T) {
+	opts := Options{Limit: 10, Window: time.Second, Burst: 1, Quotas: []Quota{{Name: "hour", Limit: 100, Window: time.Hour}}}
+	eachBucketSubject(t, opts, func(t *testing.T, lims []*Limiter, tenant string, _ func(time.Duration)) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if d := lims[0].Take(ctx, tenant); !d.Allowed {
+			t.Fatalf("the first: %+v; want allowed", d)
+		}
+		for i := range 2 {
+			if d, err := lims[1+i].Wait(ctx, tenant); err != nil || !d.Allowed {
+				t.Fatalf("wait %d: %+v, %v; want allowed in its turn", i+1, d, err)
+			}
+		}
+		if u, err := lims[0].Usage(ctx, tenant); err != nil || len(u) != 2 || u[1].Used != 3 {
+			t.Fatalf("Usage: %+v, %v; want the quota at 3", u, err)
+		}
+	})
+}
+
 // A plan's Burst (or its Limit, when it has none and Options has none)
 // is the tenant's; shadow mode lets through what the bucket refuses.
 func TestTokenBucketPlansAndShadow(t *testing.T) {

@@ -127,6 +127,16 @@ func TestHeadersOverEarlierFields(t *testing.T) {
 			},
 		},
 		{
+			// As few left and a reset as soon: the first to write keeps
+			// the fields.
+			name:    "a tie on what is left and when",
+			earlier: map[string]string{hLimit: "500", hRemaining: "99", hReset: "60", hPolicy: `"global";q=500;w=60`, hRateLimit: `"global";r=99;t=60`},
+			want: map[string]string{
+				hLimit: "500", hRemaining: "99", hReset: "60",
+				hPolicy: `"global";q=500;w=60, "route";q=100;w=60`, hRateLimit: `"global";r=99;t=60, "route";r=99;t=60`,
+			},
+		},
+		{
 			name:    "a looser one's",
 			earlier: map[string]string{hLimit: "5000", hRemaining: "4000", hReset: "1", hPolicy: `"global";q=5000;w=10`},
 			want: map[string]string{

@@ -228,6 +228,46 @@ func TestLeasesGiveBackAndExpire(t *testing.T) {
 	}
 }
 
+// A store that is not local (Redis) counts in whole milliseconds and may
+// end a window up to one sooner than the time it said was left: a block
+// of its budget stops being spent a millisecond before that end, and the
+// store decides the request. On a remote store of a fake clock, whose
+// window of a minute starts with the tenant's first request. (A block
+// that the idle check gave back meanwhile, on a slow run, says nothing:
+// the store decides its requests anyway. Such a run is tried again.)
+func TestLeasesStopAMillisecondBeforeARemoteWindowEnds(t *testing.T) {
+	for attempt := 1; ; attempt++ {
+		clock := newFakeClock()
+		store, m := newRemoteMemory(clock), &Metrics{}
+		lim := newLimiter(Options{Counter: store, Limit: 1000, Window: time.Minute, Leases: true, Metrics: m,
+			Logger: newLogRecorder().logger()}, clock.Now)
+		ctx := context.Background()
+		for range 20 {
+			if d := lim.Take(ctx, "hot"); !d.Allowed {
+				t.Fatalf("%+v; want allowed", d)
+			}
+		}
+		if s := m.Snapshot(); s.LeaseBlocks == 0 {
+			t.Fatal("20 requests at once claimed no block")
+		}
+		clock.Advance(time.Minute - time.Millisecond)
+		before, takes := m.Snapshot(), store.takes.Load()
+		if before.LeaseUnitsGivenBack+before.LeaseUnitsExpired != 0 {
+			if attempt == 5 {
+				t.Fatal("in 5 attempts the idle check ended each block before the window's end: the test tested nothing")
+			}
+			continue
+		}
+		if d := lim.Take(ctx, "hot"); !d.Allowed {
+			t.Fatalf("a millisecond before the window's end: %+v; want allowed", d)
+		}
+		if store.takes.Load() == takes {
+			t.Fatal("a millisecond before the remote store's window ends, the request was decided from a block; want it asked of the store")
+		}
+		return
+	}
+}
+
 // A token bucket's Wait passes through the leases: the store reserves
 // the turn, as without them.
 func TestLeasesWait(t *testing.T) {

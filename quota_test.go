@@ -145,6 +145,50 @@ func TestQuotaCosts(t *testing.T) {
 	})
 }
 
+// A cost that never fits is refused by the first limit it passes, the
+// main one first, then the quotas in their order: a limit it only
+// reaches is no reason to refuse it. The refusal carries that limit's
+// figures, and nothing is asked of the store.
+func TestNeverFitsNamesTheLimitItPasses(t *testing.T) {
+	hourAndMinute := []Quota{{Name: "hour", Limit: 5, Window: time.Hour}, {Name: "minute", Limit: 3, Window: time.Minute}}
+	minute := []Quota{{Name: "minute", Limit: 3, Window: time.Minute}}
+	for _, c := range []struct {
+		name   string
+		limit  int
+		window time.Duration
+		quotas []Quota
+		cost   int
+		policy string // "" for allowed
+		wantL  int
+		wantW  time.Duration
+	}{
+		{"reaches the hour, passes the minute", 100, time.Hour, hourAndMinute, 5, "minute", 3, time.Minute},
+		{"passes both quotas", 100, time.Hour, hourAndMinute, 6, "hour", 5, time.Hour},
+		{"passes the minute alone", 100, time.Hour, hourAndMinute, 4, "minute", 3, time.Minute},
+		{"reaches every quota", 100, time.Hour, hourAndMinute, 3, "", 0, 0},
+		{"reaches the main limit, passes the minute", 5, time.Hour, minute, 5, "minute", 3, time.Minute},
+		{"passes the main limit", 5, time.Hour, minute, 6, "default", 5, time.Hour},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clock := newFakeClock()
+			lim := newLimiter(Options{Counter: newMemoryCounter(clock.Now), Limit: c.limit, Window: c.window, Quotas: c.quotas,
+				Logger: newLogRecorder().logger()}, clock.Now)
+			d := lim.TakeN(context.Background(), "acme", c.cost)
+			if c.policy == "" {
+				if !d.Allowed {
+					t.Fatalf("cost %d: %+v (%s); want allowed", c.cost, d, d.Policy)
+				}
+				return
+			}
+			if d.Allowed || d.By != ByCounter || d.Policy != c.policy || d.Limit != c.wantL || d.Window != c.wantW || d.Remaining != -1 {
+				t.Fatalf("cost %d: allowed %v by %v, policy %q, limit %d, window %v, remaining %d; want refused by %q, %d per %v, nothing asked (-1)",
+					c.cost, d.Allowed, d.By, d.Policy, d.Limit, d.Window, d.Remaining, c.policy, c.wantL, c.wantW)
+			}
+			expectUsed(t, lim, "acme", make([]int, 1+len(c.quotas))...)
+		})
+	}
+}
+
 // Usage spends nothing and reports every limit; Reset gives the tenant
 // its whole budget back, and this replica's over-limit cache forgets it.
 func TestUsageAndReset(t *testing.T) {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -73,6 +75,52 @@ func (o *outageReplicas) kill() {
 	o.clock.Advance(maxRefusalAge + time.Second)
 }
 
+// remoteMemory is a MemoryCounter that says it is not local, as a store
+// across the network does: the Limiter calls it through its breaker, with
+// its over-limit cache and leases' slack, and remembers its answers for
+// the fallback. On a fake clock it stands for Redis without the waiting.
+// While down is set, every call fails as a refused connection; takes
+// counts the calls of Take.
+type remoteMemory struct {
+	*MemoryCounter
+	down  atomic.Bool
+	takes atomic.Int64
+}
+
+var errRemoteDown = fmt.Errorf("dial tcp 10.0.0.1:6379: %w", syscall.ECONNREFUSED)
+
+func newRemoteMemory(clock *fakeClock) *remoteMemory {
+	return &remoteMemory{MemoryCounter: newMemoryCounter(clock.Now)}
+}
+
+func (m *remoteMemory) Attach(r Request) (StoreInfo, error) {
+	info, err := m.MemoryCounter.Attach(r)
+	info.Local = false
+	return info, err
+}
+
+func (m *remoteMemory) Take(ctx context.Context, r Request) (Answer, error) {
+	m.takes.Add(1)
+	if m.down.Load() {
+		return Answer{}, errRemoteDown
+	}
+	return m.MemoryCounter.Take(ctx, r)
+}
+
+func (m *remoteMemory) Give(ctx context.Context, r Request) error {
+	if m.down.Load() {
+		return errRemoteDown
+	}
+	return m.MemoryCounter.Give(ctx, r)
+}
+
+func (m *remoteMemory) Reset(ctx context.Context, r Request) error {
+	if m.down.Load() {
+		return errRemoteDown
+	}
+	return m.MemoryCounter.Reset(ctx, r)
+}
+
 // A sold budget outlives an outage: three replicas whose Redis dies decide
 // a tenant's month, and its main limit, from what each last learned of its
 // usage, not from zero. A spent month stays refused; a tenant with 40 left
@@ -134,6 +182,88 @@ func testFallbackFromUsage(t *testing.T, o *outageReplicas, budget int, policy s
 	o.clock.Advance(32 * 24 * time.Hour)
 	if n, by := o.take(t, 0, spent, 1); n != 1 || by != ByFallback {
 		t.Errorf("once the window and the month learned had ended, the fallback refused the tenant (by %v): it decides from its own budget then", by)
+	}
+}
+
+// While the store is down, the fallback spends this replica's share of
+// what the store last said was left (FallbackLimit's proportion of it),
+// to the unit: a cost that fits the share exactly is allowed, whether it
+// is part of the limit or the whole of it; one above it is refused, and
+// the refusal reports the share as what is left, by the limit the cost
+// does not fit. On a remote store of a fake clock.
+func TestFallbackSpendsTheShareOfWhatWasLeft(t *testing.T) {
+	hour := []Quota{{Name: "hour", Limit: 8, Window: time.Hour}}
+	minute := []Quota{{Name: "minute", Limit: 8, Window: time.Minute}}
+	for _, c := range []struct {
+		name          string
+		fallbackLimit int
+		window        time.Duration // the main limit's; 0: a minute
+		quotas        []Quota
+		spent, cost   int // spent on the store before it went down
+		allowed       bool
+		policy        string        // of a refusal
+		remaining     int           // of a refusal
+		per           time.Duration // of a refusal: the window of the limit that refuses
+	}{
+		{"the whole limit, 5 left", 10, 0, nil, 5, 10, false, "default", 5, time.Minute},
+		{"the share exactly", 10, 0, nil, 5, 5, true, "", 0, 0},
+		{"one above the share", 10, 0, nil, 5, 6, false, "default", 5, time.Minute},
+		{"half the budget: the share of 6 left, exactly", 5, 0, nil, 4, 3, true, "", 0, 0},
+		{"half the budget: above the share of 6 left", 5, 0, nil, 4, 4, false, "default", 3, time.Minute},
+		{"the main limit's share exactly, above the quota's", 10, 0, hour, 5, 5, false, "hour", 3, time.Hour},
+		{"the main limit's share exactly, above a shorter quota's", 10, time.Hour, minute, 5, 5, false, "minute", 3, time.Minute},
+		{"both shares exactly", 10, 0, hour, 5, 3, true, "", 0, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clock := newFakeClock()
+			store := newRemoteMemory(clock)
+			w := c.window
+			if w == 0 {
+				w = time.Minute
+			}
+			lim := newLimiter(Options{Counter: store, Fallback: NewMemoryCounter(), Limit: 10, FallbackLimit: c.fallbackLimit,
+				Window: w, Quotas: c.quotas, Logger: slog.New(slog.DiscardHandler)}, clock.Now)
+			ctx := context.Background()
+			if d := lim.TakeN(ctx, "acme", c.spent); !d.Allowed || d.By != ByCounter {
+				t.Fatalf("cost %d on the store: %+v; want allowed by the counter", c.spent, d)
+			}
+			store.down.Store(true)
+			d := lim.TakeN(ctx, "acme", c.cost)
+			if d.By != ByFallback || d.Allowed != c.allowed {
+				t.Fatalf("cost %d with the store down: allowed %v by %v (%v); want allowed %v by the fallback", c.cost, d.Allowed, d.By, d.Err, c.allowed)
+			}
+			if !c.allowed && (d.Policy != c.policy || d.Remaining != c.remaining || d.RetryAfter <= 0 || d.RetryAfter > c.per) {
+				t.Errorf("the refusal: policy %q, remaining %d, retry after %v; want %q, %d (this replica's share), within that limit's %v",
+					d.Policy, d.Remaining, d.RetryAfter, c.policy, c.remaining, c.per)
+			}
+		})
+	}
+}
+
+// A sliding window's count, learned from the store, weighs into the next
+// window: the fallback holds what it learned until the end of the window
+// after the one it was learned in, not just to its own end. A tenant that
+// spent its limit on the store stays refused a window later, while the
+// count weighs in, and the fallback decides alone once it no longer does.
+func TestFallbackHoldsASlidingCountIntoTheNextWindow(t *testing.T) {
+	clock := newFakeClock()
+	store := newRemoteMemory(clock)
+	lim := newLimiter(Options{Counter: store, Fallback: NewMemoryCounter(), Limit: 10, FallbackLimit: 10,
+		Window: time.Minute, Algorithm: SlidingWindow, Logger: slog.New(slog.DiscardHandler)}, clock.Now)
+	ctx := context.Background()
+	if d := lim.TakeN(ctx, "acme", 10); !d.Allowed || d.By != ByCounter {
+		t.Fatalf("the whole limit on the store: %+v; want allowed by the counter", d)
+	}
+	store.down.Store(true)
+	// A minute on, the window the count was learned in has ended (it had
+	// a minute at most to run), and the next one has not.
+	clock.Advance(time.Minute)
+	if d := lim.Take(ctx, "acme"); d.Allowed || d.By != ByFallback || d.Remaining != 0 {
+		t.Fatalf("a window later: allowed %v by %v, remaining %d; want refused by the fallback, from the count learned, 0 left", d.Allowed, d.By, d.Remaining)
+	}
+	clock.Advance(time.Minute)
+	if d := lim.Take(ctx, "acme"); !d.Allowed || d.By != ByFallback {
+		t.Fatalf("two windows later: allowed %v by %v; want allowed by the fallback, the learned count gone", d.Allowed, d.By)
 	}
 }
 

@@ -125,6 +125,35 @@ func TestWaitDeadlineAndCancel(t *testing.T) {
 	}
 }
 
+// In shadow mode Wait decides as Take does: it reserves no turn and
+// never sleeps, and lets through, shadowed, what it would refuse. Limit 1
+// a second, Burst 1, on a fake clock: after three shadowed waits the
+// bucket is full again a second after the first request, as if they had
+// not come.
+func TestWaitInShadowModeNeverWaits(t *testing.T) {
+	clock := newFakeClock()
+	lim := newLimiter(Options{Counter: newMemoryCounter(clock.Now), Limit: 1, Window: time.Second, Algorithm: TokenBucket, Shadow: true,
+		Logger: newLogRecorder().logger()}, clock.Now)
+	var slept time.Duration
+	lim.sleepFor = func(_ context.Context, d time.Duration) error { slept += d; clock.Advance(d); return nil }
+	ctx := context.Background()
+	if d, err := lim.Wait(ctx, "a"); err != nil || !d.Allowed || d.Shadowed {
+		t.Fatalf("the first: %+v, %v; want allowed", d, err)
+	}
+	for i := range 3 {
+		if d, err := lim.Wait(ctx, "a"); err != nil || !d.Allowed || !d.Shadowed {
+			t.Fatalf("wait %d with the bucket empty: %+v, %v; want let through, shadowed", i+2, d, err)
+		}
+	}
+	if slept != 0 {
+		t.Fatalf("the waits slept %v; want none: shadow mode never waits", slept)
+	}
+	clock.Advance(time.Second)
+	if d := lim.Take(ctx, "a"); !d.Allowed || d.Shadowed {
+		t.Fatalf("a second after the first: %+v; want allowed, not shadowed: the shadowed waits reserved nothing", d)
+	}
+}
+
 // Wait needs a token bucket; a cost above the burst never fits; a store
 // failure lets no call through, whatever FailClosed says: Wait returns at
 // once an error that wraps the store's, and once the breaker is open, one

@@ -34,6 +34,8 @@ func TestInFlight(t *testing.T) {
 		{"a limit in flight", "2", slots, true},
 		{"a rate", "2", `"a";q=2;w=60`, false},
 		{"a rate, then a limit in flight of another limit", "2", `"r";q=10;w=60, ` + slots, true},
+		{"a limit in flight, then a rate of another limit", "2", slots + `, "r";q=10;w=60`, true},
+		{"a limit in flight between rates of other limits", "2", `"r";q=10;w=60, ` + slots + `, "s";q=20;w=60`, true},
 		{"a limit in flight of another limit", "10", slots, false},
 		{"a rate and a limit in flight of the same limit", "2", slots + `, "r";q=2;w=60`, false},
 		{"two limits in flight", "2", slots + `, "b";q=2;qu="concurrent-requests"`, true},

@@ -165,6 +165,25 @@ func TestMakingRoom(t *testing.T) {
 	}
 }
 
+// A bound below eight keys a shard holds too: an eighth of it is less
+// than one key, yet a new key that finds the shard full still makes room
+// for itself. Ten live keys in a map of four keep four.
+func TestSmallBoundsHold(t *testing.T) {
+	for bound := 1; bound <= 9; bound++ {
+		var n counter
+		m := New[int](bound, n.changed)
+		for i := range bound + 6 {
+			put(m, "k"+strconv.Itoa(i), i, time.Hour, time.Duration(i)) // all live
+			if held := m.Len(); held > bound || int(n.held) != held {
+				t.Fatalf("New(%d), after %d live keys: %d held (%d by the count); want at most %d", bound, i+1, held, n.held, bound)
+			}
+		}
+		if _, ok := get(m, "k"+strconv.Itoa(bound+5), 0); !ok {
+			t.Errorf("New(%d): the newest key is not held", bound)
+		}
+	}
+}
+
 // Looking up and changing a key held allocates nothing.
 func TestHeldKeysAllocateNothing(t *testing.T) {
 	if testing.CoverMode() != "" {

@@ -90,6 +90,80 @@ func TestWindowBlock(t *testing.T) {
 	}
 }
 
+// A block stops being spent slack before its window ends as the store
+// said: a store that counts in whole milliseconds (Redis) may end the
+// window up to one sooner.
+func TestBlockEndsSlackBeforeItsWindow(t *testing.T) {
+	const left, slack = 30 * time.Second, time.Millisecond
+	ls := fixed(1000)
+	for _, c := range []struct {
+		at    time.Duration // after the claim
+		spent bool
+	}{
+		{0, true},
+		{left - slack - 1, true},
+		{left - slack, false},
+		{left - slack/2, false},
+		{left - 1, false},
+	} {
+		e := NewTable[int]().add([]byte("k"), 1, 0)
+		if st := e.Next(0, 1, ls, true); st.Claim == 0 {
+			t.Fatalf("Next = %+v; want a claim", st)
+		}
+		res := window.Result{Allowed: true}
+		res.Counts[0] = window.State{N: 10, Fits: true, Left: left, Length: time.Minute, Mark: int64(left)}
+		if st := e.Claimed(0, 10, 1, ls, &res, slack, 0); !st.Spent {
+			t.Fatalf("the claimant: %+v; want spent", st)
+		}
+		if _, ok, _ := e.Spend(int64(c.at), 1, ls); ok != c.spent {
+			t.Errorf("a spend %v after the claim, the window %v from its end: spent %v, want %v", c.at, left-c.at, ok, c.spent)
+		}
+	}
+}
+
+// What is left of a live block is carried into the next only when the
+// store counted the next in the same windows: when the tenant's window
+// changed under it (a Reset on another replica, and the store started a
+// window anew), the old block's units were counted in a window that is
+// gone, and they expire.
+func TestBlockCarriesOverOnlyInItsWindows(t *testing.T) {
+	ls := fixed(1000)
+	for _, c := range []struct {
+		name    string
+		mark    int64 // of the second claim's window
+		carried int64
+	}{
+		{"the same window", int64(30 * time.Second), 3},
+		{"a window started anew", 1 + int64(time.Minute), 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tab := NewTable[int]()
+			var expired int64
+			tab.Expired = func(n int64) { expired += n }
+			e := tab.add([]byte("k"), 1, 0)
+			claimed(t, e, 0, 10, 10, 30*time.Second, ls) // the claimant spends 1
+			for range 6 {
+				if _, ok, _ := e.Spend(1, 1, ls); !ok {
+					t.Fatal("could not spend from the block")
+				}
+			}
+			st := e.Next(1, 5, ls, true) // 3 left: too few for a cost of 5
+			if st.Claim <= 5 {
+				t.Fatalf("Next for a cost of 5 with 3 left = %+v; want a claim", st)
+			}
+			res := window.Result{Allowed: true}
+			res.Counts[0] = window.State{N: st.Claim, Fits: true, Left: 30 * time.Second, Length: time.Minute, Mark: c.mark}
+			if st := e.Claimed(1, st.Claim, 5, ls, &res, 0, 0); !st.Spent {
+				t.Fatalf("the second claimant: %+v; want spent", st)
+			}
+			if got, want := e.b.left(1), st.Claim+c.carried-5; got != want || expired != 3-c.carried {
+				t.Fatalf("the new block holds %d, %d expired; want %d (the claim of %d, %d carried, less the claimant's 5), %d expired",
+					got, expired, want, st.Claim, c.carried, 3-c.carried)
+			}
+		})
+	}
+}
+
 // A token bucket's block: unit k is spent before t0 + k × interval, the
 // arrival time it reserved; units whose time has passed are lost.
 func TestBucketBlock(t *testing.T) {

@@ -352,3 +352,48 @@ func TestBucketLuaMatchesGo(t *testing.T) {
 		}
 	}
 }
+
+// A tenant's token bucket beside a quota (kind G, its main kind b) is
+// window.BucketOf's arithmetic too, the callers' delay included: the
+// steps of TestBucketLuaMatchesGo, with a quota that never refuses, get
+// the same decisions and the same time until the bucket is full, and the
+// hash keeps the same TAT. A bound without the delay would refuse the
+// callers that may wait for their turn.
+func TestBucketWithQuotasLuaMatchesGo(t *testing.T) {
+	rdb := redistest.Client(t)
+	ctx := context.Background()
+	l := window.Limit{Name: "default", Limit: 3, Window: time.Second, Kind: window.Bucket, Burst: 4}
+	c := &window.Call{Main: l, Quotas: []window.Limit{{Name: "hour", Limit: 1000, Window: time.Hour}}}
+	b := l.Bucket()
+	key := "{" + uniqueKey(t, "bucket") + "}"
+	const base = int64(1_780_000_000_000_000) // µs since 1970
+	steps := []struct{ at, cost, delay int64 }{
+		{0, 1, 0}, {0, 2, 0}, {0, 1, 0}, {0, 1, 0}, // the burst, then a refusal
+		{100_000, 1, 0}, {333_334, 1, 0}, {400_000, 2, 0},
+		{400_000, 2, 700_000}, {400_000, 1, 0}, // a reservation, then a refusal behind it
+		{5_000_000, 4, 0}, {5_000_000, 5, 10_000_000}, {9_000_001, 1, 0},
+	}
+	tat := 0.0
+	for i, s := range steps {
+		now := base + s.at
+		args := append([]any{"Q", "1"}, argsOf(c).args...)
+		args = append(args, "G", "1", hexArg(l.Burst), ivArg(b.Interval), s.delay, "1", hexArg(s.cost))
+		vals, err := rdb.Eval(ctx, scriptAtMicros(t, now), []string{key}, args...).Int64Slice()
+		if err != nil || len(vals) != 6 {
+			t.Fatalf("step %d: %v, %v; want 6 values", i, vals, err)
+		}
+		after, fits := b.Take(tat-float64(now), s.cost, float64(s.delay))
+		want := int64(math.Ceil(after))
+		if fits {
+			tat = float64(now) + after
+		} else {
+			want = -want - 1
+		}
+		if vals[4] != want {
+			t.Fatalf("step %d (cost %d at +%d µs, delay %d): the script says %d; Go says %d", i, s.cost, s.at, s.delay, vals[4], want)
+		}
+		if got, err := rdb.HGet(ctx, key, l.Name).Float64(); err != nil || got != tat {
+			t.Fatalf("step %d: the hash holds %v, %v; want the TAT %v exactly", i, got, err, tat)
+		}
+	}
+}

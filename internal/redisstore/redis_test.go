@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -225,6 +226,40 @@ func TestSendsThroughTheUsersClient(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A dial that fails ends at once, with its error, the round trips that
+// wait on its node, rather than after go-redis's retries (here 5, 5 s
+// apart, each past the call's deadline): also once the client of the
+// node's server is replaced at the same address, as a ring replaces a
+// shard removed and added back (and a cluster client a node it had
+// dropped). The node's dial watch is hooked into each client of its
+// server. On a ring of one shard at an address nobody listens on.
+func TestDialWatchFollowsAReplacedClient(t *testing.T) {
+	addr, other := redistest.ClosedAddr(t), redistest.ClosedAddr(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addr}, MaxRetries: -1,
+		DialerRetries: 5, DialerRetryTimeout: 5 * time.Second, HeartbeatFrequency: time.Hour}) // no shard marked down
+	t.Cleanup(func() { ring.Close() })
+	s := New(ring)
+	key := uniqueKey(t, "dial")
+	refused := func(what string) {
+		t.Helper()
+		_, err := take(context.Background(), s, key, time.Minute) // a deadline a second away
+		if !errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%s: %v; want the refused dial's error at once, not the deadline's", what, err)
+		}
+	}
+	refused("the first client")
+	first, err := ring.GetShardClientForKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring.SetAddrs(map[string]string{"b": other})
+	ring.SetAddrs(map[string]string{"a": addr})
+	if c, err := ring.GetShardClientForKey(key); err != nil || c == first {
+		t.Fatalf("the shard's client after it was removed and added back: %v; want a new one", err)
+	}
+	refused("the client that replaced it")
 }
 
 // scriptCalls is a go-redis hook that records the keys of each script call

@@ -800,6 +800,23 @@ var cases = []struct {
 			r.t.Errorf("log %q, want a line naming CostAfter and the cost -5", l)
 		}
 	}},
+	{"CostAfter of 0 gives the request back, unlogged", func(r *run) {
+		// A request that cost nothing (an upstream that served it from
+		// its cache) is settled at 0: given back, as Release gives it.
+		o := r.opts(2)
+		var logs syncBuffer
+		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		send := r.serve(Settings{Options: o, CostAfter: CostOf})
+		r.expect("reports 0", send(request{tenant: "acme", after: "0"}), 200, map[string]string{"X-RateLimit-Remaining": "1"})
+		r.expect("reports 0 again", send(request{tenant: "acme", after: "0"}), 200, map[string]string{"X-RateLimit-Remaining": "1"})
+		r.expect("reports 1", send(request{tenant: "acme", after: "1"}), 200, map[string]string{"X-RateLimit-Remaining": "1"})
+		r.expect("reports 1 again", send(request{tenant: "acme", after: "1"}), 200, map[string]string{"X-RateLimit-Remaining": "0"})
+		r.expect("over the limit", send(request{tenant: "acme", after: "1"}), 429, nil)
+		if l := logs.String(); strings.Contains(l, "CostAfter") {
+			r.t.Errorf("log %q, want no line of CostAfter: a cost of 0 is no mistake", l)
+		}
+		r.checkCount(o.Counter, r.key("acme"), 2)
+	}},
 	{"CostAfter is not called for a request refused or given back", func(r *run) {
 		var calls atomic.Int64
 		after := func(reported string) int {
