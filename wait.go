@@ -41,7 +41,8 @@ func (l *Limiter) Wait(ctx context.Context, tenant string) (Decision, error) {
 // (whose RetryAfter says when the cost would fit), having spent nothing.
 // Without a deadline it waits as long as the turn takes. When ctx ends
 // while it sleeps, it gives the reservation back (see Release) and
-// returns ctx's error with the Decision.
+// returns ctx's error with the refused Decision, which holds nothing more
+// to release.
 //
 // WaitN is for calls to someone else's API, whose limit a flood would
 // break, so a store failure never lets a call through unmetered, whatever
@@ -133,6 +134,8 @@ func (l *Limiter) await(ctx context.Context, d *Decision, r *Request, cost int, 
 			l.failures.Record(slog.LevelError, "ratelimit: a request that stopped waiting could not give its turn back; it stands",
 				slog.String("tenant", logTenant(r.Tenant)), slog.Any("err", gerr))
 		}
+		// Given back: the Decision holds nothing more to release.
+		d.Allowed, d.took = false, false
 		return err
 	}
 	return nil

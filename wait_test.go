@@ -154,6 +154,31 @@ func TestWaitInShadowModeNeverWaits(t *testing.T) {
 	}
 }
 
+// A waiter that gives up gives its turn back once: the Decision it
+// returns holds nothing more, so that a Release of it after (as a caller
+// that releases every Decision does) gives back nothing. Limit 1 a
+// second, Burst 1, on a fake clock: the first caller's unit stays spent.
+func TestWaitThatGaveUpHoldsNothing(t *testing.T) {
+	clock := newFakeClock()
+	lim := newLimiter(Options{Counter: newMemoryCounter(clock.Now), Limit: 1, Window: time.Second, Algorithm: TokenBucket,
+		Logger: newLogRecorder().logger()}, clock.Now)
+	ctx := context.Background()
+	if d := lim.Take(ctx, "a"); !d.Allowed {
+		t.Fatalf("the first: %+v; want allowed", d)
+	}
+	lim.sleepFor = func(context.Context, time.Duration) error { return context.Canceled } // it gives up as it sleeps
+	d, err := lim.Wait(ctx, "a")
+	if !errors.Is(err, context.Canceled) || d.Allowed {
+		t.Fatalf("a Wait that gave up: %+v, %v; want refused, context.Canceled", d, err)
+	}
+	if err := lim.Release(ctx, d); err != nil {
+		t.Fatalf("Release of the Decision it returned: %v", err)
+	}
+	if d := lim.Take(ctx, "a"); d.Allowed || d.RetryAfter <= 0 {
+		t.Fatalf("after the waiter gave up and its Decision was released: allowed %v, retry after %v; want refused: the first caller's unit is still spent", d.Allowed, d.RetryAfter)
+	}
+}
+
 // Wait needs a token bucket; a cost above the burst never fits; a store
 // failure lets no call through, whatever FailClosed says: Wait returns at
 // once an error that wraps the store's, and once the breaker is open, one
