@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -46,25 +47,40 @@ func (o *outage) take(t *testing.T, tenant string, n int, by Decider) []Decision
 	return ds
 }
 
+// waitFor calls each until cond holds, and fails the test after 10 s: a
+// bound on how long it waits before it gives up, not a time it measures.
+func waitFor(t *testing.T, what string, cond func() bool, each func()) {
+	t.Helper()
+	for start := time.Now(); !cond(); time.Sleep(time.Millisecond) {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("not %s after 10 s", what)
+		}
+		each()
+	}
+}
+
 // settled waits until the limiter owes the store nothing and has charged
 // it charged units in all, and returns its metrics then. Each round, a
 // request of another tenant answered by the store starts a sweep, which
-// runs on a goroutine of its own, the clock past the sweeps' cool-down;
-// the bound is no time the test measures, only how long it waits before
-// it gives up.
+// runs on a goroutine of its own, the clock past the sweeps' cool-down.
 func (o *outage) settled(t *testing.T, charged uint64) MetricsSnapshot {
 	t.Helper()
-	for start := time.Now(); ; time.Sleep(time.Millisecond) {
+	waitFor(t, "settled", func() bool {
 		s := o.m.Snapshot()
-		if s.OwedKeys == 0 && s.OwedCharged >= charged {
-			return s
-		}
-		if time.Since(start) > 10*time.Second {
-			t.Fatalf("not settled after 10 s: %+v", s)
-		}
+		return s.OwedKeys == 0 && s.OwedCharged >= charged
+	}, func() {
 		o.clock.Advance(2 * time.Second)
 		o.lim.Take(context.Background(), "trigger")
-	}
+	})
+	return o.m.Snapshot()
+}
+
+// refused waits until the sweep that the store's last answer started has
+// had n charges refused, and keys owe. (A request of another tenant would
+// be remembered, which can make a bound of keys forget another.)
+func (o *outage) refused(t *testing.T, n int64, keys int64) {
+	t.Helper()
+	waitFor(t, "refused and kept", func() bool { return o.refusedGives.Load() >= n && o.m.Snapshot().OwedKeys == keys }, func() {})
 }
 
 // What the fallback admits while the store is down is charged to the
@@ -119,19 +135,15 @@ func TestOutageChargeKeptUntilItIsSent(t *testing.T) {
 	}
 	o.giveDown.Store(true) // Takes are answered, charges refused
 	o.down.Store(false)
-	for start := time.Now(); o.refusedGives.Load() == 0 || o.m.Snapshot().OwedKeys != 1; time.Sleep(time.Millisecond) {
-		if time.Since(start) > 10*time.Second {
-			t.Fatalf("no charge refused and kept after 10 s: %+v", o.m.Snapshot())
-		}
-		o.lim.Take(context.Background(), "trigger")
-	}
+	o.take(t, "acme", 1, ByCounter)
+	o.refused(t, 1, 1)
 	if s := o.m.Snapshot(); s.OwedCharged != 0 {
 		t.Fatalf("after a refused charge: %d units charged; want 0", s.OwedCharged)
 	}
-	expectUsed(t, o.lim, "acme", 3, 3)
+	expectUsed(t, o.lim, "acme", 4, 4)
 	o.giveDown.Store(false)
 	s := o.settled(t, 2)
-	expectUsed(t, o.lim, "acme", 5, 5)
+	expectUsed(t, o.lim, "acme", 6, 6)
 	if s.OwedCharged != 2 {
 		t.Errorf("%d units charged; want 2, the third given back", s.OwedCharged)
 	}
@@ -151,11 +163,7 @@ func TestOutageChargesAreBounded(t *testing.T) {
 	o.giveDown.Store(true)
 	o.down.Store(false)
 	o.take(t, "c", 1, ByCounter)
-	for start := time.Now(); o.refusedGives.Load() < 2 || o.m.Snapshot().OwedKeys != 2; time.Sleep(time.Millisecond) {
-		if time.Since(start) > 10*time.Second {
-			t.Fatalf("the charges not refused and kept after 10 s: %+v", o.m.Snapshot())
-		}
-	}
+	o.refused(t, 2, 2)
 	o.down.Store(true)
 	o.take(t, "c", 1, ByFallback)
 	if s := o.m.Snapshot(); s.OwedKeys > 2 || s.OwedEvicted == 0 {
@@ -215,15 +223,10 @@ func TestOutageAdmissionsAreChargedAcrossReplicas(t *testing.T) {
 	served(ByFallback, 30)
 	start(port)
 	for i, lim := range replicas {
-		for begin := time.Now(); ; time.Sleep(10 * time.Millisecond) {
-			lim.Take(ctx, tenant+"-other") // an answer of Redis's starts the charge
-			if s := metrics[i].Snapshot(); s.OwedKeys == 0 && s.OwedCharged == 10 {
-				break
-			}
-			if time.Since(begin) > 20*time.Second {
-				t.Fatalf("replica %d has not charged its 10 within 20 s: %+v", i, metrics[i].Snapshot())
-			}
-		}
+		waitFor(t, fmt.Sprintf("charged replica %d's 10", i), func() bool {
+			s := metrics[i].Snapshot()
+			return s.OwedKeys == 0 && s.OwedCharged == 10
+		}, func() { lim.Take(ctx, tenant+"-other") }) // an answer of Redis's starts the charge
 	}
 	us, err := replicas[0].Usage(ctx, tenant)
 	if err != nil {
