@@ -309,7 +309,7 @@ func (l *Limiter) fallbackShare(left int64) int64 {
 // at most, so that a store whose servers fail in part (a cluster's node
 // down) is not swept on every answer of the others.
 func (l *Limiter) owedDue() {
-	if l.owed != nil && l.owed.Due(l.clock.elapsed()) {
+	if l.owed != nil && l.owed.Owing() && l.owed.Due(l.clock.elapsed()) {
 		go l.chargeOwed()
 	}
 }

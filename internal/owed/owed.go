@@ -150,9 +150,13 @@ func (t *Table[R, U]) Forget(key []byte) {
 	s.Unlock()
 }
 
+// Owing reports whether any key owes: one atomic load, for a request to
+// check before it reads the clock for Due.
+func (t *Table[R, U]) Owing() bool { return t.held.Load() > 0 }
+
 // Due reports, at now, whether a sweep that charges the debts is to
-// start: something is owed, no sweep runs, and the last ended before
-// the time Swept set. The caller that it answers true runs the sweep.
+// start: something is owed, no sweep runs, and now is past the time
+// Swept set. The caller that it answers true runs the sweep.
 func (t *Table[R, U]) Due(now time.Duration) bool {
 	return t.held.Load() > 0 && int64(now) >= t.next.Load() && t.sweeping.CompareAndSwap(false, true)
 }
