@@ -432,40 +432,68 @@ func TestMetricsCountEachDecision(t *testing.T) {
 	}
 }
 
-// Each goroutine adds its decisions to a copy of the counters of its own
-// (decisionStripes); Snapshot must add up every copy.
+// Each goroutine adds its decisions to one of several copies of the
+// counters (decisionStripes), picked by where its stack is; Snapshot must
+// add up every copy, and concurrent adds must lose none. Which copies a
+// goroutine meets is the scheduler's doing (one that runs after another
+// ended may reuse its stack), so each goroutine also takes from frames at
+// a depth of its own: some of its takes then land in another copy than
+// the last goroutine's, whatever ran when.
 func TestMetricsAddUpTheDecisionsOfManyGoroutines(t *testing.T) {
 	m := &Metrics{}
 	lim := NewLimiter(Options{Limit: 1 << 30, Window: time.Minute, Metrics: m})
 	const goroutines, each = 64, 50
-	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		stripes = map[int]bool{}
-		start   = make(chan struct{})
-	)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
 	for g := range goroutines {
 		wg.Go(func() {
 			<-start
-			mu.Lock()
-			stripes[stripe()] = true
-			mu.Unlock()
-			for range each {
-				if d := lim.Take(context.Background(), fmt.Sprint("tenant", g)); !d.Allowed {
-					t.Errorf("refused: %+v", d)
-				}
+			for i := range each {
+				atDepth(g%decisionStripes+i%2, func() {
+					if d := lim.Take(context.Background(), fmt.Sprint("tenant", g)); !d.Allowed {
+						t.Errorf("refused: %+v", d)
+					}
+				})
 			}
 		})
 	}
 	close(start)
 	wg.Wait()
-	if s := m.Snapshot(); s.Allowed != goroutines*each {
-		t.Errorf("Allowed = %d, want %d", s.Allowed, goroutines*each)
+	used := 0
+	var sum uint64
+	for i := range m.decisions {
+		n := m.decisions[i].n[outcomeAllowed][ByCounter].Load()
+		sum += n
+		if n > 0 {
+			used++
+		}
 	}
-	if len(stripes) < 2 {
-		t.Errorf("%d goroutines at once all added to one copy of the counters", goroutines)
+	if used < 2 {
+		t.Fatalf("the decisions went to %d copy of the counters: the test cannot tell whether Snapshot adds them up", used)
+	}
+	if s := m.Snapshot(); s.Allowed != goroutines*each || sum != goroutines*each {
+		t.Errorf("Snapshot counts %d allowed, the %d copies hold %d; want %d", s.Allowed, used, sum, goroutines*each)
 	}
 }
+
+// atDepth calls f from n frames of a kilobyte each below the caller's, so
+// that f's frames sit n kilobytes further down the goroutine's stack.
+//
+//go:noinline
+func atDepth(n int, f func()) {
+	if n == 0 {
+		f()
+		return
+	}
+	var pad [1024]byte
+	keep(&pad)
+	atDepth(n-1, f)
+}
+
+// keep makes its caller hold pad in its frame.
+//
+//go:noinline
+func keep(pad *[1024]byte) { pad[0] = 1 }
 
 // The timing tests below run against stores that never answer. Their
 // bounds: the median of several requests within 20% of what the time rule
