@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -389,6 +390,25 @@ func newMemoryCounter(now func() time.Time, opts ...MemoryOption) *MemoryCounter
 	return m
 }
 
+// storeClock returns the clock lim's store decides on: the fake clock of
+// a memory store on one, or the Redis server's own (TIME). A test reads
+// it around a burst to learn how long the store saw the burst take, and
+// so what refilled or rolled over meanwhile.
+func storeClock(t *testing.T, lim *Limiter) func() time.Time {
+	rc, ok := lim.opts.Counter.(*RedisCounter)
+	if !ok {
+		return lim.clock.Now
+	}
+	return func() time.Time {
+		t.Helper()
+		now, err := rc.rdb.Time(context.Background()).Result()
+		if err != nil {
+			t.Fatalf("TIME: %v", err)
+		}
+		return now
+	}
+}
+
 // eachReplicaSubject runs f on every store with a limiter of opts on each
 // of three replicas, each with Metrics of its own: on memory they share
 // one MemoryCounter and one fake clock, and on Redis each has a client of
@@ -401,6 +421,7 @@ func eachReplicaSubject(t *testing.T, opts Options, f func(t *testing.T, lims []
 			if o.Logger == nil {
 				o.Logger = newLogRecorder().logger()
 			}
+			o.StoreTimeout = cmp.Or(o.StoreTimeout, countingTimeout)
 			var lims []*Limiter
 			c, clock := s.counter(t)
 			advance := time.Sleep
