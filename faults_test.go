@@ -432,40 +432,68 @@ func TestMetricsCountEachDecision(t *testing.T) {
 	}
 }
 
-// Each goroutine adds its decisions to a copy of the counters of its own
-// (decisionStripes); Snapshot must add up every copy.
+// Each goroutine adds its decisions to one of several copies of the
+// counters (decisionStripes), picked by where its stack is; Snapshot must
+// add up every copy, and concurrent adds must lose none. Which copies a
+// goroutine meets is the scheduler's doing (one that runs after another
+// ended may reuse its stack), so each goroutine also takes from frames at
+// a depth of its own: some of its takes then land in another copy than
+// the last goroutine's, whatever ran when.
 func TestMetricsAddUpTheDecisionsOfManyGoroutines(t *testing.T) {
 	m := &Metrics{}
 	lim := NewLimiter(Options{Limit: 1 << 30, Window: time.Minute, Metrics: m})
 	const goroutines, each = 64, 50
-	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		stripes = map[int]bool{}
-		start   = make(chan struct{})
-	)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
 	for g := range goroutines {
 		wg.Go(func() {
 			<-start
-			mu.Lock()
-			stripes[stripe()] = true
-			mu.Unlock()
-			for range each {
-				if d := lim.Take(context.Background(), fmt.Sprint("tenant", g)); !d.Allowed {
-					t.Errorf("refused: %+v", d)
-				}
+			for i := range each {
+				atDepth(g%decisionStripes+i%2, func() {
+					if d := lim.Take(context.Background(), fmt.Sprint("tenant", g)); !d.Allowed {
+						t.Errorf("refused: %+v", d)
+					}
+				})
 			}
 		})
 	}
 	close(start)
 	wg.Wait()
-	if s := m.Snapshot(); s.Allowed != goroutines*each {
-		t.Errorf("Allowed = %d, want %d", s.Allowed, goroutines*each)
+	used := 0
+	var sum uint64
+	for i := range m.decisions {
+		n := m.decisions[i].n[outcomeAllowed][ByCounter].Load()
+		sum += n
+		if n > 0 {
+			used++
+		}
 	}
-	if len(stripes) < 2 {
-		t.Errorf("%d goroutines at once all added to one copy of the counters", goroutines)
+	if used < 2 {
+		t.Fatalf("the decisions went to %d copy of the counters: the test cannot tell whether Snapshot adds them up", used)
+	}
+	if s := m.Snapshot(); s.Allowed != goroutines*each || sum != goroutines*each {
+		t.Errorf("Snapshot counts %d allowed, the %d copies hold %d; want %d", s.Allowed, used, sum, goroutines*each)
 	}
 }
+
+// atDepth calls f from n frames of a kilobyte each below the caller's, so
+// that f's frames sit n kilobytes further down the goroutine's stack.
+//
+//go:noinline
+func atDepth(n int, f func()) {
+	if n == 0 {
+		f()
+		return
+	}
+	var pad [1024]byte
+	keep(&pad)
+	atDepth(n-1, f)
+}
+
+// keep makes its caller hold pad in its frame.
+//
+//go:noinline
+func keep(pad *[1024]byte) { pad[0] = 1 }
 
 // The timing tests below run against stores that never answer. Their
 // bounds: the median of several requests within 20% of what the time rule
@@ -531,16 +559,18 @@ func TestStoreTimeoutBoundsASilentStore(t *testing.T) {
 				}
 				return d
 			}
+			late := startSchedProbe()
 			first := latencies{request()}
 			var later latencies
 			for range calls {
 				later = append(later, request())
 			}
-			t.Logf("first request %s; the requests after it %s", first, later)
+			late.halt()
+			t.Logf("first request %s; the requests after it %s; %v", first, later, late)
 
 			allowance := connectFactor * budget
-			checkLatencies(t, "first request, connecting", first, allowance, allowance+tailSlack, allowance+tailSlack)
-			checkLatencies(t, "later requests", later, budget, budget*6/5, budget+tailSlack)
+			checkLatencies(t, "first request, connecting", first, late, allowance, allowance+tailSlack, allowance+tailSlack)
+			checkLatencies(t, "later requests", later, late, budget, budget*6/5, budget+tailSlack)
 			failed := logs.withMsg("ratelimit: counter failed")
 			if len(failed) != 1 || !isTimeout(failed[0].err()) ||
 				!strings.HasPrefix(failed[0].err().Error(), "ratelimit: counter did not answer within 500ms, the 10 × StoreTimeout allowed before its first answer (") {
@@ -582,22 +612,25 @@ func TestRequestContextBoundsTheWait(t *testing.T) {
 				}
 				return d
 			}
+			late := startSchedProbe()
 			first := measure(lateApp, 1)
 			afterDeadline := measure(lateApp, calls)
 			beforeDeadline := measure(newApp(withDeadline(sooner, limiter), nil), calls)
 			canceled := measure(newApp(withCancelAfter(sooner, limiter), nil), calls)
-			t.Logf("with a deadline %v away: the first request %s, then %s; with one %v away: %s; canceled after %v: %s",
-				later, first, afterDeadline, sooner, beforeDeadline, sooner, canceled)
+			late.halt()
+			t.Logf("with a deadline %v away: the first request %s, then %s; with one %v away: %s; canceled after %v: %s; %v",
+				later, first, afterDeadline, sooner, beforeDeadline, sooner, canceled, late)
 
 			allowance := connectFactor * budget
 			checkLatencies(t, fmt.Sprintf("first request, connecting, with a deadline %v away", later),
-				first, allowance, allowance+tailSlack, allowance+tailSlack)
-			checkLatencies(t, fmt.Sprintf("with a deadline %v away", later), afterDeadline, budget, budget*6/5, budget+tailSlack)
+				first, late, allowance, allowance+tailSlack, allowance+tailSlack)
+			checkLatencies(t, fmt.Sprintf("with a deadline %v away", later), afterDeadline, late, budget, budget*6/5, budget+tailSlack)
 			// Half way between sooner and the budget: requests that waited
-			// out StoreTimeout cannot pass.
+			// out StoreTimeout cannot pass, unless the machine is so late
+			// that the bound carries as much.
 			median := (sooner + budget) / 2
-			checkLatencies(t, fmt.Sprintf("with a deadline %v away", sooner), beforeDeadline, sooner, median, sooner+tailSlack)
-			checkLatencies(t, fmt.Sprintf("canceled after %v", sooner), canceled, sooner, median, sooner+tailSlack)
+			checkLatencies(t, fmt.Sprintf("with a deadline %v away", sooner), beforeDeadline, late, sooner, median, sooner+tailSlack)
+			checkLatencies(t, fmt.Sprintf("canceled after %v", sooner), canceled, late, sooner, median, sooner+tailSlack)
 		})
 	}
 }
@@ -615,6 +648,7 @@ func TestRedisCounterReturnsAtTheDeadline(t *testing.T) {
 			t.Parallel()
 			counter := s.counter(t).(*RedisCounter)
 			var d latencies
+			late := startSchedProbe()
 			for range calls {
 				var err error
 				// The clock starts before the deadline is set, so that no
@@ -628,8 +662,9 @@ func TestRedisCounterReturnsAtTheDeadline(t *testing.T) {
 					t.Errorf("Incr on a black hole: %v; want an error naming the key and wrapping context.DeadlineExceeded", err)
 				}
 			}
-			t.Logf("Incr with a deadline %v away: %s", deadline, d)
-			checkLatencies(t, fmt.Sprintf("Incr with a deadline %v away", deadline), d, deadline, deadline*6/5, deadline+tailSlack)
+			late.halt()
+			t.Logf("Incr with a deadline %v away: %s; %v", deadline, d, late)
+			checkLatencies(t, fmt.Sprintf("Incr with a deadline %v away", deadline), d, late, deadline, deadline*6/5, deadline+tailSlack)
 		})
 	}
 }

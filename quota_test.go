@@ -64,23 +64,28 @@ func takeExpect(t *testing.T, lim *Limiter, tenant string, allowed bool, policy 
 // A refusal by the per-window limit leaves the day's and the month's
 // counts as they were, and a refusal by the day's quota leaves the
 // window's and the month's.
+//
+// Each step's requests must fall in one window: each starts just after a
+// window's start on the store's clock (see startOfWindow), two starts
+// after the step before, so that the window before weighs nothing.
 func TestQuotasAllOrNothing(t *testing.T) {
 	const window = 150 * time.Millisecond
 	opts := Options{Limit: 2, Window: window, Quotas: dayAndMonth(5, 100)}
 	eachTakeSubject(t, opts, func(t *testing.T, lim *Limiter, tenant string, advance func(time.Duration)) {
+		startOfWindow(t, lim, advance, window, 1)
 		takeExpect(t, lim, tenant, true, "")
 		takeExpect(t, lim, tenant, true, "")
 		takeExpect(t, lim, tenant, false, "default")
 		takeExpect(t, lim, tenant, false, "default")
 		expectUsed(t, lim, tenant, 2, 2, 2)
 
-		advance(2*window + 20*time.Millisecond) // a sliding window's count is gone after two
+		startOfWindow(t, lim, advance, window, 2)
 		takeExpect(t, lim, tenant, true, "")
 		takeExpect(t, lim, tenant, true, "")
 		takeExpect(t, lim, tenant, false, "default")
 		expectUsed(t, lim, tenant, 2, 4, 4)
 
-		advance(2*window + 20*time.Millisecond)
+		startOfWindow(t, lim, advance, window, 2)
 		takeExpect(t, lim, tenant, true, "")
 		d := takeExpect(t, lim, tenant, false, "day")
 		expectUsed(t, lim, tenant, 1, 5, 5)
@@ -96,7 +101,7 @@ func TestQuotasAllOrNothing(t *testing.T) {
 			t.Errorf("refused by the day's quota: %+v; want its figures, Limit 5, Remaining 0, Window 24h", d)
 		}
 		// The main window's room does not let the day's refusal through.
-		advance(2*window + 20*time.Millisecond)
+		startOfWindow(t, lim, advance, window, 2)
 		takeExpect(t, lim, tenant, false, "day")
 		expectUsed(t, lim, tenant, 0, 5, 5)
 	})
@@ -104,10 +109,13 @@ func TestQuotasAllOrNothing(t *testing.T) {
 
 // Quotas with a Window are counted by Options.Algorithm, as the main
 // limit is; the smallest room decides.
+// The requests before the refusal fall in one window of the quota's (see
+// startOfWindow).
 func TestQuotaWithAWindow(t *testing.T) {
 	const window = 150 * time.Millisecond
 	opts := Options{Limit: 10, Window: window, Quotas: []Quota{{Name: "burst", Limit: 3, Window: 2 * window}}}
 	eachTakeSubject(t, opts, func(t *testing.T, lim *Limiter, tenant string, advance func(time.Duration)) {
+		startOfWindow(t, lim, advance, 2*window, 1)
 		for range 3 {
 			takeExpect(t, lim, tenant, true, "")
 		}

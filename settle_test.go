@@ -131,8 +131,9 @@ func TestSettleLeavesAnEndedWindowAlone(t *testing.T) {
 					t.Fatalf("TakeN(3): %+v", given)
 				}
 				// Past the window, and for a sliding one past the next too,
-				// so that the old count weighs nothing.
-				advance(2*window + 50*time.Millisecond)
+				// so that the old count weighs nothing; the next requests
+				// in one window.
+				startOfWindow(t, lim, advance, window, 2)
 				for _, s := range []struct {
 					d    Decision
 					cost int
@@ -167,16 +168,20 @@ func TestSettleLeavesAnEndedWindowAlone(t *testing.T) {
 
 // A sliding window's count weighs in the window after it, but a
 // settlement once that window has begun changes nothing in it: neither
-// the weight nor the new count.
+// the weight nor the new count. The request comes just after a window's
+// start, and the settlement a quarter of a window into the next one: a
+// fixed window has ended by then, a sliding one is weighed 75 % or less.
+// (A settlement exactly one window later raced the fixed window's end.)
 func TestSettleLeavesTheWindowBeforeAlone(t *testing.T) {
 	const window = 400 * time.Millisecond
 	eachTakeSubject(t, Options{Limit: 5, Window: window}, func(t *testing.T, lim *Limiter, tenant string, advance func(time.Duration)) {
 		ctx := context.Background()
+		startOfWindow(t, lim, advance, window, 1)
 		d := lim.TakeN(ctx, tenant, 4)
 		if !d.Allowed {
 			t.Fatalf("TakeN(4): %+v", d)
 		}
-		advance(window)
+		advance(window + window/4)
 		before := used(t, lim, tenant)[0]
 		if err := lim.Settle(ctx, d, 50); err != nil {
 			t.Fatalf("Settle: %v", err)

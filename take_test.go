@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"strings"
@@ -50,6 +51,7 @@ func eachTakeSubject(t *testing.T, opts Options, f func(t *testing.T, lim *Limit
 				if o.Logger == nil {
 					o.Logger = newLogRecorder().logger()
 				}
+				o.StoreTimeout = cmp.Or(o.StoreTimeout, countingTimeout)
 				var lim *Limiter
 				advance := time.Sleep
 				if clock != nil {
@@ -63,6 +65,29 @@ func eachTakeSubject(t *testing.T, opts Options, f func(t *testing.T, lim *Limit
 			})
 		}
 	}
+}
+
+// countingTimeout is the StoreTimeout of the limiters of eachTakeSubject
+// and eachReplicaSubject, unless a test sets one: they test what is
+// counted, not the time rule (timerule_test.go, faults_test.go and the
+// chaos tests hold that), and a round trip under -race on a busy machine
+// can outlast the default 100 ms, which would decide a request by the
+// fallback instead of the store.
+const countingTimeout = 5 * time.Second
+
+// startOfWindow moves the store's clock (the memory store's fake one, or
+// Redis's, by sleeping) to just after the n-th start of a window of
+// length w from now, where windows are aligned as sliding windows are: a
+// few requests made then fall in one sliding window of w, not in two,
+// unless the machine stalls for most of w. Two starts on is past the
+// window of any request made before, a fixed window's (which started at
+// its first request) or a sliding one's, and past the window after that
+// a sliding one weighs in.
+func startOfWindow(t *testing.T, lim *Limiter, advance func(time.Duration), w time.Duration, n int) {
+	t.Helper()
+	now := storeClock(t, lim)()
+	// The script reads the server's clock in whole milliseconds.
+	advance(now.Truncate(w).Add(time.Duration(n)*w).Sub(now) + 2*time.Millisecond)
 }
 
 // clearOfTheHour waits, when the hour ends within the next few seconds,
