@@ -51,18 +51,18 @@ endef
 # Everything, the Redis integration and chaos tests included. They fail
 # rather than skip when they find no server (RATELIMIT_REQUIRE_REDIS), unless
 # REDIS_TESTS=optional.
+# Each module's tests run even after another's fail (scripts/test-modules.sh),
+# and the end of the output lists every failure.
 test: test-examples test-rules
 ifeq ($(REDIS_TESTS),optional)
-	go test -race -count=1 ./...
-	@for m in $(MODULES); do (cd $$m && go test -race -count=1 ./...) || exit 1; done
+	MODULES="$(MODULES)" ./scripts/test-modules.sh -race -count=1
 else
-	$(call with_redis_server,export RATELIMIT_REQUIRE_REDIS=1; go test -race -count=1 ./... && for m in $(MODULES); do (cd $$m && go test -race -count=1 ./...) || exit 1; done)
+	$(call with_redis_server,export RATELIMIT_REQUIRE_REDIS=1; MODULES="$(MODULES)" ./scripts/test-modules.sh -race -count=1)
 endif
 
 # Without Redis: the integration tests skip under -short.
 test-unit: test-examples
-	go test -race -count=1 -short ./...
-	@for m in $(MODULES); do (cd $$m && go test -race -count=1 -short ./...) || exit 1; done
+	MODULES="$(MODULES)" ./scripts/test-modules.sh -race -count=1 -short
 
 # Every example module builds and passes go vet.
 test-examples:
@@ -95,10 +95,12 @@ else
 	"$$promtool" check rules prometheus/rules.yml && "$$promtool" test rules prometheus/rules_test.yml
 endif
 
-# The library's tests (unit, Redis, cluster, chaos) once on each of
-# TEST_SERVERS, fetched into REDIS_SERVERS_DIR, each first on PATH in its
-# turn. TEST_REDIS_URL and TEST_REDIS_CLUSTER_ADDRS are ignored here: every
-# run starts its own servers. Fails if any run fails, after running all.
+# The library's tests (unit, Redis, cluster, chaos) and the Fiber v3
+# module's once on each of TEST_SERVERS, fetched into REDIS_SERVERS_DIR,
+# each first on PATH in its turn. TEST_REDIS_URL and
+# TEST_REDIS_CLUSTER_ADDRS are ignored here: every run starts its own
+# servers. Fails if any run fails, after running all, each run listing its
+# failures.
 test-servers:
 	./scripts/redis-servers.sh "$(servers_dir)" $(TEST_SERVERS)
 	@failed=; \
@@ -106,7 +108,7 @@ test-servers:
 		bin="$(servers_dir)/$$name/bin"; \
 		echo "test-servers: $$name: $$("$$bin/redis-server" --version)"; \
 		PATH="$$bin:$$PATH" RATELIMIT_REQUIRE_REDIS=1 env -u TEST_REDIS_URL -u TEST_REDIS_CLUSTER_ADDRS \
-			sh -c 'go test -race -count=1 . ./internal/... && cd fiberv3 && go test -race -count=1 ./...' || failed="$$failed $$name"; \
+			MODULES=fiberv3 ./scripts/test-modules.sh -race -count=1 || failed="$$failed $$name"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "test-servers: failed on$$failed" >&2; exit 1; fi; \
 	echo "test-servers: passed on $(TEST_SERVERS)"

@@ -17,7 +17,6 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/logging"
 	"github.com/valyala/fasthttp"
 
 	"github.com/gatewaykit/ratelimit/internal/logline"
@@ -1226,7 +1225,7 @@ func TestOutageLogsOneLineASecond(t *testing.T) {
 	logger := slog.New(&clockStamp{Handler: rec, now: clk.Now})
 	redis.SetLogger(newRedisLogger(logger, newClock(clk.Now)))
 	t.Cleanup(func() {
-		logging.Enable() // go-redis's own logger again
+		redistest.Quiet() // go-redis's own logger off again
 		logline.GoRedis.Store(nil)
 	})
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialerRetries: 1, MaxRetries: -1})

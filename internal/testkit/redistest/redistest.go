@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
 )
 
 const (
@@ -55,8 +56,13 @@ const (
 
 // Main runs the tests of m, stops every server this process started, prints
 // which server software they ran, and returns m's exit code. A TestMain
-// calls it as os.Exit(redistest.Main(m)).
+// calls it as os.Exit(redistest.Main(m)). go-redis's own logger is off:
+// the tests kill and black-hole servers on purpose, and its hundreds of
+// "failed to dial" lines would bury the one line that says what failed.
+// A test that reads go-redis's lines sets a logger of its own
+// (redis.SetLogger), and Quiet again when it is done.
 func Main(m *testing.M) int {
+	Quiet()
 	code := m.Run()
 	// A test that fails still returns here; one that panics does not, which
 	// is what killWithParent is for.
@@ -71,6 +77,9 @@ func Main(m *testing.M) int {
 	}
 	return code
 }
+
+// Quiet turns go-redis's own logger off (see Main).
+func Quiet() { logging.Disable() }
 
 // StopAll stops every server this process started. Servers started later
 // are stopped by the next call.
