@@ -12,7 +12,7 @@ import (
 // log's own, started when a line comes and gone when none waits, that
 // writes them one at a time, in order. The caller of Write waits until the
 // handler has written its line, as a plain slog call would, unless the
-// handler is stuck: once it has spent stuckAfter on one line, the callers
+// handler is stuck: once it has spent StuckAfter on one line, the callers
 // waiting for it go on, and later ones do not wait, until it returns.
 //
 // A handler can block for as long as its sink does: standard error into a
@@ -27,10 +27,10 @@ import (
 // and maxQueued lines, per log.
 
 const (
-	// stuckAfter is how long the handler may spend on one line before the
+	// StuckAfter is how long the handler may spend on one line before the
 	// writer takes it for stuck. A handler of a file or a terminal takes
 	// microseconds.
-	stuckAfter = 50 * time.Millisecond
+	StuckAfter = 50 * time.Millisecond
 	// maxQueued is how many lines wait for a stuck handler at most; more
 	// are not written, and count as held back (Log.Suppressed).
 	maxQueued = 16
@@ -40,7 +40,7 @@ type writer struct {
 	mu      sync.Mutex
 	queue   []*line
 	running bool          // a goroutine is writing the queue
-	stuck   chan struct{} // closed once the line being written has taken stuckAfter; replaced when it is done
+	stuck   chan struct{} // closed once the line being written has taken StuckAfter; replaced when it is done
 }
 
 // line is a record on its way to its handler.
@@ -99,12 +99,12 @@ func (w *writer) run() {
 		stuck := w.stuck
 		w.mu.Unlock()
 
-		t := time.AfterFunc(stuckAfter, func() { close(stuck) })
+		t := time.AfterFunc(StuckAfter, func() { close(stuck) })
 		_ = ln.h.Handle(context.Background(), ln.rec)
 		close(ln.done)
 		if !t.Stop() {
 			// It was stuck and is back: the next line gets its own
-			// stuckAfter.
+			// StuckAfter.
 			w.mu.Lock()
 			w.stuck = make(chan struct{})
 			w.mu.Unlock()

@@ -55,7 +55,7 @@ func TestWriteWaitsForAHandlerThatKeepsUp(t *testing.T) {
 	}
 }
 
-// A handler that blocks holds the first caller stuckAfter at most, and
+// A handler that blocks holds the first caller StuckAfter at most, and
 // every later one not at all; the lines are written, in order, once it is
 // back, and those past maxQueued count as held back.
 func TestWriteIsNotHeldByAStuckHandler(t *testing.T) {
@@ -71,8 +71,8 @@ func TestWriteIsNotHeldByAStuckHandler(t *testing.T) {
 	// slack that every bound here carries.
 	late := oversleep(t)
 
-	if d := timed(func() { l.Write(slog.LevelError, "first") }); d > stuckAfter+late {
-		t.Fatalf("the first Write to a stuck handler took %v; want at most %v and the scheduler's lateness %v", d, stuckAfter, late)
+	if d := timed(func() { l.Write(slog.LevelError, "first") }); d > StuckAfter+late {
+		t.Fatalf("the first Write to a stuck handler took %v; want at most %v and the scheduler's lateness %v", d, StuckAfter, late)
 	}
 	for i := range maxQueued + 4 {
 		if d := timed(func() { l.Write(slog.LevelError, "more") }); d > late {
@@ -107,8 +107,8 @@ func TestRedisLinesAreNotHeldByAStuckHandler(t *testing.T) {
 	defer close(h.gate)
 	r := NewRedisLines(slog.New(h), elapsedNow())
 	late := oversleep(t)
-	if d := timed(func() { r.Say("sentinel: new master") }); d > stuckAfter+late {
-		t.Errorf("Say to a stuck handler took %v; want at most %v and the scheduler's lateness %v", d, stuckAfter, late)
+	if d := timed(func() { r.Say("sentinel: new master") }); d > StuckAfter+late {
+		t.Errorf("Say to a stuck handler took %v; want at most %v and the scheduler's lateness %v", d, StuckAfter, late)
 	}
 }
 
