@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gatewaykit/ratelimit/internal/testkit/httpresp"
+	"github.com/gatewaykit/ratelimit/internal/testkit/redistest"
 	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
 )
@@ -234,7 +235,20 @@ type blackHole struct {
 // test ends.
 func startBlackHole(t testing.TB) *blackHole {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return startBlackHoleOn(t, "127.0.0.1:0")
+}
+
+// startBlackHoleOn starts a black hole on addr: on the port of a server a
+// test killed, it is another process that took the port over and never
+// answers. The port of a process just killed may take a moment to be
+// free.
+func startBlackHoleOn(t testing.TB, addr string) *blackHole {
+	t.Helper()
+	var ln net.Listener
+	err := redistest.Poll(2*time.Second, func() (err error) {
+		ln, err = net.Listen("tcp", addr)
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@
 package logline
 
 import (
-	"context"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -30,6 +29,8 @@ type Log struct {
 	// For the counter's failures, how long after one go-redis's lines are
 	// held back for the next (see RedisLines); 0 for the other kinds.
 	holds time.Duration
+
+	w writer
 }
 
 // gate lets a line through at most once a second, on its clock.
@@ -90,9 +91,12 @@ func (f *Log) Record(level slog.Level, msg string, attrs ...slog.Attr) {
 	f.Write(level, msg, attrs...)
 }
 
-// write writes a line, unthrottled.
+// Write writes a line, unthrottled. The handler runs on the log's writer
+// (see writer.go), and the caller waits for it only while it writes
+// promptly: a handler that blocks never holds the request, or the
+// go-redis goroutine, that had a line to write.
 func (f *Log) Write(level slog.Level, msg string, attrs ...slog.Attr) {
-	f.output().LogAttrs(context.Background(), level, msg, attrs...)
+	f.w.write(f, level, msg, attrs)
 }
 
 // output is the logger the lines go to.
