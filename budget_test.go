@@ -88,14 +88,7 @@ func budgetCluster(t *testing.T, o budgetOptions) budgetSubject {
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), ContextTimeoutEnabled: o.contextTimeout, PoolSize: o.poolSize})
 	t.Cleanup(func() { rdb.Close() })
 	victim := cluster.Primaries[0]
-	ctx := context.Background()
-	tenants, _ := failoverTenantsBy(t, func(key string) (string, error) {
-		c, err := rdb.MasterForKey(ctx, key)
-		if err != nil {
-			return "", err
-		}
-		return c.Options().Addr, nil
-	}, victim.Addr(), len(cluster.Primaries))
+	tenants, _ := failoverTenantsBy(t, clusterNodeOf(rdb), victim.Addr(), len(cluster.Primaries))
 	return budgetSubject{rdb: rdb, tenants: tenants, victim: victim}
 }
 
@@ -109,13 +102,7 @@ func budgetRing(t *testing.T, o budgetOptions) budgetSubject {
 	}
 	ring := redis.NewRing(&redis.RingOptions{Addrs: addrs, ContextTimeoutEnabled: o.contextTimeout, PoolSize: o.poolSize})
 	t.Cleanup(func() { ring.Close() })
-	tenants, _ := failoverTenantsBy(t, func(key string) (string, error) {
-		c, err := ring.GetShardClientForKey(key)
-		if err != nil {
-			return "", err
-		}
-		return c.Options().Addr, nil
-	}, shards[0].Addr(), len(shards))
+	tenants, _ := failoverTenantsBy(t, ringNodeOf(ring), shards[0].Addr(), len(shards))
 	return budgetSubject{rdb: ring, tenants: tenants, victim: shards[0]}
 }
 

@@ -46,13 +46,7 @@ func TestFailoverCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	victim := cluster.Primaries[0]
-	tenants, onVictim := failoverTenantsBy(t, func(key string) (string, error) {
-		c, err := rdb.MasterForKey(ctx, key)
-		if err != nil {
-			return "", err
-		}
-		return c.Options().Addr, nil
-	}, victim.Addr(), len(cluster.Primaries))
+	tenants, onVictim := failoverTenantsBy(t, clusterNodeOf(rdb), victim.Addr(), len(cluster.Primaries))
 	f := runFailover(t, rdb, tenants, onVictim, kill(victim))
 	f.checkOthers(t)
 	f.checkRecovery(t)
@@ -78,13 +72,7 @@ func TestFailoverRing(t *testing.T) {
 	ring := redis.NewRing(&redis.RingOptions{Addrs: addrs})
 	t.Cleanup(func() { ring.Close() })
 	victim := shards[0]
-	tenants, onVictim := failoverTenantsBy(t, func(key string) (string, error) {
-		c, err := ring.GetShardClientForKey(key)
-		if err != nil {
-			return "", err
-		}
-		return c.Options().Addr, nil
-	}, victim.Addr(), len(shards))
+	tenants, onVictim := failoverTenantsBy(t, ringNodeOf(ring), victim.Addr(), len(shards))
 	f := runFailover(t, ring, tenants, onVictim, kill(victim))
 	f.checkOthers(t)
 	f.checkRecovery(t)
@@ -139,6 +127,30 @@ func TestFailoverSentinel(t *testing.T) {
 				f.checkFailsFast(t)
 			}
 		})
+	}
+}
+
+// clusterNodeOf is, for failoverTenantsBy, the address of the primary of
+// rdb that holds a key.
+func clusterNodeOf(rdb *redis.ClusterClient) func(key string) (string, error) {
+	return func(key string) (string, error) {
+		c, err := rdb.MasterForKey(context.Background(), key)
+		if err != nil {
+			return "", err
+		}
+		return c.Options().Addr, nil
+	}
+}
+
+// ringNodeOf is, for failoverTenantsBy, the address of the shard of ring
+// that holds a key.
+func ringNodeOf(ring *redis.Ring) func(key string) (string, error) {
+	return func(key string) (string, error) {
+		c, err := ring.GetShardClientForKey(key)
+		if err != nil {
+			return "", err
+		}
+		return c.Options().Addr, nil
 	}
 }
 
