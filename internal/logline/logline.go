@@ -22,7 +22,8 @@ import (
 // lines when RedisLogger writes to the same logger (see RedisLines), so
 // that an outage is one line a second, not one of each.
 type Log struct {
-	logger     *slog.Logger // nil: slog.Default()
+	logger     *slog.Logger     // nil: slog.Default()
+	now        func() time.Time // stamps a line with when it was said; nil: time.Now
 	gate       gate
 	Suppressed atomic.Int64 // lines since the last one that were not written
 
@@ -39,8 +40,12 @@ type gate struct {
 	last    atomic.Int64 // nanoseconds since the clock's epoch of the last line
 }
 
-func New(logger *slog.Logger, elapsed func() time.Duration) *Log {
-	l := &Log{logger: logger}
+// New returns a log to logger of one line a second at most. elapsed, the
+// time since an epoch on a monotonic clock, spaces the lines; now (nil:
+// time.Now) stamps each with when it was said, which is not always when
+// its handler writes it (see writer.go).
+func New(logger *slog.Logger, now func() time.Time, elapsed func() time.Duration) *Log {
+	l := &Log{logger: logger, now: now}
 	l.gate.elapsed = elapsed
 	l.gate.last.Store(-int64(time.Second)) // the first line is written
 	return l
@@ -49,8 +54,8 @@ func New(logger *slog.Logger, elapsed func() time.Duration) *Log {
 // NewFailures is the throttled log of a limiter's counter failures,
 // whose breaker probes every cooldown: for twice that after a failure,
 // the next failure's line is due to carry go-redis's lines.
-func NewFailures(logger *slog.Logger, elapsed func() time.Duration, cooldown time.Duration) *Log {
-	l := New(logger, elapsed)
+func NewFailures(logger *slog.Logger, now func() time.Time, elapsed func() time.Duration, cooldown time.Duration) *Log {
+	l := New(logger, now, elapsed)
 	l.holds = 2 * cooldown
 	return l
 }
@@ -134,8 +139,8 @@ type heldLine struct {
 // one go-redis has: redis.SetLogger keeps one logger for the process.
 var GoRedis atomic.Pointer[RedisLines]
 
-func NewRedisLines(logger *slog.Logger, elapsed func() time.Duration) *RedisLines {
-	return &RedisLines{log: New(logger, elapsed)}
+func NewRedisLines(logger *slog.Logger, now func() time.Time, elapsed func() time.Duration) *RedisLines {
+	return &RedisLines{log: New(logger, now, elapsed)}
 }
 
 // say writes go-redis's line, or holds it back: while a limiter's counter

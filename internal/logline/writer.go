@@ -59,7 +59,11 @@ func (w *writer) write(f *Log, level slog.Level, msg string, attrs []slog.Attr) 
 	}
 	var pc [1]uintptr
 	runtime.Callers(3, pc[:]) // Write's caller, as slog would name it
-	ln := &line{h: logger.Handler(), rec: slog.NewRecord(time.Now(), level, msg, pc[0]), done: make(chan struct{})}
+	at := time.Now
+	if f.now != nil {
+		at = f.now
+	}
+	ln := &line{h: logger.Handler(), rec: slog.NewRecord(at(), level, msg, pc[0]), done: make(chan struct{})}
 	ln.rec.AddAttrs(attrs...)
 
 	w.mu.Lock()

@@ -46,7 +46,7 @@ func elapsedNow() func() time.Duration {
 func TestWriteWaitsForAHandlerThatKeepsUp(t *testing.T) {
 	h := &gateHandler{gate: make(chan struct{})}
 	close(h.gate)
-	l := New(slog.New(h), elapsedNow())
+	l := New(slog.New(h), nil, elapsedNow())
 	for _, msg := range []string{"one", "two", "three"} {
 		l.Write(slog.LevelInfo, msg)
 		if got := h.written(); len(got) == 0 || got[len(got)-1] != msg {
@@ -66,7 +66,7 @@ func TestWriteIsNotHeldByAStuckHandler(t *testing.T) {
 			close(h.gate)
 		}
 	}()
-	l := New(slog.New(h), elapsedNow())
+	l := New(slog.New(h), nil, elapsedNow())
 	// The scheduler's own lateness, measured as the chaos tests do, is
 	// slack that every bound here carries.
 	late := oversleep(t)
@@ -100,12 +100,62 @@ func TestWriteIsNotHeldByAStuckHandler(t *testing.T) {
 	}
 }
 
+// A line is stamped with when it was said, on the log's clock, not when a
+// late handler writes it: the lines queued behind a stuck handler keep
+// their own times.
+func TestALineCarriesTheTimeItWasSaid(t *testing.T) {
+	h := &gateHandler{gate: make(chan struct{})}
+	var times []time.Time
+	rec := &timeHandler{gateHandler: h, times: &times}
+	var mu sync.Mutex
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func() { mu.Lock(); now = now.Add(time.Hour); mu.Unlock() }
+	l := New(slog.New(rec), clock, elapsedNow())
+	var said []time.Time
+	for range 3 {
+		said = append(said, clock())
+		l.Write(slog.LevelError, "line") // the first waits StuckAfter, the rest not at all
+		advance()
+	}
+	close(h.gate)
+	stamped := func() int { h.mu.Lock(); defer h.mu.Unlock(); return len(times) }
+	deadline := time.Now().Add(5 * time.Second)
+	for stamped() < len(said) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(times) != len(said) {
+		t.Fatalf("%d lines written; want %d", len(times), len(said))
+	}
+	for i := range said {
+		if !times[i].Equal(said[i]) {
+			t.Errorf("line %d is stamped %v; want %v, when it was said (the clock reads %v now)", i, times[i], said[i], clock())
+		}
+	}
+}
+
+// timeHandler is a gateHandler that also keeps each record's time.
+type timeHandler struct {
+	*gateHandler
+	times *[]time.Time
+}
+
+func (h *timeHandler) Handle(ctx context.Context, r slog.Record) error {
+	err := h.gateHandler.Handle(ctx, r)
+	h.mu.Lock()
+	*h.times = append(*h.times, r.Time)
+	h.mu.Unlock()
+	return err
+}
+
 // go-redis's lines (RedisLogger) go through a writer too: a stuck handler
 // never holds go-redis's goroutine, which may hold a lock of go-redis's.
 func TestRedisLinesAreNotHeldByAStuckHandler(t *testing.T) {
 	h := &gateHandler{gate: make(chan struct{})}
 	defer close(h.gate)
-	r := NewRedisLines(slog.New(h), elapsedNow())
+	r := NewRedisLines(slog.New(h), nil, elapsedNow())
 	late := oversleep(t)
 	if d := timed(func() { r.Say("sentinel: new master") }); d > StuckAfter+late {
 		t.Errorf("Say to a stuck handler took %v; want at most %v and the scheduler's lateness %v", d, StuckAfter, late)
