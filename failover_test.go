@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -186,8 +187,9 @@ func failoverTenantsBy(t *testing.T, nodeOf func(key string) (string, error), vi
 type failoverSample struct {
 	tenant     int
 	start, end time.Duration
-	counted    bool // ByCounter
-	asked      bool // the counter was asked (the breaker was not open)
+	counted    bool  // ByCounter
+	asked      bool  // the counter was asked (the breaker was not open)
+	err        error // why the counter did not count it
 }
 
 type failoverRun struct {
@@ -244,7 +246,7 @@ func runFailover(t *testing.T, rdb redis.UniversalClient, tenants []string, vict
 				}
 				mu.Unlock()
 				if !kill.IsZero() {
-					mine = append(mine, failoverSample{i, start.Sub(kill), end.Sub(kill), counted, !errors.Is(d.Err, errBreakerOpen)})
+					mine = append(mine, failoverSample{i, start.Sub(kill), end.Sub(kill), counted, !errors.Is(d.Err, errBreakerOpen), d.Err})
 				}
 				time.Sleep(time.Millisecond)
 			}
@@ -413,13 +415,32 @@ func (f *failoverRun) failed() latencies {
 	return failed
 }
 
-// checkFailsFast checks that the tenants of the killed server failed at
-// once, with their dial's error, rather than after StoreTimeout: go-redis
-// retries a refused dial for half a second, and a counter that did not
-// watch the dials of that server's client would wait it out.
+// checkFailsFast checks that the tenants of the killed server failed with
+// their dial's error rather than after StoreTimeout: go-redis retries a
+// refused dial for half a second, and a counter that did not watch the
+// dials of that server's client would wait it out, then fail with a
+// timeout. Most of the failures must carry the refused dial, and their
+// median must be well under StoreTimeout. The bound is not tighter: in a
+// CI run on Sentinel, 11 failures took 68 ms each, with the dial's error,
+// while this process's scheduler ran on time; a Sentinel client asks the
+// sentinel, another process, where the primary is before each dial.
 func (f *failoverRun) checkFailsFast(t *testing.T) {
 	t.Helper()
-	bound := f.timeout/4 + f.late.median()
+	var refused, others []string
+	for _, s := range f.samples {
+		if f.victim[s.tenant] && s.start >= 0 && s.asked && !s.counted {
+			if errors.Is(s.err, syscall.ECONNREFUSED) {
+				refused = append(refused, s.err.Error())
+			} else {
+				others = append(others, fmt.Sprintf("%v after %v", s.err, s.end-s.start))
+			}
+		}
+	}
+	if len(refused) == 0 || len(others) > len(refused) {
+		t.Errorf("the killed server's tenants that asked the counter failed %d times with the refused dial and %d times otherwise (%q); want mostly the refused dial",
+			len(refused), len(others), others)
+	}
+	bound := f.timeout*3/4 + f.late.median()
 	if failed := f.failed(); len(failed) == 0 || failed.median() > bound {
 		t.Errorf("the killed server's tenants that asked the counter failed in %s; want a median under %v (%v)", failed, bound, f.late)
 	}
