@@ -93,13 +93,7 @@ func budgetCluster(t *testing.T, o budgetOptions) budgetSubject {
 }
 
 func budgetRing(t *testing.T, o budgetOptions) budgetSubject {
-	addrs := map[string]string{}
-	var shards []*redistest.Server
-	for _, name := range []string{"a", "b", "c"} {
-		s := startChaosRedis(t, 0)
-		shards = append(shards, s)
-		addrs[name] = s.Addr()
-	}
+	shards, addrs := startRingShards(t)
 	ring := redis.NewRing(&redis.RingOptions{Addrs: addrs, ContextTimeoutEnabled: o.contextTimeout, PoolSize: o.poolSize})
 	t.Cleanup(func() { ring.Close() })
 	tenants, _ := failoverTenantsBy(t, ringNodeOf(ring), shards[0].Addr(), len(shards))

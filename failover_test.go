@@ -63,13 +63,7 @@ func kill(s *redistest.Server) func() time.Time {
 // TestFailoverRing kills one of the three shards of a ring. The ring finds
 // it down after three failed heartbeats and moves its keys to the others.
 func TestFailoverRing(t *testing.T) {
-	addrs := map[string]string{}
-	var shards []*redistest.Server
-	for _, name := range []string{"a", "b", "c"} {
-		s := startChaosRedis(t, 0)
-		shards = append(shards, s)
-		addrs[name] = s.Addr()
-	}
+	shards, addrs := startRingShards(t)
 	ring := redis.NewRing(&redis.RingOptions{Addrs: addrs})
 	t.Cleanup(func() { ring.Close() })
 	victim := shards[0]
@@ -129,6 +123,19 @@ func TestFailoverSentinel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startRingShards starts the three shards of a ring, a, b and c, and
+// returns them and their addresses by name, for redis.RingOptions.
+func startRingShards(t *testing.T) ([]*redistest.Server, map[string]string) {
+	addrs := map[string]string{}
+	var shards []*redistest.Server
+	for _, name := range []string{"a", "b", "c"} {
+		s := startChaosRedis(t, 0)
+		shards = append(shards, s)
+		addrs[name] = s.Addr()
+	}
+	return shards, addrs
 }
 
 // clusterNodeOf is, for failoverTenantsBy, the address of the primary of

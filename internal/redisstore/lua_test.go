@@ -305,6 +305,31 @@ func TestQuotaWindowEndsAtItsEnd(t *testing.T) {
 	}
 }
 
+// bucketSteps are the costs, at instants in µs from a base, and the delays
+// a caller may wait, that the bucket's Lua and Go meet on a bucket of 3 a
+// second and a burst of 4.
+var bucketSteps = []struct{ at, cost, delay int64 }{
+	{0, 1, 0}, {0, 2, 0}, {0, 1, 0}, {0, 1, 0}, // the burst, then a refusal
+	{100_000, 1, 0}, {333_334, 1, 0}, {400_000, 2, 0},
+	{400_000, 2, 700_000}, {400_000, 1, 0}, // a reservation, then a refusal behind it
+	{5_000_000, 4, 0}, {5_000_000, 5, 10_000_000}, {9_000_001, 1, 0},
+}
+
+// goBucketStep is what Go's arithmetic says of a cost at now (µs) on a
+// bucket whose TAT is *tat, as the script answers it: the µs until the
+// bucket is full, rounded up, or -that-1 for a refusal; and Take's own
+// figures. A cost that fits moves *tat.
+func goBucketStep(b window.BucketOf, tat *float64, now, cost, delay int64) (want int64, after float64, fits bool) {
+	after, fits = b.Take(*tat-float64(now), cost, float64(delay))
+	want = int64(math.Ceil(after))
+	if fits {
+		*tat = float64(now) + after
+	} else {
+		want = -want - 1
+	}
+	return want, after, fits
+}
+
 // The token bucket's Lua (kind B) is window.BucketOf's arithmetic: the
 // same costs at the same instants, on a stopped clock, get the same
 // decisions and the same time until the bucket is full, which the script
@@ -318,27 +343,15 @@ func TestBucketLuaMatchesGo(t *testing.T) {
 	b := l.Bucket()
 	key := uniqueKey(t, "bucket")
 	const base = int64(1_780_000_000_000_000) // µs since 1970
-	steps := []struct{ at, cost, delay int64 }{
-		{0, 1, 0}, {0, 2, 0}, {0, 1, 0}, {0, 1, 0}, // the burst, then a refusal
-		{100_000, 1, 0}, {333_334, 1, 0}, {400_000, 2, 0},
-		{400_000, 2, 700_000}, {400_000, 1, 0}, // a reservation, then a refusal behind it
-		{5_000_000, 4, 0}, {5_000_000, 5, 10_000_000}, {9_000_001, 1, 0},
-	}
 	tat := 0.0
-	for i, s := range steps {
+	for i, s := range bucketSteps {
 		now := base + s.at
 		a := argsOfBucket(bucketSpec{b.Burst, b.Interval, s.delay})
 		vals, err := rdb.Eval(ctx, scriptAtMicros(t, now), []string{key}, "B", a.iv, a.most, a.px, "1", hexArg(s.cost)).Int64Slice()
 		if err != nil || len(vals) != 2 {
 			t.Fatalf("step %d: %v, %v; want 2 values", i, vals, err)
 		}
-		after, fits := b.Take(tat-float64(now), s.cost, float64(s.delay))
-		want := int64(math.Ceil(after))
-		if fits {
-			tat = float64(now) + after
-		} else {
-			want = -want - 1
-		}
+		want, after, fits := goBucketStep(b, &tat, now, s.cost, s.delay)
 		if vals[1] != want {
 			t.Fatalf("step %d (cost %d at +%d µs, delay %d): the script says %d; Go says %d", i, s.cost, s.at, s.delay, vals[1], want)
 		}
@@ -355,9 +368,9 @@ func TestBucketLuaMatchesGo(t *testing.T) {
 
 // A tenant's token bucket beside a quota (kind G, its main kind b) is
 // window.BucketOf's arithmetic too, the callers' delay included: the
-// steps of TestBucketLuaMatchesGo, with a quota that never refuses, get
-// the same decisions and the same time until the bucket is full, and the
-// hash keeps the same TAT. A bound without the delay would refuse the
+// bucketSteps, with a quota that never refuses, get the same decisions
+// and the same time until the bucket is full, and the hash keeps the same
+// TAT. A bound without the delay would refuse the
 // callers that may wait for their turn.
 func TestBucketWithQuotasLuaMatchesGo(t *testing.T) {
 	rdb := redistest.Client(t)
@@ -367,14 +380,8 @@ func TestBucketWithQuotasLuaMatchesGo(t *testing.T) {
 	b := l.Bucket()
 	key := "{" + uniqueKey(t, "bucket") + "}"
 	const base = int64(1_780_000_000_000_000) // µs since 1970
-	steps := []struct{ at, cost, delay int64 }{
-		{0, 1, 0}, {0, 2, 0}, {0, 1, 0}, {0, 1, 0}, // the burst, then a refusal
-		{100_000, 1, 0}, {333_334, 1, 0}, {400_000, 2, 0},
-		{400_000, 2, 700_000}, {400_000, 1, 0}, // a reservation, then a refusal behind it
-		{5_000_000, 4, 0}, {5_000_000, 5, 10_000_000}, {9_000_001, 1, 0},
-	}
 	tat := 0.0
-	for i, s := range steps {
+	for i, s := range bucketSteps {
 		now := base + s.at
 		args := append([]any{"Q", "1"}, argsOf(c).args...)
 		args = append(args, "G", "1", hexArg(l.Burst), ivArg(b.Interval), s.delay, "1", hexArg(s.cost))
@@ -382,13 +389,7 @@ func TestBucketWithQuotasLuaMatchesGo(t *testing.T) {
 		if err != nil || len(vals) != 6 {
 			t.Fatalf("step %d: %v, %v; want 6 values", i, vals, err)
 		}
-		after, fits := b.Take(tat-float64(now), s.cost, float64(s.delay))
-		want := int64(math.Ceil(after))
-		if fits {
-			tat = float64(now) + after
-		} else {
-			want = -want - 1
-		}
+		want, _, _ := goBucketStep(b, &tat, now, s.cost, s.delay)
 		if vals[4] != want {
 			t.Fatalf("step %d (cost %d at +%d µs, delay %d): the script says %d; Go says %d", i, s.cost, s.at, s.delay, vals[4], want)
 		}
