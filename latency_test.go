@@ -25,29 +25,35 @@ const tailSlack = 150 * time.Millisecond
 // the probe saw (max), and one that bounds their median adds the median
 // lateness (median). On a quiet machine both are a millisecond or less,
 // and the bounds stay as tight as they were; a store that waits twice its
-// budget, or its client's 3 s, still fails them.
+// budget, or its client's 3 s, still fails them. A wait long enough to
+// meet several stalls carries them all: during adds up the lateness of
+// the naps that overlapped it.
 type schedProbe struct {
-	stop chan struct{}
-	done chan struct{}
-	mu   sync.Mutex
-	late latencies
+	stop   chan struct{}
+	done   chan struct{}
+	mu     sync.Mutex
+	late   latencies
+	starts []time.Time // when each nap of late started
 }
+
+// probeNap is how long the probe sleeps each time.
+const probeNap = 10 * time.Millisecond
 
 // startSchedProbe starts a probe, which runs until halted.
 func startSchedProbe() *schedProbe {
 	p := &schedProbe{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
-		const nap = 10 * time.Millisecond
 		for {
 			start := time.Now()
 			select {
 			case <-p.stop:
 				return
-			case <-time.After(nap):
+			case <-time.After(probeNap):
 			}
 			p.mu.Lock()
-			p.late = append(p.late, max(time.Since(start)-nap, 0))
+			p.late = append(p.late, max(time.Since(start)-probeNap, 0))
+			p.starts = append(p.starts, start)
 			p.mu.Unlock()
 		}
 	}()
@@ -69,6 +75,19 @@ func (p *schedProbe) max() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.late.max()
+}
+
+// during is the lateness of the naps that overlapped from to to, added up.
+func (p *schedProbe) during(from, to time.Time) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var sum time.Duration
+	for i, start := range p.starts {
+		if start.Before(to) && start.Add(probeNap+p.late[i]).After(from) {
+			sum += p.late[i]
+		}
+	}
+	return sum
 }
 
 // median is the median oversleep so far.
