@@ -206,6 +206,7 @@ type failoverRun struct {
 	breakers []logLine
 	timeout  time.Duration
 	over     time.Duration // since the kill, when the store said the failover was over
+	gone     time.Duration // since the kill, when kill returned: a killed server's process had exited
 	killed   time.Time     // the kill
 	late     *schedProbe   // how late the scheduler ran the callers meanwhile
 }
@@ -290,11 +291,12 @@ func runFailover(t *testing.T, rdb redis.UniversalClient, tenants []string, vict
 	t0 = time.Now()
 	mu.Unlock()
 	over := kill()
+	f.gone = time.Since(t0)
 	if over.IsZero() {
 		over = t0
 	}
 	f.over, f.killed = over.Sub(t0), t0
-	t.Logf("failover over %v after the kill", f.over.Round(time.Millisecond))
+	t.Logf("kill returned %v and failover over %v after the kill", f.gone.Round(100*time.Microsecond), f.over.Round(time.Millisecond))
 	recovered := waitCounted(func(i int) bool { return victim[i] }, over, failoverRecovery+2*time.Second)
 	if recovered {
 		time.Sleep(time.Second)
@@ -430,15 +432,25 @@ func (f *failoverRun) failed() latencies {
 // refused dial for half a second, and a counter that did not watch the
 // dials of that server's client would wait it out, then fail with a
 // timeout. Most of the failures must carry the refused dial, and their
-// median must be well under StoreTimeout. The bound is not tighter: in a
-// CI run on Sentinel, 11 failures took 68 ms each, with the dial's error,
+// median must be well under StoreTimeout.
+//
+// Only the decisions that started after the killed process had exited are
+// held to that. Until it has, the kernel may still complete a dial to its
+// port, and the connection is never answered: under two CPU hogs, on
+// Sentinel, a dial 5.8 ms after the SIGKILL connected, HELLO on it waited
+// out StoreTimeout, and so did the requests that waited for it, while the
+// process was gone by 8.2 ms. Those decisions are a silent server's, which
+// checkRecovery bounds. The bound on the median is not tighter: in a CI
+// run on Sentinel, 11 failures took 68 ms each, with the dial's error,
 // while this process's scheduler ran on time; a Sentinel client asks the
 // sentinel, another process, where the primary is before each dial.
 func (f *failoverRun) checkFailsFast(t *testing.T) {
 	t.Helper()
 	var refused, others []string
+	var failed latencies
 	for _, s := range f.samples {
-		if f.victim[s.tenant] && s.start >= 0 && s.asked && !s.counted {
+		if f.victim[s.tenant] && s.start >= f.gone && s.asked && !s.counted {
+			failed = append(failed, s.end-s.start)
 			if errors.Is(s.err, syscall.ECONNREFUSED) {
 				refused = append(refused, s.err.Error())
 			} else {
@@ -447,12 +459,13 @@ func (f *failoverRun) checkFailsFast(t *testing.T) {
 		}
 	}
 	if len(refused) == 0 || len(others) > len(refused) {
-		t.Errorf("the killed server's tenants that asked the counter failed %d times with the refused dial and %d times otherwise (%q); want mostly the refused dial",
-			len(refused), len(others), others)
+		t.Errorf("the killed server's tenants that asked the counter after its process had exited (%v after the kill) failed %d times with the refused dial and %d times otherwise (%q); want mostly the refused dial",
+			f.gone.Round(100*time.Microsecond), len(refused), len(others), others)
 	}
 	bound := f.timeout*3/4 + f.late.median()
-	if failed := f.failed(); len(failed) == 0 || failed.median() > bound {
-		t.Errorf("the killed server's tenants that asked the counter failed in %s; want a median under %v (%v)", failed, bound, f.late)
+	if len(failed) == 0 || failed.median() > bound {
+		t.Errorf("the killed server's tenants that asked the counter after its process had exited (%v after the kill) failed in %s; want a median under %v (%v)",
+			f.gone.Round(100*time.Microsecond), failed, bound, f.late)
 	}
 }
 
