@@ -285,7 +285,7 @@ func testNoTakeWaitsPastItsBudget(t *testing.T, s budgetSubject) {
 		if x.start < firstEnd {
 			budget = connectFactor * timeout
 		}
-		lateness := max(late.max(), late.during(t0.Add(x.start), t0.Add(x.end)))
+		lateness := late.lateness(t0.Add(x.start), t0.Add(x.end))
 		if d := x.end - x.start; d > budget+slack+lateness {
 			over = append(over, fmt.Sprintf("%v (started %v after the kill, budget %v, the scheduler late by %v meanwhile)",
 				d.Round(time.Millisecond), (x.start-kill).Round(time.Millisecond), budget, lateness.Round(time.Millisecond)))

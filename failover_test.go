@@ -345,10 +345,7 @@ func (f *failoverRun) others() (decided, lost int) {
 
 func (f *failoverRun) log(t *testing.T) {
 	t.Helper()
-	var lats latencies
-	for _, s := range f.samples {
-		lats = append(lats, s.end-s.start)
-	}
+	lats := took(f.samples)
 	decided, lost := f.others()
 	var victims, victimsLost int
 	for _, s := range f.samples {
@@ -367,7 +364,7 @@ func (f *failoverRun) log(t *testing.T) {
 	t.Logf("decisions since the kill %s; uncounted: %d of %d of the tenants of the server that went, %d of %d of the others; %v",
 		lats, victimsLost, victims, lost, decided, f.late)
 	t.Logf("counted again after the kill: %s", strings.Join(rec, ", "))
-	t.Logf("the decisions of its tenants that asked the counter and failed: %s", f.failed())
+	t.Logf("the decisions of its tenants that asked the counter and failed: %s", took(f.failures(0)))
 	for _, l := range f.breakers {
 		t.Logf("log: %s", l)
 	}
@@ -402,10 +399,8 @@ func (f *failoverRun) checkRecovery(t *testing.T) {
 		}
 	}
 	var slow latencies
-	// The slack: the most the scheduler ran one nap late, or the lateness
-	// of all the naps that overlapped the decision (see schedProbe).
 	for _, s := range f.samples {
-		slack := tailSlack + max(f.late.max(), f.late.during(f.killed.Add(s.start), f.killed.Add(s.end)))
+		slack := tailSlack + f.late.lateness(f.killed.Add(s.start), f.killed.Add(s.end))
 		if d := s.end - s.start; d > f.timeout+slack {
 			slow = append(slow, d)
 		}
@@ -415,16 +410,26 @@ func (f *failoverRun) checkRecovery(t *testing.T) {
 	}
 }
 
-// failed returns the latencies of the decisions after the kill, of the
-// tenants of the server that went, that asked the counter and failed.
-func (f *failoverRun) failed() latencies {
-	var failed latencies
+// failures returns the decisions of the tenants of the server that went,
+// started since or later after the kill, that asked the counter and
+// failed.
+func (f *failoverRun) failures(since time.Duration) []failoverSample {
+	var failures []failoverSample
 	for _, s := range f.samples {
-		if f.victim[s.tenant] && s.start >= 0 && s.asked && !s.counted {
-			failed = append(failed, s.end-s.start)
+		if f.victim[s.tenant] && s.start >= since && s.asked && !s.counted {
+			failures = append(failures, s)
 		}
 	}
-	return failed
+	return failures
+}
+
+// took returns how long each of samples took.
+func took(samples []failoverSample) latencies {
+	var d latencies
+	for _, s := range samples {
+		d = append(d, s.end-s.start)
+	}
+	return d
 }
 
 // checkFailsFast checks that the tenants of the killed server failed with
@@ -447,15 +452,12 @@ func (f *failoverRun) failed() latencies {
 func (f *failoverRun) checkFailsFast(t *testing.T) {
 	t.Helper()
 	var refused, others []string
-	var failed latencies
-	for _, s := range f.samples {
-		if f.victim[s.tenant] && s.start >= f.gone && s.asked && !s.counted {
-			failed = append(failed, s.end-s.start)
-			if errors.Is(s.err, syscall.ECONNREFUSED) {
-				refused = append(refused, s.err.Error())
-			} else {
-				others = append(others, fmt.Sprintf("%v after %v", s.err, s.end-s.start))
-			}
+	failures := f.failures(f.gone)
+	for _, s := range failures {
+		if errors.Is(s.err, syscall.ECONNREFUSED) {
+			refused = append(refused, s.err.Error())
+		} else {
+			others = append(others, fmt.Sprintf("%v after %v", s.err, s.end-s.start))
 		}
 	}
 	if len(refused) == 0 || len(others) > len(refused) {
@@ -463,7 +465,7 @@ func (f *failoverRun) checkFailsFast(t *testing.T) {
 			f.gone.Round(100*time.Microsecond), len(refused), len(others), others)
 	}
 	bound := f.timeout*3/4 + f.late.median()
-	if len(failed) == 0 || failed.median() > bound {
+	if failed := took(failures); len(failed) == 0 || failed.median() > bound {
 		t.Errorf("the killed server's tenants that asked the counter after its process had exited (%v after the kill) failed in %s; want a median under %v (%v)",
 			f.gone.Round(100*time.Microsecond), failed, bound, f.late)
 	}

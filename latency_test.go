@@ -7,6 +7,7 @@ package ratelimit
 import (
 	"fmt"
 	"slices"
+	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -26,8 +27,7 @@ const tailSlack = 150 * time.Millisecond
 // lateness (median). On a quiet machine both are a millisecond or less,
 // and the bounds stay as tight as they were; a store that waits twice its
 // budget, or its client's 3 s, still fails them. A wait long enough to
-// meet several stalls carries them all: during adds up the lateness of
-// the naps that overlapped it.
+// meet several stalls carries them all (lateness).
 type schedProbe struct {
 	stop   chan struct{}
 	done   chan struct{}
@@ -77,17 +77,22 @@ func (p *schedProbe) max() time.Duration {
 	return p.late.max()
 }
 
-// during is the lateness of the naps that overlapped from to to, added up.
-func (p *schedProbe) during(from, to time.Time) time.Duration {
+// lateness is how late the scheduler may have run a wait from from to to:
+// the most one nap overslept, or, when more, the lateness of all the naps
+// that overlapped the wait, added up.
+func (p *schedProbe) lateness(from, to time.Time) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	// The naps follow each other, so their ends are in order: the first
+	// that ends after from is found by halving.
+	i := sort.Search(len(p.starts), func(i int) bool {
+		return p.starts[i].Add(probeNap + p.late[i]).After(from)
+	})
 	var sum time.Duration
-	for i, start := range p.starts {
-		if start.Before(to) && start.Add(probeNap+p.late[i]).After(from) {
-			sum += p.late[i]
-		}
+	for ; i < len(p.starts) && p.starts[i].Before(to); i++ {
+		sum += p.late[i]
 	}
-	return sum
+	return max(p.late.max(), sum)
 }
 
 // median is the median oversleep so far.
@@ -172,4 +177,31 @@ func timed(f func()) time.Duration {
 	start := time.Now()
 	f()
 	return time.Since(start)
+}
+
+// TestSchedProbeLateness checks the sum over the naps a wait overlapped,
+// and that the one latest nap is the least it carries.
+func TestSchedProbeLateness(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	p := &schedProbe{}
+	at := t0
+	for _, late := range []time.Duration{0, 30 * time.Millisecond, 0, 200 * time.Millisecond, 5 * time.Millisecond, 0} {
+		p.starts, p.late = append(p.starts, at), append(p.late, late)
+		at = at.Add(probeNap + late)
+	}
+	// The naps: [0,10) [10,50) [50,60) [60,270) [270,285) [285,295) ms.
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	for _, tc := range []struct {
+		from, to int
+		want     time.Duration
+	}{
+		{0, 5, 200 * time.Millisecond},    // one quiet nap: the latest nap
+		{20, 280, 235 * time.Millisecond}, // three late naps
+		{55, 300, 205 * time.Millisecond}, // from the third nap on
+		{300, 400, 200 * time.Millisecond},
+	} {
+		if got := p.lateness(ms(tc.from), ms(tc.to)); got != tc.want {
+			t.Errorf("lateness from %d to %d ms = %v, want %v", tc.from, tc.to, got, tc.want)
+		}
+	}
 }
