@@ -28,7 +28,7 @@ func RedisLogger(logger *slog.Logger) interface {
 // newRedisLogger is RedisLogger on clk; it becomes the one whose second
 // the limiters share.
 func newRedisLogger(logger *slog.Logger, clk clock) *redisLogger {
-	l := &redisLogger{lines: logline.NewRedisLines(logger, clk.now, clk.elapsed)}
+	l := &redisLogger{lines: logline.NewRedisLines(logger, clk.now, clk.since)}
 	logline.GoRedis.Store(l.lines)
 	return l
 }

@@ -22,8 +22,7 @@ import (
 // lines when RedisLogger writes to the same logger (see RedisLines), so
 // that an outage is one line a second, not one of each.
 type Log struct {
-	logger     *slog.Logger     // nil: slog.Default()
-	now        func() time.Time // stamps a line with when it was said; nil: time.Now
+	logger     *slog.Logger // nil: slog.Default()
 	gate       gate
 	Suppressed atomic.Int64 // lines since the last one that were not written
 
@@ -36,17 +35,31 @@ type Log struct {
 
 // gate lets a line through at most once a second, on its clock.
 type gate struct {
-	elapsed func() time.Duration
-	last    atomic.Int64 // nanoseconds since the clock's epoch of the last line
+	now   func() time.Time              // the time a line is said
+	since func(time.Time) time.Duration // from the clock's epoch to a reading of now, on the monotonic clock
+	last  atomic.Int64                  // nanoseconds since the clock's epoch of the last line
 }
 
-// New returns a log to logger of one line a second at most. elapsed, the
-// time since an epoch on a monotonic clock, spaces the lines; now (nil:
-// time.Now) stamps each with when it was said, which is not always when
-// its handler writes it (see writer.go).
-func New(logger *slog.Logger, now func() time.Time, elapsed func() time.Duration) *Log {
-	l := &Log{logger: logger, now: now}
-	l.gate.elapsed = elapsed
+// read is the time now, and the same reading as the time since the
+// clock's epoch: a line is stamped with the very instant its gate judged,
+// even when its goroutine is held between the two (a fake clock may move
+// meanwhile; the real one as the scheduler runs late).
+func (g *gate) read() (time.Time, int64) {
+	at := g.now()
+	return at, int64(g.since(at))
+}
+
+// New returns a log to logger of one line a second at most, on a clock:
+// now (nil: time.Now) stamps each line with when it was said, which is
+// not always when its handler writes it (see writer.go); since, the time
+// from an epoch to a reading of now on the monotonic clock, spaces the
+// lines.
+func New(logger *slog.Logger, now func() time.Time, since func(time.Time) time.Duration) *Log {
+	if now == nil {
+		now = time.Now
+	}
+	l := &Log{logger: logger}
+	l.gate.now, l.gate.since = now, since
 	l.gate.last.Store(-int64(time.Second)) // the first line is written
 	return l
 }
@@ -54,8 +67,8 @@ func New(logger *slog.Logger, now func() time.Time, elapsed func() time.Duration
 // NewFailures is the throttled log of a limiter's counter failures,
 // whose breaker probes every cooldown: for twice that after a failure,
 // the next failure's line is due to carry go-redis's lines.
-func NewFailures(logger *slog.Logger, now func() time.Time, elapsed func() time.Duration, cooldown time.Duration) *Log {
-	l := New(logger, now, elapsed)
+func NewFailures(logger *slog.Logger, now func() time.Time, since func(time.Time) time.Duration, cooldown time.Duration) *Log {
+	l := New(logger, now, since)
 	l.holds = 2 * cooldown
 	return l
 }
@@ -79,7 +92,10 @@ func (f *Log) Record(level slog.Level, msg string, attrs ...slog.Attr) {
 			r = nil
 		}
 	}
-	now := int64(g.elapsed())
+	at, now := f.gate.read()
+	if g != &f.gate {
+		_, now = g.read() // the shared second is on go-redis's lines' clock
+	}
 	if r != nil {
 		r.until.Store(now + int64(f.holds))
 	}
@@ -93,7 +109,7 @@ func (f *Log) Record(level slog.Level, msg string, attrs ...slog.Attr) {
 			attrs = append(attrs, slog.String("go-redis", h.line))
 		}
 	}
-	f.Write(level, msg, attrs...)
+	f.w.write(f, at, level, msg, attrs)
 }
 
 // Write writes a line, unthrottled. The handler runs on the log's writer
@@ -101,7 +117,7 @@ func (f *Log) Record(level slog.Level, msg string, attrs ...slog.Attr) {
 // promptly: a handler that blocks never holds the request, or the
 // go-redis goroutine, that had a line to write.
 func (f *Log) Write(level slog.Level, msg string, attrs ...slog.Attr) {
-	f.w.write(f, level, msg, attrs)
+	f.w.write(f, f.gate.now(), level, msg, attrs)
 }
 
 // output is the logger the lines go to.
@@ -139,21 +155,21 @@ type heldLine struct {
 // one go-redis has: redis.SetLogger keeps one logger for the process.
 var GoRedis atomic.Pointer[RedisLines]
 
-func NewRedisLines(logger *slog.Logger, now func() time.Time, elapsed func() time.Duration) *RedisLines {
-	return &RedisLines{log: New(logger, now, elapsed)}
+func NewRedisLines(logger *slog.Logger, now func() time.Time, since func(time.Time) time.Duration) *RedisLines {
+	return &RedisLines{log: New(logger, now, since)}
 }
 
 // say writes go-redis's line, or holds it back: while a limiter's counter
 // fails, or when a line was written less than a second ago.
 func (r *RedisLines) Say(line string) {
 	g := &r.log.gate
-	now := int64(g.elapsed())
+	at, now := g.read()
 	if now < r.until.Load() || !g.pass(now) {
 		r.held.Store(&heldLine{line: line, at: now})
 		r.log.Suppressed.Add(1)
 		return
 	}
 	r.held.Store(nil)
-	r.log.Write(slog.LevelWarn, "ratelimit: go-redis says", slog.String("line", line),
-		slog.Int64("suppressed", r.log.Suppressed.Swap(0)))
+	r.log.w.write(r.log, at, slog.LevelWarn, "ratelimit: go-redis says", []slog.Attr{slog.String("line", line),
+		slog.Int64("suppressed", r.log.Suppressed.Swap(0))})
 }

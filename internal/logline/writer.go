@@ -50,20 +50,16 @@ type line struct {
 	done chan struct{}
 }
 
-// write has f's handler write a line, and waits for it unless the handler
-// is stuck.
-func (w *writer) write(f *Log, level slog.Level, msg string, attrs []slog.Attr) {
+// write has f's handler write a line said at at, and waits for it unless
+// the handler is stuck.
+func (w *writer) write(f *Log, at time.Time, level slog.Level, msg string, attrs []slog.Attr) {
 	logger := f.output()
 	if !logger.Enabled(context.Background(), level) {
 		return
 	}
 	var pc [1]uintptr
-	runtime.Callers(3, pc[:]) // Write's caller, as slog would name it
-	at := time.Now
-	if f.now != nil {
-		at = f.now
-	}
-	ln := &line{h: logger.Handler(), rec: slog.NewRecord(at(), level, msg, pc[0]), done: make(chan struct{})}
+	runtime.Callers(3, pc[:]) // the caller of Write, Record or Say, as slog would name it
+	ln := &line{h: logger.Handler(), rec: slog.NewRecord(at, level, msg, pc[0]), done: make(chan struct{})}
 	ln.rec.AddAttrs(attrs...)
 
 	w.mu.Lock()

@@ -36,9 +36,10 @@ func (h *gateHandler) written() []string {
 	return append([]string(nil), h.msgs...)
 }
 
-func elapsedNow() func() time.Duration {
+// sinceNow is the time since now, a reading of the real clock.
+func sinceNow() func(time.Time) time.Duration {
 	start := time.Now()
-	return func() time.Duration { return time.Since(start) }
+	return func(t time.Time) time.Duration { return t.Sub(start) }
 }
 
 // A handler that keeps up has the line written when Write returns, as a
@@ -46,7 +47,7 @@ func elapsedNow() func() time.Duration {
 func TestWriteWaitsForAHandlerThatKeepsUp(t *testing.T) {
 	h := &gateHandler{gate: make(chan struct{})}
 	close(h.gate)
-	l := New(slog.New(h), nil, elapsedNow())
+	l := New(slog.New(h), nil, sinceNow())
 	for _, msg := range []string{"one", "two", "three"} {
 		l.Write(slog.LevelInfo, msg)
 		if got := h.written(); len(got) == 0 || got[len(got)-1] != msg {
@@ -66,7 +67,7 @@ func TestWriteIsNotHeldByAStuckHandler(t *testing.T) {
 			close(h.gate)
 		}
 	}()
-	l := New(slog.New(h), nil, elapsedNow())
+	l := New(slog.New(h), nil, sinceNow())
 	// The scheduler's own lateness, measured as the chaos tests do, is
 	// slack that every bound here carries.
 	late := oversleep(t)
@@ -111,7 +112,8 @@ func TestALineCarriesTheTimeItWasSaid(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func() { mu.Lock(); now = now.Add(time.Hour); mu.Unlock() }
-	l := New(slog.New(rec), clock, elapsedNow())
+	start := now
+	l := New(slog.New(rec), clock, func(t time.Time) time.Duration { return t.Sub(start) })
 	var said []time.Time
 	for range 3 {
 		said = append(said, clock())
@@ -155,7 +157,7 @@ func (h *timeHandler) Handle(ctx context.Context, r slog.Record) error {
 func TestRedisLinesAreNotHeldByAStuckHandler(t *testing.T) {
 	h := &gateHandler{gate: make(chan struct{})}
 	defer close(h.gate)
-	r := NewRedisLines(slog.New(h), nil, elapsedNow())
+	r := NewRedisLines(slog.New(h), nil, sinceNow())
 	late := oversleep(t)
 	if d := timed(func() { r.Say("sentinel: new master") }); d > StuckAfter+late {
 		t.Errorf("Say to a stuck handler took %v; want at most %v and the scheduler's lateness %v", d, StuckAfter, late)
