@@ -2,12 +2,14 @@ package ratelimit
 
 import (
 	"fmt"
-	"strconv"
 	"time"
+
+	"github.com/gatewaykit/ratelimit/store"
 )
 
-// Algorithm is how a limiter counts a tenant's requests in time.
-type Algorithm int
+// Algorithm is how a limiter counts a tenant's requests in time. It is
+// the store package's type, which stores decide by.
+type Algorithm = store.Algorithm
 
 const (
 	// FixedWindow counts a tenant's requests in windows of Window that
@@ -15,7 +17,7 @@ const (
 	// ends. Its key holds the count, as an integer with an expiry. A
 	// tenant can spend its whole budget at the end of one window and again
 	// at the start of the next.
-	FixedWindow Algorithm = iota
+	FixedWindow Algorithm = store.FixedWindow
 
 	// SlidingWindow is the sliding-window counter (as Cloudflare's):
 	// windows are aligned to multiples of Window on the store's clock (the
@@ -26,7 +28,7 @@ const (
 	// request's cost, is at most the limit. A burst just after a window
 	// boundary gets through only in proportion to the time elapsed since
 	// the one before it. It needs Counter to be a Store.
-	SlidingWindow
+	SlidingWindow Algorithm = store.SlidingWindow
 
 	// InFlight limits how many requests of a tenant run at once, across
 	// every replica that shares the counter: Limit is that number (a cost
@@ -43,7 +45,7 @@ const (
 	// the policy in the unit "concurrent-requests". It needs Counter (and
 	// Fallback) to be a Store, and has no
 	// Quotas; PlanFor gives a tenant its own number of slots and lease.
-	InFlight
+	InFlight Algorithm = store.InFlight
 
 	// TokenBucket is a token bucket, as golang.org/x/time/rate has it:
 	// Limit per Window is the sustained rate, and Options.Burst (default:
@@ -59,24 +61,8 @@ const (
 	// waits instead of refusing with Limiter.Wait and the doors' MaxDelay.
 	// A Quota with a Window counts beside it in fixed windows. It needs
 	// Counter (and Fallback) to be a Store.
-	TokenBucket
+	TokenBucket Algorithm = store.TokenBucket
 )
-
-// String returns "fixed window", "sliding window", "in flight" or "token
-// bucket".
-func (a Algorithm) String() string {
-	switch a {
-	case FixedWindow:
-		return "fixed window"
-	case SlidingWindow:
-		return "sliding window"
-	case InFlight:
-		return "in flight"
-	case TokenBucket:
-		return "token bucket"
-	}
-	return "Algorithm(" + strconv.Itoa(int(a)) + ")"
-}
 
 // The bounds of every limit's Limit and Window (Options, Plan, Quota): Redis counts in Lua numbers, which hold
 // integers exactly up to 2^53, and keeps expiries in milliseconds; a

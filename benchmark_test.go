@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gatewaykit/ratelimit/internal/memstore"
+	"github.com/gatewaykit/ratelimit/store"
 	"github.com/gofiber/fiber/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
@@ -210,7 +211,7 @@ func (*nothingStore) Attach(Request) (StoreInfo, error) { return StoreInfo{Local
 
 func (*nothingStore) Take(_ context.Context, r Request) (a Answer, _ error) {
 	a.Allowed = true
-	a.Counts[0] = Count{N: r.Cost, Fits: true, Left: r.Window, Length: r.Window, Mark: 1}
+	a.Counts[0] = store.Count{N: r.Cost, Fits: true, Left: r.Window, Length: r.Window, Mark: 1}
 	return a, nil
 }
 

@@ -11,7 +11,9 @@ import (
 	"syscall"
 
 	"github.com/gatewaykit/ratelimit/internal/owed"
+	"github.com/gatewaykit/ratelimit/internal/timerule"
 	"github.com/gatewaykit/ratelimit/internal/window"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // The call of a store that waits: the over-limit cache first, then a call
@@ -140,7 +142,7 @@ func causeOf(err error) cause {
 	if _, ok := errors.AsType[misconfigured](err); ok {
 		return causeConfiguration
 	}
-	if isTimeout(err) {
+	if timerule.IsTimeout(err) {
 		return causeTimeout
 	}
 	if errors.Is(err, syscall.ECONNREFUSED) {
@@ -272,7 +274,7 @@ func (l *Limiter) askFallback(ctx context.Context, f *Request) (Answer, error) {
 	if f.Cost > f.most() {
 		// It never fits: refused, its window's whole length to run.
 		var a Answer
-		a.Counts[0] = Count{N: f.Limit, Left: f.Window, Length: f.Window}
+		a.Counts[0] = store.Count{N: f.Limit, Left: f.Window, Length: f.Window}
 		return a, nil
 	}
 	if l.fallbackIncrOnly && f.Cost != 1 {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/gatewaykit/ratelimit/internal/logline"
 	"github.com/gatewaykit/ratelimit/internal/testkit/redistest"
+	"github.com/gatewaykit/ratelimit/internal/timerule"
 )
 
 // The chaos tests break the store under load: they kill its connections,
@@ -523,7 +524,7 @@ func testChaosServerDeath(t *testing.T, fallback bool) {
 		switch {
 		case errors.Is(l.err(), syscall.ECONNREFUSED):
 			refused++
-		case isTimeout(l.err()):
+		case timerule.IsTimeout(l.err()):
 			timedOut++
 		default:
 			t.Errorf("a probe during the outage failed with %v; want the refused connection", l.err())
@@ -611,7 +612,7 @@ func TestChaosRefused(t *testing.T) {
 			t.Logf("requests: %s", d)
 			checkLatencies(t, "requests to a refused port", d, late, 0, storeTimeout/4, storeTimeout+tailSlack)
 			failed := logs.withMsg("ratelimit: counter failed")
-			if len(failed) == 0 || !errors.Is(failed[0].err(), syscall.ECONNREFUSED) || isTimeout(failed[0].err()) {
+			if len(failed) == 0 || !errors.Is(failed[0].err(), syscall.ECONNREFUSED) || timerule.IsTimeout(failed[0].err()) {
 				t.Errorf("failure lines %v; want the first to give the refused connection as the error", failed)
 			}
 		})
@@ -658,7 +659,7 @@ func testChaosServerDies(t *testing.T, storeTimeout time.Duration) {
 		switch {
 		case errors.Is(c.err, syscall.ECONNREFUSED):
 			refused++
-		case isTimeout(c.err):
+		case timerule.IsTimeout(c.err):
 			timedOut++
 		default:
 			other = append(other, c.err)
@@ -687,7 +688,7 @@ func testChaosServerDies(t *testing.T, storeTimeout time.Duration) {
 		t.Errorf("%d counter calls that started %v after the death failed neither refused nor timed out, e.g. %v", len(other), settle, other[0])
 	}
 	for _, l := range logs.lines() {
-		if isTimeout(l.err()) {
+		if timerule.IsTimeout(l.err()) {
 			t.Errorf("a line reports a timeout, not the refused connection: %v", l)
 		}
 	}

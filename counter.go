@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // Counter is the seed's store: Incr bumps the counter for key and returns
@@ -161,8 +163,9 @@ type Answer struct {
 	Allowed bool
 
 	// Counts are the limits' counts after the decision: the main limit's
-	// first, then each quota's, in order.
-	Counts [5]Count
+	// first, then each quota's, in order. For a TokenBucket, see
+	// store.Count; storetest checks a store's buckets against it.
+	Counts [5]store.Count
 
 	// Expired is, for InFlight, how many slots the store dropped on the
 	// way because their lease had ended.
@@ -173,37 +176,6 @@ type Answer struct {
 	// scripts); StoreInfo's scriptRefusal says why. The Answer holds no
 	// pointer, so that returning it costs no more than its copy.
 	byTransaction bool
-}
-
-// A Count is what a Store holds of one limit after a decision. For a
-// TokenBucket, N is the units spent (Burst less the whole units it holds),
-// Left the time until it is full again, Length the time it takes to fill
-// from empty (Burst × Window/Limit), and Mark is 0; Left past Length is a
-// reserved turn's wait (Request.Delay) or a settled debt; storetest
-// checks a store's buckets against these.
-type Count struct {
-	// N is the count after the decision: with the cost when it was
-	// counted, without it when not. For InFlight, the slots held.
-	N int64
-
-	// Fits reports whether the request's cost fit in this limit.
-	Fits bool
-
-	// Left is how long the window (or calendar period) has to run; for a
-	// fixed window in which nothing counts yet, the one a request would
-	// start: Length.
-	Left time.Duration
-
-	// Length is the window's length as the store counts it (RedisCounter:
-	// in whole milliseconds), or the calendar period's.
-	Length time.Duration
-
-	// Prev is a sliding window's previous window's count.
-	Prev int64
-
-	// Mark names the window counted in, for Give: any number by which
-	// the store knows the window again.
-	Mark int64
 }
 
 // StoreInfo is what a Store tells a Limiter of itself, from Attach.
@@ -262,7 +234,7 @@ func (s counterStore) Take(ctx context.Context, r Request) (Answer, error) {
 	}
 	// The window is an upper bound of what it has left.
 	a := Answer{Allowed: n <= r.Limit}
-	a.Counts[0] = Count{N: n, Fits: a.Allowed, Left: r.Window, Length: r.Window}
+	a.Counts[0] = store.Count{N: n, Fits: a.Allowed, Left: r.Window, Length: r.Window}
 	return a, nil
 }
 

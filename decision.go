@@ -160,14 +160,14 @@ func (r *Request) limits() (ls [maxQuotas + 1]window.Limit, n int) {
 	if r.set == nil {
 		return ls, 1
 	}
-	return ls, 1 + copy(ls[1:], r.set.lims[kindIndex(r.Algorithm)])
+	return ls, 1 + copy(ls[1:], r.set.lims[window.Kind(r.Algorithm)])
 }
 
 // counted decides into d a request r that a store decided, as a says,
 // against the budget p.
 func (l *Limiter) counted(d *Decision, p *policyHeaders, by Decider, r *Request, a *Answer, err error) {
 	main := r.main()
-	f := main.Figures((*window.State)(&a.Counts[0]), r.Cost)
+	f := main.Figures(&a.Counts[0], r.Cost)
 	d.Allowed, d.By, d.Limit, d.Window = a.Allowed, by, int(r.Limit), r.Window
 	d.Remaining, d.Reset, d.RetryAfter = int(f.Remaining), f.Reset, f.Retry
 	d.Err, d.policy, d.quotas, d.named = err, p, r.set, 0
@@ -175,7 +175,7 @@ func (l *Limiter) counted(d *Decision, p *policyHeaders, by Decider, r *Request,
 	if d.took {
 		d.slot, d.marks[0] = r.Slot, a.Counts[0].Mark
 		if r.Delay > 0 {
-			d.wait = main.Bucket().Wait((*window.State)(&a.Counts[0]))
+			d.wait = main.Bucket().Wait(&a.Counts[0])
 		}
 	}
 	if r.Algorithm == InFlight && a.Expired > 0 {
@@ -203,11 +203,11 @@ func (d *Decision) quotaFigures(r *Request, a *Answer, main window.Figures) {
 	if !a.Allowed && a.Counts[0].Fits {
 		retry = -1 // the main limit did not refuse it
 	}
-	lims := r.set.lims[kindIndex(r.Algorithm)]
+	lims := r.set.lims[window.Kind(r.Algorithm)]
 	for i := range lims {
 		c := &a.Counts[i+1]
 		q := lims[i]
-		qf := q.Figures((*window.State)(c), r.Cost)
+		qf := q.Figures(c, r.Cost)
 		f := figure{limit: q.Limit, window: q.Window, remaining: qf.Remaining, reset: qf.Reset}
 		if q.Calendar != 0 {
 			f.window = c.Length
@@ -253,7 +253,7 @@ func (l *Limiter) unknownFigures(d *Decision, r *Request) {
 	for i, q := range r.set.q {
 		w := q.window
 		if q.calendar != 0 {
-			start, end := q.calendar.period(r.Now)
+			start, end := q.calendar.Period(r.Now)
 			w = end.Sub(start)
 		}
 		d.lims[i+1] = figure{limit: q.limit, window: w, remaining: -1}

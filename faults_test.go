@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/gatewaykit/ratelimit/internal/breaker"
+	"github.com/gatewaykit/ratelimit/internal/timerule"
+	"github.com/gatewaykit/ratelimit/store"
 	"github.com/gofiber/fiber/v2"
 	"github.com/redis/go-redis/v9"
 )
@@ -572,12 +574,12 @@ func TestStoreTimeoutBoundsASilentStore(t *testing.T) {
 			checkLatencies(t, "first request, connecting", first, late, allowance, allowance+tailSlack, allowance+tailSlack)
 			checkLatencies(t, "later requests", later, late, budget, budget*6/5, budget+tailSlack)
 			failed := logs.withMsg("ratelimit: counter failed")
-			if len(failed) != 1 || !isTimeout(failed[0].err()) ||
+			if len(failed) != 1 || !timerule.IsTimeout(failed[0].err()) ||
 				!strings.HasPrefix(failed[0].err().Error(), "ratelimit: counter did not answer within 500ms, the 10 × StoreTimeout allowed before its first answer (") {
 				t.Errorf("failure lines %v; want one, the first request's, saying it waited out the connecting allowance", failed)
 			}
 			opened := logs.withMsg("ratelimit: circuit breaker open")
-			if len(opened) != 1 || !isTimeout(opened[0].err()) ||
+			if len(opened) != 1 || !timerule.IsTimeout(opened[0].err()) ||
 				!strings.HasPrefix(opened[0].err().Error(), "ratelimit: counter did not answer within StoreTimeout (50ms) (") {
 				t.Errorf("breaker lines %v; want one, with the last request's error saying it waited out StoreTimeout", opened)
 			}
@@ -701,7 +703,7 @@ func (n *twoNodes) Incr(ctx context.Context, key string, window time.Duration) (
 func (n *twoNodes) Take(ctx context.Context, r Request) (Answer, error) {
 	c, err := n.Incr(ctx, r.Key(), r.Window)
 	a := Answer{Allowed: c <= r.Limit}
-	a.Counts[0] = Count{N: c, Fits: a.Allowed, Left: r.Window, Length: r.Window}
+	a.Counts[0] = store.Count{N: c, Fits: a.Allowed, Left: r.Window, Length: r.Window}
 	return a, err
 }
 

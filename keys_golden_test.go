@@ -370,7 +370,7 @@ func hashValue(t *testing.T, field, v string, nowMs int64, fuzzy bool) string {
 	case ms%day == 0 && ms <= nowMs:
 		periods := map[string]Calendar{"day": CalendarDay, "week": CalendarWeek, "month": CalendarMonth, "year": CalendarYear}
 		if c, ok := periods[strings.TrimSuffix(field, ":s")]; ok {
-			if start, _ := c.period(time.UnixMilli(nowMs)); start.UnixMilli() != ms {
+			if start, _ := c.Period(time.UnixMilli(nowMs)); start.UnixMilli() != ms {
 				t.Errorf("field %s = %v, not the start of the %v that holds now (%v)", field, time.UnixMilli(ms).UTC(), c, start)
 			}
 		}

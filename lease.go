@@ -255,16 +255,13 @@ func (s *leaseStore) Reset(ctx context.Context, r Request) error {
 func answerOf(st *lease.Step, n int) (a Answer) {
 	a.Allowed = st.Spent
 	for i := range n {
-		a.Counts[i] = Count(st.Counts[i])
+		a.Counts[i] = st.Counts[i]
 	}
 	return a
 }
 
 // resultOf is a as the window arithmetic has it.
 func resultOf(a *Answer) (r window.Result) {
-	r.Allowed = a.Allowed
-	for i := range a.Counts {
-		r.Counts[i] = window.State(a.Counts[i])
-	}
+	r.Allowed, r.Counts = a.Allowed, a.Counts
 	return r
 }

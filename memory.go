@@ -176,14 +176,14 @@ func (m *MemoryCounter) Take(_ context.Context, r Request) (a Answer, err error)
 	// The usual request: one window, without an engine call's arguments
 	// to build.
 	var buf [maxKeyLen]byte
-	st := (*window.State)(&a.Counts[0])
+	st := &a.Counts[0]
 	if r.Algorithm == TokenBucket {
 		b := window.NewBucket(r.Limit, r.Window, r.Burst)
 		err = m.engine.TakeBucket(r.appendKey(buf[:0]), b, r.Cost, r.Delay, memstore.Nanos(r.Now), st)
 		a.Allowed = st.Fits
 		return a, memoryError(err)
 	}
-	if err := m.engine.TakeWindow(r.appendKey(buf[:0]), window.Kind(r.Algorithm), r.Cost, r.Limit, r.Window, memstore.Nanos(r.Now), st); err != nil {
+	if err := m.engine.TakeWindow(r.appendKey(buf[:0]), r.Algorithm, r.Cost, r.Limit, r.Window, memstore.Nanos(r.Now), st); err != nil {
 		return Answer{}, memoryError(err)
 	}
 	a.Allowed = st.Fits
@@ -241,6 +241,6 @@ func memoryError(err error) error {
 func (a *Answer) fill(r *window.Result, quotas []window.Limit) {
 	a.Allowed, a.Expired = r.Allowed, r.Expired
 	for j := range 1 + len(quotas) {
-		a.Counts[j] = Count(r.Counts[j])
+		a.Counts[j] = r.Counts[j]
 	}
 }

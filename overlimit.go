@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/gatewaykit/ratelimit/internal/keyed"
-	"github.com/gatewaykit/ratelimit/internal/window"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // refusals is a limiter's over-limit cache. Once the counter has refused a
@@ -44,7 +44,7 @@ const (
 type refusal struct {
 	under
 	at     time.Duration // when it was learned, since the limiter's epoch
-	counts [maxQuotas + 1]Count
+	counts [maxQuotas + 1]store.Count
 }
 
 func newRefusals() *refusals { return &refusals{keyed.New[refusal](maxRefusals, nil)} }
@@ -87,12 +87,12 @@ func (e *refusal) refuses(r *Request, now time.Duration) (a Answer, ok bool) {
 	ls, n := r.limits()
 	all := true
 	for j := range n {
-		st, live := ls[j].Aged(window.State(e.counts[j]), now-e.at)
+		st, live := ls[j].Aged(e.counts[j], now-e.at)
 		if !live {
 			return a, false
 		}
 		st.Fits = ls[j].Fits(&st, r.Cost)
-		a.Counts[j] = Count(st)
+		a.Counts[j] = st
 		all = all && st.Fits
 	}
 	return a, !all
@@ -109,7 +109,7 @@ func (rs *refusals) add(key []byte, r *Request, a *Answer, now time.Duration) {
 		main := r.main()
 		end = now + a.Counts[0].Left
 		if r.Algorithm == SlidingWindow {
-			end = now + main.Slide((*window.State)(&a.Counts[0])).Until(0)
+			end = now + main.Slide(&a.Counts[0]).Until(0)
 		}
 	}
 	if end <= now {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gatewaykit/ratelimit/internal/window"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // windowFake is a Store of fixed windows on a fake clock, a store of a
@@ -58,7 +59,7 @@ func (w *windowFake) Take(_ context.Context, r Request) (Answer, error) {
 		w.counts[key] += r.Cost
 	}
 	a := Answer{Allowed: fits}
-	a.Counts[0] = Count{N: w.counts[key], Fits: fits, Left: start.Add(r.Window).Sub(now), Length: r.Window, Mark: start.UnixNano()}
+	a.Counts[0] = store.Count{N: w.counts[key], Fits: fits, Left: start.Add(r.Window).Sub(now), Length: r.Window, Mark: start.UnixNano()}
 	return a, nil
 }
 
@@ -204,7 +205,7 @@ func TestOverLimitCacheIsBounded(t *testing.T) {
 	const keys = 20 * maxRefusals
 	req := &Request{Cost: 1, Limit: 5, Window: time.Hour}
 	refused := &Answer{}
-	refused.Counts[0] = Count{N: 5, Left: time.Hour, Length: time.Hour}
+	refused.Counts[0] = store.Count{N: 5, Left: time.Hour, Length: time.Hour}
 	for i := range keys {
 		r.add([]byte("rl:t"+strconv.Itoa(i)), req, refused, 0)
 	}

@@ -54,7 +54,7 @@ func refusalDetail(d *Decision, now time.Time) string {
 	cal := d.calendar()
 	per := d.Window.String()
 	if cal != 0 {
-		per = cal.noun()
+		per = calendarNoun(cal)
 	}
 	detail := "the " + strconv.Quote(d.Policy) + " policy allows " + strconv.Itoa(d.Limit) + " per " + per
 	if d.RetryAfter <= 0 {
@@ -65,7 +65,7 @@ func refusalDetail(d *Decision, now time.Time) string {
 	if cal != 0 {
 		// The period's end, exactly, though the store's clock is a little
 		// off this one's.
-		_, at = cal.period(now.Add(d.RetryAfter - time.Second))
+		_, at = cal.Period(now.Add(d.RetryAfter - time.Second))
 	}
 	return detail + "; retry after " + strconv.FormatInt(secs, 10) + " s (" + at.Format(time.RFC3339) + ")"
 }

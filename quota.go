@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/gatewaykit/ratelimit/internal/window"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // Quotas are further limits that a request is decided against together
@@ -46,31 +47,25 @@ type Quota struct {
 }
 
 // Calendar is a period of the UTC calendar, for a Quota. The zero value
-// is none.
-type Calendar int
+// is none. It is the store package's type, which stores count by.
+type Calendar = store.Calendar
 
 const (
 	// CalendarDay is the UTC day: it starts at 00:00 UTC.
-	CalendarDay Calendar = iota + 1
+	CalendarDay Calendar = store.Day
 	// CalendarMonth is the calendar month, of 28 to 31 days: it starts at
 	// 00:00 UTC on its first day.
-	CalendarMonth
+	CalendarMonth Calendar = store.Month
 	// CalendarWeek is the ISO week, of 7 days: it starts at 00:00 UTC on
 	// Monday.
-	CalendarWeek
+	CalendarWeek Calendar = store.Week
 	// CalendarYear is the calendar year, of 365 or 366 days: it starts at
 	// 00:00 UTC on 1 January.
-	CalendarYear
+	CalendarYear Calendar = store.Year
 )
 
-// period returns the period of c that holds now: when it starts and when
-// it ends, in UTC.
-func (c Calendar) period(now time.Time) (start, end time.Time) {
-	return window.Period(window.Calendar(c), now)
-}
-
-// noun names c's period in a sentence: "per month".
-func (c Calendar) noun() string {
+// calendarNoun names c's period in a sentence: "per month".
+func calendarNoun(c Calendar) string {
 	switch c {
 	case CalendarDay:
 		return "day"
@@ -167,10 +162,10 @@ func (s *quotaSet) scaled(scale func(int64) int64) *quotaSet {
 // limits returns s's quotas as a store's engine takes them, beside a
 // fixed window and beside a sliding one.
 func (s *quotaSet) limits() (ls [2][]window.Limit) {
-	for kind := range ls {
+	for _, kind := range []Algorithm{FixedWindow, SlidingWindow} {
 		for _, q := range s.q {
 			ls[kind] = append(ls[kind], window.Limit{Name: q.name, Limit: q.limit, Window: q.window,
-				Kind: window.Kind(kind), Calendar: window.Calendar(q.calendar)})
+				Kind: kind, Calendar: q.calendar})
 		}
 	}
 	return ls
@@ -189,7 +184,7 @@ func (q Quota) check() error {
 		return fmt.Errorf("quota %q: set exactly one of Window and Calendar", q.Name)
 	case q.Window != 0 && windowOutOfBounds(q.Window) != "":
 		return fmt.Errorf("quota %q: %s", q.Name, windowOutOfBounds(q.Window))
-	case q.Calendar < 0 || q.Calendar > CalendarYear:
+	case q.Calendar > CalendarYear:
 		return fmt.Errorf("quota %q: Calendar must be CalendarDay, CalendarWeek, CalendarMonth or CalendarYear, got %d",
 			q.Name, int(q.Calendar))
 	}
@@ -336,14 +331,14 @@ func (r *Request) call() (window.Call, error) {
 	c := window.Call{Cost: r.Cost, Slot: r.Slot, Now: r.Now, Marks: r.Marks, Delay: r.Delay, Main: r.main()}
 	s, err := r.quotaSet()
 	if s != nil {
-		c.Quotas = s.lims[kindIndex(r.Algorithm)]
+		c.Quotas = s.lims[window.Kind(r.Algorithm)]
 	}
 	return c, err
 }
 
 // main is r's main limit as the window arithmetic has it.
 func (r *Request) main() window.Limit {
-	return window.Limit{Name: r.Name, Limit: r.Limit, Window: r.Window, Kind: window.Kind(r.Algorithm), Burst: r.Burst}
+	return window.Limit{Name: r.Name, Limit: r.Limit, Window: r.Window, Kind: r.Algorithm, Burst: r.Burst}
 }
 
 // most is the largest cost r's main limit can ever fit: a bucket's Burst,
@@ -353,15 +348,6 @@ func (r *Request) most() int64 {
 		return r.Burst
 	}
 	return r.Limit
-}
-
-// kindIndex is the index of a set's limits beside a window of algo (see
-// quotaSet.lims).
-func kindIndex(algo Algorithm) int {
-	if algo == SlidingWindow {
-		return 1
-	}
-	return 0
 }
 
 // fallbackSet is s at the fallback's budgets; nil for none.

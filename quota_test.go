@@ -90,9 +90,9 @@ func TestQuotasAllOrNothing(t *testing.T) {
 		d := takeExpect(t, lim, tenant, false, "day")
 		expectUsed(t, lim, tenant, 1, 5, 5)
 		// Room again at the end of the UTC day, on the store's clock.
-		_, end := CalendarDay.period(time.Now())
+		_, end := CalendarDay.Period(time.Now())
 		if lim.clock.now != nil {
-			_, end = CalendarDay.period(lim.clock.Now())
+			_, end = CalendarDay.Period(lim.clock.Now())
 		}
 		if left := time.Until(end); lim.clock.now == nil && (d.RetryAfter < left-5*time.Second || d.RetryAfter > left+5*time.Second) {
 			t.Errorf("RetryAfter %v, want the time to the end of the UTC day, %v", d.RetryAfter, left)
@@ -497,8 +497,8 @@ func TestQuotaKeysOnRedis(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			dayStart, _ := CalendarDay.period(now)
-			monthStart, monthEnd := CalendarMonth.period(now)
+			dayStart, _ := CalendarDay.Period(now)
+			monthStart, monthEnd := CalendarMonth.Period(now)
 			h, err := rdb.HGetAll(ctx, key).Result()
 			if err != nil {
 				t.Fatal(err)
@@ -595,8 +595,8 @@ func TestQuotaWeekAndYearHeaders(t *testing.T) {
 		if lim.clock.now != nil {
 			now, slack = lim.clock.Now(), 0
 		}
-		weekStart, weekEnd := CalendarWeek.period(now)
-		yearStart, yearEnd := CalendarYear.period(now)
+		weekStart, weekEnd := CalendarWeek.Period(now)
+		yearStart, yearEnd := CalendarYear.Period(now)
 		if lim.clock.now != nil && (weekEnd.Sub(now) != 4*24*time.Hour || yearEnd.Sub(now) != 365*24*time.Hour) {
 			t.Fatalf("at %v the week ends in %v and the year in %v; want 4 days (a Thursday) and 365 days",
 				now, weekEnd.Sub(now), yearEnd.Sub(now))

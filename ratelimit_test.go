@@ -18,6 +18,7 @@ import (
 
 	"github.com/gatewaykit/ratelimit/internal/testkit/httpresp"
 	"github.com/gatewaykit/ratelimit/internal/window"
+	"github.com/gatewaykit/ratelimit/store"
 	"github.com/gofiber/fiber/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
@@ -79,7 +80,7 @@ func (f ttlFake) Attach(Request) (StoreInfo, error) { return StoreInfo{}, nil }
 func (f ttlFake) Take(ctx context.Context, r Request) (Answer, error) {
 	n, err := f.Incr(ctx, r.Key(), r.Window)
 	a := Answer{Allowed: n <= r.Limit}
-	a.Counts[0] = Count{N: n, Fits: a.Allowed, Left: f.ttl, Length: r.Window}
+	a.Counts[0] = store.Count{N: n, Fits: a.Allowed, Left: f.ttl, Length: r.Window}
 	return a, err
 }
 
@@ -848,7 +849,7 @@ func (s scriptedStore) Take(ctx context.Context, r Request) (Answer, error) {
 		left = r.Window
 	}
 	a := Answer{Allowed: n <= r.Limit}
-	a.Counts[0] = Count{N: n, Fits: a.Allowed, Left: left, Length: r.Window}
+	a.Counts[0] = store.Count{N: n, Fits: a.Allowed, Left: left, Length: r.Window}
 	return a, nil
 }
 
@@ -947,6 +948,8 @@ func TestConfigOptions(t *testing.T) {
 			v.SetBool(true)
 		case reflect.Int, reflect.Int64:
 			v.SetInt(int64(i + 1))
+		case reflect.Uint8:
+			v.SetUint(uint64(i + 1))
 		case reflect.String:
 			v.SetString(f.Name)
 		case reflect.Pointer:

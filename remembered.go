@@ -6,7 +6,7 @@ import (
 
 	"github.com/gatewaykit/ratelimit/internal/keyed"
 	"github.com/gatewaykit/ratelimit/internal/owed"
-	"github.com/gatewaykit/ratelimit/internal/window"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // usageMemory is what this replica last learned from the store of each
@@ -40,8 +40,8 @@ type learned struct {
 	n      int // the limits, the main one first
 	left   [maxQuotas + 1]int64
 	until  [maxQuotas + 1]time.Duration
-	counts [maxQuotas + 1]Count // as the store reported them
-	at     time.Duration        // when, since the limiter's epoch
+	counts [maxQuotas + 1]store.Count // as the store reported them
+	at     time.Duration              // when, since the limiter's epoch
 
 	// The fallback's quotas (from) at the caps last made of this entry,
 	// so that a tenant's requests during an outage share one set.
@@ -62,13 +62,13 @@ func (u *usageMemory) learn(key []byte, r *Request, a *Answer, now time.Duration
 	e.n = n
 	var end time.Duration // when the last of until passes: dropped then
 	for j := range n {
-		st := window.State(a.Counts[j])
+		st := a.Counts[j]
 		e.left[j] = ls[j].Figures(&st, 0).Remaining
 		hold := st.Left
 		switch {
-		case ls[j].Kind == window.Sliding && ls[j].Calendar == 0:
+		case ls[j].Kind == store.SlidingWindow && ls[j].Calendar == 0:
 			hold += st.Length
-		case ls[j].Kind == window.Bucket && ls[j].Calendar == 0:
+		case ls[j].Kind == store.TokenBucket && ls[j].Calendar == 0:
 			// A bucket refills as time goes: what it held says nothing
 			// of what it holds, and the fallback's own bucket, at its
 			// share of the rate and the burst, decides it.
@@ -103,7 +103,7 @@ func (u *usageMemory) owedIn(key []byte, r *Request, now time.Duration) (w owed.
 	for j := range e.n {
 		c := &e.counts[j]
 		end := e.at + c.Left
-		if ls[j].Kind == window.Bucket && ls[j].Calendar == 0 || c.N == 0 || now >= end {
+		if ls[j].Kind == store.TokenBucket && ls[j].Calendar == 0 || c.N == 0 || now >= end {
 			continue
 		}
 		w.Marks[j], w.Lens[j], w.End, ok = c.Mark, c.Length, max(w.End, end), true
@@ -166,16 +166,16 @@ func (e *learned) refusal(r *Request, caps *[maxQuotas + 1]int64, now time.Durat
 		if now >= e.until[j] {
 			// Ended: a request would start a window of its own.
 			c := &e.counts[j]
-			a.Counts[j] = Count{Fits: true, Left: c.Length, Length: c.Length}
+			a.Counts[j] = store.Count{Fits: true, Left: c.Length, Length: c.Length}
 			continue
 		}
-		st, _ := ls[j].Aged(window.State(e.counts[j]), now-e.at)
+		st, _ := ls[j].Aged(e.counts[j], now-e.at)
 		st.Fits = caps[j] >= r.Cost
 		if !st.Fits {
 			// Raising the count by k lowers what is left by k.
 			st.N += max(ls[j].Figures(&st, r.Cost).Remaining-caps[j], 0)
 		}
-		a.Counts[j] = Count(st)
+		a.Counts[j] = st
 	}
 	return a
 }

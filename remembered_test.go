@@ -14,6 +14,7 @@ import (
 
 	"github.com/gatewaykit/ratelimit/internal/testkit/fakeclock"
 	"github.com/gatewaykit/ratelimit/internal/testkit/redistest"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // outageReplicas are three replicas of a gateway sharing one Redis of
@@ -402,8 +403,8 @@ func TestLearningAllocatesNothing(t *testing.T) {
 	var buf [maxKeyLen]byte
 	key := r.appendKey(buf[:0])
 	var a Answer
-	a.Counts[0] = Count{N: 3, Fits: true, Left: time.Minute, Length: time.Minute}
-	a.Counts[1] = Count{N: 40, Fits: true, Left: time.Hour, Length: 30 * 24 * time.Hour}
+	a.Counts[0] = store.Count{N: 3, Fits: true, Left: time.Minute, Length: time.Minute}
+	a.Counts[1] = store.Count{N: 40, Fits: true, Left: time.Hour, Length: 30 * 24 * time.Hour}
 	lim.usage.learn(key, &r, &a, 0)
 	if n := testing.AllocsPerRun(200, func() { lim.usage.learn(key, &r, &a, time.Second) }); n != 0 {
 		t.Errorf("%.1f allocations a learning, want none", n)

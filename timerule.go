@@ -21,9 +21,6 @@ const (
 	maxStoreTimeout     = timerule.Max
 )
 
-// isTimeout reports whether err is a deadline that passed.
-func isTimeout(err error) bool { return timerule.IsTimeout(err) }
-
 // ErrContextDone is in a Decision's Err when the request's own context
 // ended before the counter decided: its client went away (net/http cancels
 // r.Context() then), or its deadline passed, while it queued or before

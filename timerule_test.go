@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gatewaykit/ratelimit/internal/testkit/fakeclock"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // ruleProbe is a store's Take that records the budget each call got (its
@@ -32,7 +33,7 @@ func (p *ruleProbe) take(_ context.Context, r Request) (Answer, error) {
 		return Answer{}, err
 	}
 	a := Answer{Allowed: true}
-	a.Counts[0] = Count{N: 1, Fits: true, Left: time.Second, Length: time.Minute}
+	a.Counts[0] = store.Count{N: 1, Fits: true, Left: time.Second, Length: time.Minute}
 	return a, nil
 }
 

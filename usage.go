@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gatewaykit/ratelimit/internal/window"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // The operator's view of a tenant: what it has used of every limit, and a
@@ -87,15 +88,15 @@ func (l *Limiter) Usage(ctx context.Context, tenant string) ([]Usage, error) {
 }
 
 // usageOf is the Usage of limit l, whose count is c.
-func usageOf(l *window.Limit, c *Count) Usage {
-	st := window.State(*c)
+func usageOf(l *window.Limit, c *store.Count) Usage {
+	st := *c
 	u := Usage{Name: l.Name, Limit: int(l.Limit), Window: l.Window, Used: int(c.N)}
 	switch {
-	case l.Kind == window.Bucket && l.Calendar == 0:
+	case l.Kind == store.TokenBucket && l.Calendar == 0:
 		// The units the bucket holds now, and the time until it is full.
 		u.Remaining, u.Reset = int(max(l.Burst-c.N, 0)), c.Left
 		return u
-	case l.Kind == window.Sliding && l.Calendar == 0:
+	case l.Kind == store.SlidingWindow && l.Calendar == 0:
 		s := l.Slide(&st)
 		left := s.Remaining(l.Limit)
 		u.Used, u.Remaining = int(window.CeilDuration(s.Estimate())), int(left)
@@ -105,7 +106,7 @@ func usageOf(l *window.Limit, c *Count) Usage {
 		return u
 	case l.Calendar != 0:
 		u.Window, u.Reset = c.Length, c.Left
-	case l.Kind == window.InFlight && c.N > 0:
+	case l.Kind == store.InFlight && c.N > 0:
 		u.Reset = window.Retry
 	case c.N > 0:
 		u.Reset = c.Left

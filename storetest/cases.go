@@ -170,7 +170,7 @@ func (s *subject) periodsHoldNow(name string, quotas []ratelimit.Quota) {
 	a := s.take(r)
 	now := time.Now()
 	for j, q := range quotas {
-		start, end := window.Period(window.Calendar(q.Calendar), now)
+		start, end := q.Calendar.Period(now)
 		c := a.Counts[j+1]
 		if c.Length != end.Sub(start) || math.Abs(float64(c.Left-end.Sub(now))) > float64(5*time.Second) {
 			s.t.Errorf("%s: Left %v of Length %v, want about %v of %v", q.Name, c.Left, c.Length, end.Sub(now), end.Sub(start))

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gatewaykit/ratelimit"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // Store counts in a map guarded by one mutex. Each call runs whole under
@@ -170,27 +171,27 @@ func (l limit) roll(w window, now time.Time) window {
 
 // count reports w at now as the Limiter reads it: from N, Left, Length and
 // Prev it derives a response's remaining, reset and retry.
-func (l limit) count(w window, now time.Time) ratelimit.Count {
+func (l limit) count(w window, now time.Time) store.Count {
 	if l.burst > 0 {
 		// A bucket: the units spent, the time until it is full again,
 		// the time it takes to fill from empty.
 		left, interval := max(w.end.Sub(now), 0), l.interval()
 		n := int64(math.Ceil((float64(left) - l.eps()) / interval))
-		return ratelimit.Count{N: max(n, 0), Left: left, Length: time.Duration(float64(l.burst) * interval)}
+		return store.Count{N: max(n, 0), Left: left, Length: time.Duration(float64(l.burst) * interval)}
 	}
 	if w.end.IsZero() {
 		// No fixed window runs: report the one a request would start.
-		return ratelimit.Count{Left: l.width, Length: l.width}
+		return store.Count{Left: l.width, Length: l.width}
 	}
 	// A window's start names it for Give: the next one of the limit
 	// starts later.
-	return ratelimit.Count{N: w.n, Prev: w.prev, Left: w.end.Sub(now),
+	return store.Count{N: w.n, Prev: w.prev, Left: w.end.Sub(now),
 		Length: w.end.Sub(w.start), Mark: w.start.UnixNano()}
 }
 
 // fits reports whether cost fits in l, whose window stands as c reports,
 // for a request that may wait delay for its turn (a bucket's only).
-func (l limit) fits(c ratelimit.Count, cost int64, delay time.Duration) bool {
+func (l limit) fits(c store.Count, cost int64, delay time.Duration) bool {
 	if l.burst > 0 {
 		// Full again within the burst's time (and the delay) after it.
 		return float64(c.Left)+float64(cost)*l.interval() <= float64(c.Length+delay)+l.eps()
@@ -264,7 +265,7 @@ func (s *Store) takeSlots(r ratelimit.Request) ratelimit.Answer {
 		}
 		s.slots[key] = kept
 	}
-	a.Counts[0] = ratelimit.Count{N: used, Fits: a.Allowed, Left: r.Window, Length: r.Window}
+	a.Counts[0] = store.Count{N: used, Fits: a.Allowed, Left: r.Window, Length: r.Window}
 	return a
 }
 

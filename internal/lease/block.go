@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/gatewaykit/ratelimit/internal/window"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // A block is the units of a key's budget that a replica claimed from the
@@ -19,7 +20,7 @@ type block struct {
 	spent  int64  // the units decided from it, less those given back into it
 	at     int64  // when it was claimed: the claiming request's time
 	until  int64  // it is spent before then: its windows' first end, less the store's slack
-	counts [window.MaxLimits]window.State
+	counts [window.MaxLimits]store.Count
 	n      int // limits
 
 	bucket bool
@@ -115,7 +116,7 @@ func (b *block) same(marks *[window.MaxLimits]int64, n int) bool {
 // (RedisCounter marks it on this process's clock by the time the server
 // said it had left), and gives back in a window whose mark is within half
 // its length (see Store.Give): the next window is a whole length away.
-func sameWindow(st *window.State, mark int64) bool {
+func sameWindow(st *store.Count, mark int64) bool {
 	d := st.Mark - mark
 	return max(d, -d) < int64(st.Length/2)
 }
@@ -135,7 +136,7 @@ func (b *block) marks() (m [window.MaxLimits]int64) {
 // seen is the limits as this replica sees them after a decision from b
 // at now, ls being the limits: the store's counts at the claim, less
 // what b still holds, aged by the time since.
-func (b *block) seen(now int64, ls []window.Limit) (st [window.MaxLimits]window.State) {
+func (b *block) seen(now int64, ls []window.Limit) (st [window.MaxLimits]store.Count) {
 	unspent := b.size - b.spent
 	for i := range b.n {
 		c := b.counts[i]

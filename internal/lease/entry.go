@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gatewaykit/ratelimit/internal/window"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // Entry is a hot key's lease on this replica: its block, the claim in
@@ -20,7 +21,7 @@ type Entry[R any] struct {
 	rate     rate          // the key's rate here, and its last request
 
 	// What the store last reported of the key's limits, and when.
-	known   [window.MaxLimits]window.State
+	known   [window.MaxLimits]store.Count
 	knownAt int64
 	knowing bool
 
@@ -38,7 +39,7 @@ type Entry[R any] struct {
 // answer.
 type Step struct {
 	Spent  bool
-	Counts [window.MaxLimits]window.State
+	Counts [window.MaxLimits]store.Count
 	Wait   <-chan struct{}
 	Claim  int64
 }
@@ -93,7 +94,7 @@ func (e *Entry[R]) size(now int64, ls []window.Limit) int64 {
 			span = min(span, l.Window/16)
 		}
 		most := l.Limit
-		if l.Kind == window.Bucket && l.Calendar == 0 {
+		if l.Kind == store.TokenBucket && l.Calendar == 0 {
 			most = l.Burst
 		}
 		if e.knowing {
@@ -134,11 +135,11 @@ func (e *Entry[R]) Claimed(now, size, cost int64, ls []window.Limit, res *window
 	b := block{id: e.t.ids.Add(1), size: size + carry, at: now, until: math.MaxInt64, n: len(ls)}
 	for i := range ls {
 		b.counts[i] = res.Counts[i]
-		if i > 0 || ls[0].Kind != window.Bucket {
+		if i > 0 || ls[0].Kind != store.TokenBucket {
 			b.until = min(b.until, now+int64(res.Counts[i].Left-slack))
 		}
 	}
-	if ls[0].Kind == window.Bucket {
+	if ls[0].Kind == store.TokenBucket {
 		b.bucket = true
 		b.iv = float64(ls[0].Window) / float64(ls[0].Limit)
 		b.t0 = max(float64(now)+float64(res.Counts[0].Left)-float64(size)*b.iv, float64(now))

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gatewaykit/ratelimit/internal/window"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // A key turns hot once HotUnits of cost come within one Tick; units of
@@ -30,7 +31,7 @@ func TestGate(t *testing.T) {
 
 // fixed is a fixed window of limit per minute.
 func fixed(limit int64) []window.Limit {
-	return []window.Limit{{Limit: limit, Window: time.Minute, Kind: window.Fixed}}
+	return []window.Limit{{Limit: limit, Window: time.Minute, Kind: store.FixedWindow}}
 }
 
 // claimed has e claim and get a block of size at now, a fixed window that
@@ -42,7 +43,7 @@ func claimed(t *testing.T, e *Entry[int], now, size, n int64, left time.Duration
 		t.Fatalf("Next = %+v; want a claim", st)
 	}
 	res := window.Result{Allowed: true}
-	res.Counts[0] = window.State{N: n, Fits: true, Left: left, Length: time.Minute, Mark: now + int64(left)}
+	res.Counts[0] = store.Count{N: n, Fits: true, Left: left, Length: time.Minute, Mark: now + int64(left)}
 	return e.Claimed(now, size, 1, ls, &res, 0, 0)
 }
 
@@ -77,7 +78,7 @@ func TestWindowBlock(t *testing.T) {
 		t.Fatalf("Next during a claim = %+v; want to wait for it", w)
 	}
 	res := window.Result{Allowed: true}
-	res.Counts[0] = window.State{N: 40, Fits: true, Left: time.Second, Length: time.Minute, Mark: 10 + int64(time.Second)}
+	res.Counts[0] = store.Count{N: 40, Fits: true, Left: time.Second, Length: time.Minute, Mark: 10 + int64(time.Second)}
 	e.Claimed(10, 3, 1, ls, &res, 0, 0)
 	if held, _ := e.Hold(10, 5); held != 2 {
 		t.Fatalf("Hold for a cost of 5 = %d; want the block's last 2", held)
@@ -111,7 +112,7 @@ func TestBlockEndsSlackBeforeItsWindow(t *testing.T) {
 			t.Fatalf("Next = %+v; want a claim", st)
 		}
 		res := window.Result{Allowed: true}
-		res.Counts[0] = window.State{N: 10, Fits: true, Left: left, Length: time.Minute, Mark: int64(left)}
+		res.Counts[0] = store.Count{N: 10, Fits: true, Left: left, Length: time.Minute, Mark: int64(left)}
 		if st := e.Claimed(0, 10, 1, ls, &res, slack, 0); !st.Spent {
 			t.Fatalf("the claimant: %+v; want spent", st)
 		}
@@ -152,7 +153,7 @@ func TestBlockCarriesOverOnlyInItsWindows(t *testing.T) {
 				t.Fatalf("Next for a cost of 5 with 3 left = %+v; want a claim", st)
 			}
 			res := window.Result{Allowed: true}
-			res.Counts[0] = window.State{N: st.Claim, Fits: true, Left: 30 * time.Second, Length: time.Minute, Mark: c.mark}
+			res.Counts[0] = store.Count{N: st.Claim, Fits: true, Left: 30 * time.Second, Length: time.Minute, Mark: c.mark}
 			if st := e.Claimed(1, st.Claim, 5, ls, &res, 0, 0); !st.Spent {
 				t.Fatalf("the second claimant: %+v; want spent", st)
 			}
@@ -171,12 +172,12 @@ func TestBucketBlock(t *testing.T) {
 	var expired int64
 	tab.Expired = func(n int64) { expired += n }
 	e := tab.add([]byte("k"), 1, 0)
-	ls := []window.Limit{{Limit: 10, Window: time.Second, Kind: window.Bucket, Burst: 100}} // a unit each 100 ms
+	ls := []window.Limit{{Limit: 10, Window: time.Second, Kind: store.TokenBucket, Burst: 100}} // a unit each 100 ms
 	if st := e.Next(0, 1, ls, true); st.Claim == 0 {
 		t.Fatalf("Next = %+v; want a claim", st)
 	}
 	res := window.Result{Allowed: true}
-	res.Counts[0] = window.State{N: 10, Fits: true, Left: time.Second, Length: 10 * time.Second} // full before: full again in 10 × 100 ms
+	res.Counts[0] = store.Count{N: 10, Fits: true, Left: time.Second, Length: 10 * time.Second} // full before: full again in 10 × 100 ms
 	if st := e.Claimed(0, 10, 1, ls, &res, 0, 0); !st.Spent {
 		t.Fatalf("the claimant: %+v; want spent", st)
 	}
@@ -203,7 +204,7 @@ func TestBucketBlock(t *testing.T) {
 // A store that marks a window a little differently each answer still
 // names the same window; the next window, a length away, is another.
 func TestSameWindow(t *testing.T) {
-	st := window.State{Length: time.Minute, Mark: int64(time.Hour)}
+	st := store.Count{Length: time.Minute, Mark: int64(time.Hour)}
 	for _, c := range []struct {
 		mark int64
 		same bool
@@ -232,11 +233,11 @@ func TestSize(t *testing.T) {
 	if got := e.size(0, fixed(40_000)); got != 10_000 {
 		t.Errorf("size = %d; want a quarter of 40,000", got)
 	}
-	short := []window.Limit{{Limit: 1 << 40, Window: 160 * time.Millisecond, Kind: window.Fixed}}
+	short := []window.Limit{{Limit: 1 << 40, Window: 160 * time.Millisecond, Kind: store.FixedWindow}}
 	if got := e.size(0, short); got != 10_000 {
 		t.Errorf("size = %d; want 10 ms of requests, a sixteenth of a 160 ms window", got)
 	}
-	e.known[0] = window.State{N: 999_960, Left: time.Second, Length: time.Minute}
+	e.known[0] = store.Count{N: 999_960, Left: time.Second, Length: time.Minute}
 	e.knownAt, e.knowing = 0, true
 	if got := e.size(int64(time.Millisecond), fixed(1_000_000)); got != 10 {
 		t.Errorf("size = %d; want a quarter of the 40 left", got)

@@ -5,9 +5,10 @@ import (
 	"time"
 
 	"github.com/gatewaykit/ratelimit/internal/window"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
-// A token bucket (window.Bucket) without quotas: one entry whose count
+// A token bucket (store.TokenBucket) without quotas: one entry whose count
 // holds the bits of its theoretical arrival time (TAT), in microseconds on
 // the store's clock as a float (see window.BucketOf), and changes by
 // compare-and-swap, only when a cost fits. Its width is bucketMark, so
@@ -35,7 +36,7 @@ func (w *entry) tat() float64 { return math.Float64frombits(uint64(w.count.Load(
 // on the store's clock (see Nanos), when the caller may wait delay for its
 // turn, and writes the bucket's state after the decision to st: Take's
 // short way for a bucket without quotas, as TakeWindow is a window's.
-func (m *Store) TakeBucket(key []byte, b window.BucketOf, cost int64, delay time.Duration, now int64, st *window.State) error {
+func (m *Store) TakeBucket(key []byte, b window.BucketOf, cost int64, delay time.Duration, now int64, st *store.Count) error {
 	at := micros(now)
 	w, err := m.bucket(key, &b, now, at)
 	if err != nil {

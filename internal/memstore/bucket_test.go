@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gatewaykit/ratelimit/internal/window"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // A token bucket's entry changes by compare-and-swap from the state its
@@ -30,12 +31,12 @@ func testBucketExactUnderConcurrency(t *testing.T, key []byte) {
 	t.Helper()
 	const goroutines, each, burst = 8, 1000, 2000
 	m := &Store{}
-	l := window.Limit{Limit: burst, Window: time.Hour, Kind: window.Bucket, Burst: burst}
+	l := window.Limit{Limit: burst, Window: time.Hour, Kind: store.TokenBucket, Burst: burst}
 	b := l.Bucket()
 	at := newFakeClock().Now()
 	now := Nanos(at)
 	take := func() bool {
-		var st window.State
+		var st store.Count
 		if err := m.TakeBucket(key, b, 1, 0, now, &st); err != nil {
 			t.Error(err)
 			return false

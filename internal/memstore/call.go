@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/gatewaykit/ratelimit/internal/window"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // ErrClosed is returned by every call after Close.
@@ -15,11 +16,11 @@ var ErrClosed = errors.New("memstore: closed")
 // allocation. A count changes only when the cost fits in every limit.
 func (m *Store) Take(key []byte, c *window.Call, r *window.Result) error {
 	switch {
-	case c.Main.Kind == window.InFlight:
+	case c.Main.Kind == store.InFlight:
 		return m.takeFlight(key, c, r)
 	case c.Quotas != nil:
 		return m.takeGroup(key, c, r)
-	case c.Main.Kind == window.Bucket:
+	case c.Main.Kind == store.TokenBucket:
 		err := m.TakeBucket(key, c.Main.Bucket(), c.Cost, c.Delay, Nanos(c.Now), &r.Counts[0])
 		r.Allowed = r.Counts[0].Fits
 		return err

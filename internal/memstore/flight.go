@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/gatewaykit/ratelimit/internal/window"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // Requests in flight: a tenant's slots, each held by one request from its
@@ -73,7 +74,7 @@ func (m *Store) takeFlight(key []byte, c *window.Call, r *window.Result) error {
 	used := f.used
 	f.mu.Unlock()
 	r.Allowed = allowed
-	r.Counts[0] = window.State{N: used, Fits: allowed, Left: c.Main.Window, Length: c.Main.Window}
+	r.Counts[0] = store.Count{N: used, Fits: allowed, Left: c.Main.Window, Length: c.Main.Window}
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gatewaykit/ratelimit/internal/window"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // Give gives back what a call took, with c as Take was given it but for
@@ -23,7 +24,7 @@ func (m *Store) Give(key []byte, c *window.Call) error {
 	if m.closed.Load() {
 		return ErrClosed
 	}
-	if c.Main.Kind == window.Bucket && c.Quotas == nil && c.Cost < 0 && c.Marks[0] != window.NoWindow {
+	if c.Main.Kind == store.TokenBucket && c.Quotas == nil && c.Cost < 0 && c.Marks[0] != window.NoWindow {
 		now := Nanos(c.Now)
 		b := c.Main.Bucket()
 		w, err := m.bucket(key, &b, now, micros(now))
@@ -37,7 +38,7 @@ func (m *Store) Give(key []byte, c *window.Call) error {
 		return nil
 	}
 	switch k := c.Main.Kind; {
-	case k == window.InFlight:
+	case k == store.InFlight:
 		if f := w.flight(); f != nil {
 			f.give(c.Slot)
 		}
@@ -46,15 +47,15 @@ func (m *Store) Give(key []byte, c *window.Call) error {
 			g.give(c)
 		}
 	case w.group() != nil || w.flight() != nil:
-	case k == window.Bucket:
+	case k == store.TokenBucket:
 		if w.width == bucketMark && c.Marks[0] != window.NoWindow {
 			giveBucket(w, &c.Main, c.Cost, Nanos(c.Now))
 		}
 	case Nanos(c.Now) >= w.end:
 		// Ended: a sliding window's count weighs in the next one, which
 		// a settlement leaves alone.
-	case k == window.Sliding && w.width == int64(c.Main.Window) && w.start == c.Marks[0],
-		k == window.Fixed && w.width == 0 && w.end == c.Marks[0]:
+	case k == store.SlidingWindow && w.width == int64(c.Main.Window) && w.start == c.Marks[0],
+		k == store.FixedWindow && w.width == 0 && w.end == c.Marks[0]:
 		giveBack(&w.count, c.Cost)
 	}
 	return nil
@@ -134,16 +135,16 @@ func (m *Store) Read(key []byte, c *window.Call, r *window.Result) error {
 			}
 			g.mu.Unlock()
 		} else if f := w.flight(); f != nil {
-			if c.Main.Kind == window.InFlight {
+			if c.Main.Kind == store.InFlight {
 				subs[0].count = f.live(now)
 			}
-		} else if c.Main.Kind != window.InFlight {
+		} else if c.Main.Kind != store.InFlight {
 			subs[0] = w.asSub(ls[0].Name, now)
 		}
 	}
 	for j := range n {
-		if ls[j].Kind == window.InFlight {
-			r.Counts[j] = window.State{N: subs[j].count, Fits: true, Left: ls[j].Window, Length: ls[j].Window}
+		if ls[j].Kind == store.InFlight {
+			r.Counts[j] = store.Count{N: subs[j].count, Fits: true, Left: ls[j].Window, Length: ls[j].Window}
 			continue
 		}
 		subs[j].roll(&ls[j], now, wall)

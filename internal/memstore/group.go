@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/gatewaykit/ratelimit/internal/window"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // A tenant with quotas has all its limits in one entry of the table, under
@@ -68,7 +69,7 @@ type sub struct {
 	width      int64  // a window's length; 0 for a calendar period
 	sliding    bool
 	bucket     bool // a token bucket: count holds its TAT's bits (see bucket.go)
-	cal        window.Calendar
+	cal        store.Calendar
 	start, end int64 // the window running; end 0: none
 	period     int64 // the calendar period counted: its start and end, in Unix nanoseconds
 	periodEnd  int64
@@ -108,7 +109,7 @@ func (m *Store) takeGroup(key []byte, c *window.Call, r *window.Result) error {
 		s.roll(&ls[j], now, wall)
 		s.state(st, &ls[j], now, wall)
 		st.Fits = ls[j].Fits(st, c.Cost)
-		if ls[j].Kind == window.Bucket && ls[j].Calendar == 0 {
+		if ls[j].Kind == store.TokenBucket && ls[j].Calendar == 0 {
 			_, st.Fits = ls[j].Bucket().Take(s.bucketLeft(now), c.Cost, micros(int64(c.Delay)))
 		}
 		all = all && st.Fits
@@ -147,7 +148,7 @@ func (m *Store) groupOf(key []byte, main *window.Limit, now int64) (*group, erro
 	// ended windows, as a plain window's would; the entry itself is kept
 	// as long as any of its windows runs.
 	life := int64(main.Window)
-	if main.Kind == window.Sliding {
+	if main.Kind == store.SlidingWindow {
 		life *= 2
 	}
 	var g *group
@@ -215,19 +216,19 @@ func (g *group) match(ls *[window.MaxLimits]window.Limit, n int) {
 }
 
 // sliding reports whether l counts in a sliding window.
-func sliding(l *window.Limit) bool { return l.Kind == window.Sliding && l.Calendar == 0 }
+func sliding(l *window.Limit) bool { return l.Kind == store.SlidingWindow && l.Calendar == 0 }
 
 // roll brings s to now for its limit l: a window or period that has ended
 // gives way to the next, a sliding window's count passing to prev.
 func (s *sub) roll(l *window.Limit, now int64, wall time.Time) {
 	switch {
-	case l.Kind == window.Bucket && l.Calendar == 0:
+	case l.Kind == store.TokenBucket && l.Calendar == 0:
 		if !s.bucket {
 			*s = sub{name: s.name, cal: s.cal, bucket: true, count: int64(math.Float64bits(micros(now)))}
 		}
 	case l.Calendar != 0:
 		if w := wall.UnixNano(); w < s.period || w >= s.periodEnd {
-			start, end := window.Period(l.Calendar, wall)
+			start, end := l.Calendar.Period(wall)
 			if p := start.UnixNano(); s.period != p {
 				s.count = 0
 			}
@@ -261,10 +262,10 @@ func (s *sub) roll(l *window.Limit, now int64, wall time.Time) {
 // long it has to run and how long it is (a fixed window that does not run
 // yet: the one a request would start), a sliding window's previous count,
 // and its mark.
-func (s *sub) state(st *window.State, l *window.Limit, now int64, wall time.Time) {
+func (s *sub) state(st *store.Count, l *window.Limit, now int64, wall time.Time) {
 	st.N, st.Prev = s.count, 0
 	switch {
-	case l.Kind == window.Bucket && l.Calendar == 0:
+	case l.Kind == store.TokenBucket && l.Calendar == 0:
 		*st = l.Bucket().State(s.bucketLeft(now), true)
 	case l.Calendar != 0:
 		st.Left, st.Length = time.Duration(s.periodEnd-wall.UnixNano()), time.Duration(s.periodEnd-s.period)

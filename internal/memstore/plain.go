@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gatewaykit/ratelimit/internal/window"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // A plain window: the one limit of a tenant without quotas, fixed or
@@ -14,11 +15,11 @@ import (
 // liveFor reports whether w counts a request at now in windows of width
 // by kind. A fixed window keeps the width it began with; a sliding one
 // of another width starts afresh.
-func (w *entry) liveFor(now, width int64, kind window.Kind) bool {
+func (w *entry) liveFor(now, width int64, kind store.Algorithm) bool {
 	if now >= w.end {
 		return false
 	}
-	if kind == window.Sliding {
+	if kind == store.SlidingWindow {
 		return w.width == width
 	}
 	return w.width == 0
@@ -31,7 +32,7 @@ func (m *Store) Incr(key []byte, width time.Duration, now int64) (int64, time.Du
 	if width <= 0 {
 		return 0, 0, fmt.Errorf("increment rate limit key %s: window %v is not positive", key, width)
 	}
-	w, err := m.window(key, int64(width), window.Fixed, now)
+	w, err := m.window(key, int64(width), store.FixedWindow, now)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -52,7 +53,7 @@ func (m *Store) takeWindow(key []byte, c *window.Call, r *window.Result) (err er
 // changes by compare-and-swap, only when the cost fits. st is written
 // field by field, in place: a state returned by value and copied into the
 // caller's answer cost the in-memory path a stalled copy a request.
-func (m *Store) TakeWindow(key []byte, kind window.Kind, cost, limit int64, width time.Duration, now int64, st *window.State) error {
+func (m *Store) TakeWindow(key []byte, kind store.Algorithm, cost, limit int64, width time.Duration, now int64, st *store.Count) error {
 	w, err := m.window(key, int64(width), kind, now)
 	if err != nil {
 		return err
@@ -61,7 +62,7 @@ func (m *Store) TakeWindow(key []byte, kind window.Kind, cost, limit int64, widt
 	// came after it, counts in it, as of its start.
 	now = max(now, w.start)
 	st.Left, st.Length = time.Duration(w.end-now), time.Duration(w.end-w.start)
-	if kind == window.Sliding {
+	if kind == store.SlidingWindow {
 		// A sliding window is marked by its start, a fixed one by its end.
 		st.Mark, st.Prev = w.start, w.prev
 		s := window.Slide{Prev: w.prev, Elapsed: time.Duration(now - w.start), Length: width}
@@ -93,7 +94,7 @@ func (m *Store) TakeWindow(key []byte, kind window.Kind, cost, limit int64, widt
 
 // window returns key's window that counts a request at now, in windows of
 // width by kind, made when there is none.
-func (m *Store) window(key []byte, width int64, kind window.Kind, now int64) (*entry, error) {
+func (m *Store) window(key []byte, width int64, kind store.Algorithm, now int64) (*entry, error) {
 	if m.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -116,10 +117,10 @@ func (m *Store) window(key []byte, width int64, kind window.Kind, now int64) (*e
 
 // windowLocked handles a new key, an ended window, and rebuilding, in
 // shard si.
-func (m *Store) windowLocked(si, h uint64, key []byte, now, width int64, kind window.Kind) (*entry, error) {
+func (m *Store) windowLocked(si, h uint64, key []byte, now, width int64, kind store.Algorithm) (*entry, error) {
 	// A sliding window is kept a window past its end, for the next one.
 	life := width
-	if kind == window.Sliding {
+	if kind == store.SlidingWindow {
 		life = 2 * width
 	}
 	return m.locked(si, h, key, now, life, func(w *entry, k string) *entry {
@@ -127,7 +128,7 @@ func (m *Store) windowLocked(si, h uint64, key []byte, now, width int64, kind wi
 			return w
 		}
 		nw := &entry{key: k, hash: h, start: now}
-		if kind == window.Sliding {
+		if kind == store.SlidingWindow {
 			nw.width, nw.start = width, window.Start(now, width)
 			if w != nil && w.width == width && w.end == nw.start {
 				nw.prev = w.count.Load()

@@ -15,7 +15,7 @@ import (
 	"github.com/gatewaykit/ratelimit/internal/testkit/fakeclock"
 
 	"github.com/gatewaykit/ratelimit/internal/testkit/goroutines"
-	"github.com/gatewaykit/ratelimit/internal/window"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // fakeClock is a clock that moves only when told to.
@@ -381,9 +381,9 @@ func (m *Store) holds(key string) bool {
 // memTake takes one request of key from m in windows of width by algo,
 // under a limit never reached, and returns the key's window after it: its
 // count and, for a sliding window, the count of the window before.
-func memTake(t *testing.T, m *counter, key string, width time.Duration, kind window.Kind) (cur, prev int64) {
+func memTake(t *testing.T, m *counter, key string, width time.Duration, kind store.Algorithm) (cur, prev int64) {
 	t.Helper()
-	var st window.State
+	var st store.Count
 	err := m.TakeWindow([]byte(key), kind, 1, 1<<40, width, Nanos(m.clock.Now()), &st)
 	if err != nil || !st.Fits {
 		t.Fatalf("take(%s) = %v, fits %v", key, err, st.Fits)
@@ -536,9 +536,9 @@ func TestStoreEvictsSoonestEnding(t *testing.T) {
 		key   string
 		at    time.Duration // when it starts, from the clock's epoch
 		width time.Duration
-		kind  window.Kind
+		kind  store.Algorithm
 	}
-	fixed := func(key string, at, width time.Duration) win { return win{key, at, width, window.Fixed} }
+	fixed := func(key string, at, width time.Duration) win { return win{key, at, width, store.FixedWindow} }
 	for _, tc := range []struct {
 		name    string
 		held    []win // a bound of 4: one shard, full
@@ -555,12 +555,12 @@ func TestStoreEvictsSoonestEnding(t *testing.T) {
 			fixed("c", 2*time.Second, 10*time.Second), fixed("d", 3*time.Second, 10*time.Second),
 		}, 4 * time.Second, "b", 1},
 		{"a sliding window ends a window after its own", []win{
-			{"a", 0, 10 * time.Second, window.Sliding}, // weighed until 20s
-			fixed("b", 5*time.Second, 10*time.Second),  // ends at 15s
+			{"a", 0, 10 * time.Second, store.SlidingWindow}, // weighed until 20s
+			fixed("b", 5*time.Second, 10*time.Second),       // ends at 15s
 			fixed("c", 5*time.Second, time.Minute), fixed("d", 5*time.Second, time.Minute),
 		}, 6 * time.Second, "b", 1},
 		{"a sliding window past its own end is live", []win{
-			{"a", 0, 10 * time.Second, window.Sliding},
+			{"a", 0, 10 * time.Second, store.SlidingWindow},
 			fixed("b", 0, 30*time.Second),
 			fixed("c", 0, time.Minute), fixed("d", 0, time.Minute),
 		}, 12 * time.Second, "a", 1},
@@ -642,12 +642,12 @@ func TestStoreEvictedKeyStartsAfresh(t *testing.T) {
 		clock := newFakeClock()
 		m := newCounter(clock, 1)
 		for range 3 {
-			memTake(t, m, "rl:a", 10*time.Second, window.Sliding)
+			memTake(t, m, "rl:a", 10*time.Second, store.SlidingWindow)
 		}
 		clock.Advance(11 * time.Second) // rl:a's window has ended; the next one weighs it
 		mustIncr(t, m, "rl:b", time.Minute)
 		clock.Advance(time.Second)
-		if cur, prev := memTake(t, m, "rl:a", 10*time.Second, window.Sliding); cur != 1 || prev != 0 {
+		if cur, prev := memTake(t, m, "rl:a", 10*time.Second, store.SlidingWindow); cur != 1 || prev != 0 {
 			t.Fatalf("rl:a after its eviction: %d in its window, %d in the one before; want 1 and 0", cur, prev)
 		}
 	})

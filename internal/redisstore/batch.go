@@ -8,7 +8,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gatewaykit/ratelimit/internal/timerule"
 	"github.com/gatewaykit/ratelimit/internal/window"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // batcher makes concurrent increments share round trips to the store.
@@ -105,7 +107,7 @@ type opKey struct {
 	key    string
 	ms     int64
 	limit  int64
-	kind   window.Kind
+	kind   store.Algorithm
 	quotas *quotaArgs // decided together with the key's limit, when not nil
 	// A token bucket's burst, interval (µs, window.BucketOf) and how long
 	// in µs its callers may wait for their turn.
@@ -225,7 +227,7 @@ func (b *batcher) take(ctx context.Context, k opKey, cost int64, deadline time.T
 	}
 	op = &bt.ops[pos]
 	if err := op.err; err != nil {
-		if wait > 0 && isTimeout(err) {
+		if wait > 0 && timerule.IsTimeout(err) {
 			// The round trip's deadline, the latest of its callers',
 			// passed on the socket before this caller's timer fired.
 			err = fmt.Errorf("%w (%w)", errTimedOut, err)

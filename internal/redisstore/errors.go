@@ -10,8 +10,6 @@ import (
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/gatewaykit/ratelimit/internal/timerule"
 )
 
 // The errors of a round trip, as the limiter reads them: through methods
@@ -187,6 +185,3 @@ func (e *tripError) Unwrap() error { return e.err }
 
 // RoundTrip names the round trip that failed.
 func (e *tripError) RoundTrip() uint64 { return e.trip }
-
-// isTimeout reports whether err is a deadline that passed.
-func isTimeout(err error) bool { return timerule.IsTimeout(err) }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gatewaykit/ratelimit/internal/testkit/redistest"
 	"github.com/gatewaykit/ratelimit/internal/window"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // The Lua that mirrors the window package, run on a real server beside
@@ -23,8 +24,8 @@ import (
 // them, and window.Period's of the same.
 var calendarKinds = [...]struct {
 	lua string
-	c   window.Calendar
-}{{"d", window.Day}, {"w", window.Week}, {"m", window.Month}, {"y", window.Year}}
+	c   store.Calendar
+}{{"d", store.Day}, {"w", store.Week}, {"m", store.Month}, {"y", store.Year}}
 
 // calendarDays runs calendar.lua's period for the days from first on, n
 // of them, each at its first and its last millisecond: for each of those
@@ -75,7 +76,7 @@ func TestCalendarLuaIsGos(t *testing.T) {
 			ms := (from+i/2)*msPerDay + i%2*(msPerDay-1)
 			now := time.UnixMilli(ms).UTC()
 			for j, k := range calendarKinds {
-				start, end := window.Period(k.c, now)
+				start, end := k.c.Period(now)
 				got := vals[int(i)*per+2*j : int(i)*per+2*j+2]
 				if got[0] != start.UnixMilli() || got[1] != end.UnixMilli() {
 					mismatches++
@@ -128,7 +129,7 @@ func TestSlidingLuaIsGos(t *testing.T) {
 		{"a window of 1.5 s", 20, 1500 * time.Millisecond, 17, []int64{1, 2}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			lim := window.Limit{Limit: tt.limit, Window: tt.window, Kind: window.Sliding}
+			lim := window.Limit{Limit: tt.limit, Window: tt.window, Kind: store.SlidingWindow}
 			var answers []slidingAnswer
 			// A first request that lands in the next window sees the
 			// seeded one as current, not as previous: try again on a new
@@ -198,7 +199,7 @@ func seedPrevious(ctx context.Context, rdb *redis.Client, key string, width time
 // slidingAnswer is what the store answered of a request of cost.
 type slidingAnswer struct {
 	cost int64
-	st   window.State
+	st   store.Count
 }
 
 // takeSliding has s decide rounds of requests of key in l, each round
@@ -265,7 +266,7 @@ func TestQuotaWindowEndsAtItsEnd(t *testing.T) {
 	ctx := context.Background()
 	// 12:00:00 UTC on Sunday 7 January 2024; the week ends at midnight.
 	noon := time.Date(2024, 1, 7, 12, 0, 0, 0, time.UTC)
-	_, weekEnd := window.Period(window.Week, noon)
+	_, weekEnd := store.Week.Period(noon)
 	main := window.Limit{Name: "default", Limit: 100, Window: 48 * time.Hour}
 	for _, tt := range []struct {
 		name  string
@@ -275,7 +276,7 @@ func TestQuotaWindowEndsAtItsEnd(t *testing.T) {
 	}{
 		{"a fixed window of a second", window.Limit{Name: "q", Limit: 1, Window: time.Second}, noon, noon.Add(time.Second)},
 		{"a fixed window of an hour", window.Limit{Name: "q", Limit: 1, Window: time.Hour}, noon, noon.Add(time.Hour)},
-		{"a week", window.Limit{Name: "q", Limit: 1, Calendar: window.Week}, weekEnd.Add(-time.Second), weekEnd},
+		{"a week", window.Limit{Name: "q", Limit: 1, Calendar: store.Week}, weekEnd.Add(-time.Second), weekEnd},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			key := "{" + uniqueKey(t, "end") + "}"
@@ -339,7 +340,7 @@ func goBucketStep(b window.BucketOf, tat *float64, now, cost, delay int64) (want
 func TestBucketLuaMatchesGo(t *testing.T) {
 	rdb := redistest.Client(t)
 	ctx := context.Background()
-	l := window.Limit{Limit: 3, Window: time.Second, Kind: window.Bucket, Burst: 4}
+	l := window.Limit{Limit: 3, Window: time.Second, Kind: store.TokenBucket, Burst: 4}
 	b := l.Bucket()
 	key := uniqueKey(t, "bucket")
 	const base = int64(1_780_000_000_000_000) // µs since 1970
@@ -375,7 +376,7 @@ func TestBucketLuaMatchesGo(t *testing.T) {
 func TestBucketWithQuotasLuaMatchesGo(t *testing.T) {
 	rdb := redistest.Client(t)
 	ctx := context.Background()
-	l := window.Limit{Name: "default", Limit: 3, Window: time.Second, Kind: window.Bucket, Burst: 4}
+	l := window.Limit{Name: "default", Limit: 3, Window: time.Second, Kind: store.TokenBucket, Burst: 4}
 	c := &window.Call{Main: l, Quotas: []window.Limit{{Name: "hour", Limit: 1000, Window: time.Hour}}}
 	b := l.Bucket()
 	key := "{" + uniqueKey(t, "bucket") + "}"

@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/gatewaykit/ratelimit/internal/window"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // Servers that refuse scripts. Some managed Redis setups grant an ACL
@@ -61,7 +61,7 @@ func (s *scripter) withoutScript(ctx context.Context, ops []*takeOp, refusal err
 	var txs []tx
 	pipe := s.rdb.TxPipeline()
 	for _, op := range ops {
-		if op.kind != window.Fixed || op.quotas != nil || op.x != nil {
+		if op.kind != store.FixedWindow || op.quotas != nil || op.x != nil {
 			op.err = fmt.Errorf("%w, which it refused: %w", errNeedsScripts, refusal)
 			continue
 		}

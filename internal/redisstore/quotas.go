@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/gatewaykit/ratelimit/internal/window"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // quotaArgs is a set of quotas as take.lua reads it, made once: the main
@@ -22,7 +23,7 @@ type quotaArgs struct {
 
 	// What it was made for, to tell a set reused for another.
 	main string
-	kind window.Kind
+	kind store.Algorithm
 }
 
 // quotaSets keeps the arguments of each set of quotas met, by the slice
@@ -46,21 +47,21 @@ func argsOf(c *window.Call) *quotaArgs {
 		}
 	}
 	a := &quotaArgs{n: 1 + len(c.Quotas), main: c.Main.Name, kind: c.Main.Kind}
-	k, main := kindOne[kindIndex(c.Main.Kind)], kindOne[kindIndex(c.Main.Kind)]
-	if c.Main.Kind == window.Bucket {
+	k, main := kindOne[window.Kind(c.Main.Kind)], kindOne[window.Kind(c.Main.Kind)]
+	if c.Main.Kind == store.TokenBucket {
 		main = "b" // and a quota with a Window counts in fixed windows
 	}
 	a.args = append(a.args, main, c.Main.Name, hexArg(int64(len(c.Quotas))))
 	for _, q := range c.Quotas {
 		qk, ms := k, any(window.CeilDiv(q.Window, time.Millisecond))
 		switch q.Calendar {
-		case window.Day:
+		case store.Day:
 			qk, ms = "d", int64(0)
-		case window.Week:
+		case store.Week:
 			qk, ms = "w", int64(0)
-		case window.Month:
+		case store.Month:
 			qk, ms = "m", int64(0)
-		case window.Year:
+		case store.Year:
 			qk, ms = "y", int64(0)
 		}
 		a.args = append(a.args, qk, strconv.FormatInt(q.Limit, 16), ms, q.Name)

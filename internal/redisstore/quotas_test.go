@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gatewaykit/ratelimit/internal/window"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // The arguments of a set of quotas are made once for its slice, and the
@@ -12,7 +13,7 @@ import (
 func TestQuotaArgsAreCachedAndBounded(t *testing.T) {
 	call := func() *window.Call {
 		return &window.Call{Cost: 1, Main: window.Limit{Name: "default", Limit: 10, Window: time.Minute},
-			Quotas: []window.Limit{{Name: "day", Limit: 100, Calendar: window.Day}}}
+			Quotas: []window.Limit{{Name: "day", Limit: 100, Calendar: store.Day}}}
 	}
 	c := call()
 	if a, b := argsOf(c), argsOf(c); a != b {

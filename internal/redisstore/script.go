@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/gatewaykit/ratelimit/internal/window"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // The Redis side of a round trip: the Lua script (take.lua, with
@@ -198,14 +199,14 @@ func call(ctx context.Context, ops []*takeOp, body bool) scriptCmd {
 		if op.ms != ms {
 			ms, msArg = op.ms, op.ms
 		}
-		kind, n := kindIndex(op.kind), op.stayed()
+		kind, n := window.Kind(op.kind), op.stayed()
 		one := n == 1 && op.first == 1 && len(op.gone) == 0
 		if op.x != nil {
 			args = op.x.append(args, op, setOf, limitArg, msArg)
 			continue
 		}
 		switch {
-		case op.kind == window.Bucket:
+		case op.kind == store.TokenBucket:
 			args = op.bucketArgs(args, one, setOf)
 			if one {
 				continue
@@ -238,16 +239,16 @@ func (x *opArgs) append(args []any, op *takeOp, setOf func(*takeOp) int, limitAr
 	switch {
 	case !x.give:
 		return append(args, "i", limitArg, msArg, x.token, cost)
-	case op.kind == window.InFlight:
+	case op.kind == store.InFlight:
 		return append(args, "y", x.token, cost)
-	case op.quotas != nil && op.kind == window.Bucket:
+	case op.quotas != nil && op.kind == store.TokenBucket:
 		b := argsOfBucket(bucketSpec{op.burst, op.iv, 0})
 		args = append(args, "X", hexArg(int64(setOf(op))), b.burst, b.iv, 0, cost)
 		for j := range op.limits() {
 			args = append(args, x.offsets[j])
 		}
 		return args
-	case op.kind == window.Bucket:
+	case op.kind == store.TokenBucket:
 		return append(args, "x", "b", argsOfBucket(bucketSpec{op.burst, op.iv, 0}).iv, cost, 0)
 	case op.quotas != nil:
 		args = append(args, "X", hexArg(int64(setOf(op))), limitArg, msArg, cost)
@@ -256,7 +257,7 @@ func (x *opArgs) append(args []any, op *takeOp, setOf func(*takeOp) int, limitAr
 		}
 		return args
 	}
-	return append(args, "x", kindOne[kindIndex(op.kind)], msArg, cost, x.offsets[0])
+	return append(args, "x", kindOne[window.Kind(op.kind)], msArg, cost, x.offsets[0])
 }
 
 // bucketArgs appends the arguments of op, a token bucket's, to args, but
@@ -275,14 +276,6 @@ func (op *takeOp) bucketArgs(args []any, one bool, setOf func(*takeOp) int) []an
 		return append(args, "b", b.iv, b.most, b.px)
 	}
 	return append(args, "B", b.iv, b.most, b.px)
-}
-
-// kindIndex is the index of kind's letters in kindOne and kindAny.
-func kindIndex(kind window.Kind) int {
-	if kind == window.Sliding {
-		return 1
-	}
-	return 0
 }
 
 // hexArg is n in hexadecimal, as an argument of takeScript: boxed once for
@@ -355,7 +348,7 @@ func head(op *takeOp) int {
 	if op.quotas != nil {
 		return 2 * op.limits()
 	}
-	if op.kind == window.Sliding {
+	if op.kind == store.SlidingWindow {
 		return 2
 	}
 	return 1

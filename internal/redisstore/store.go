@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/gatewaykit/ratelimit/internal/window"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // Store is a RedisCounter's engine: its client's nodes, each with round
@@ -83,13 +84,13 @@ func (s *Store) Take(ctx context.Context, key string, c *window.Call, deadline t
 	}
 	now := monoNow()
 	switch {
-	case c.Main.Kind == window.InFlight:
+	case c.Main.Kind == store.InFlight:
 		r.Expired = op.a
 		used, fits := op.res[rank], true
 		if used < 0 {
 			used, fits = -used-1, false
 		}
-		r.Allowed, r.Counts[0] = fits, window.State{N: used, Fits: fits, Left: c.Main.Window, Length: c.Main.Window}
+		r.Allowed, r.Counts[0] = fits, store.Count{N: used, Fits: fits, Left: c.Main.Window, Length: c.Main.Window}
 		return nil
 	case c.Quotas != nil:
 		ls, n := c.Limits()
@@ -101,7 +102,7 @@ func (s *Store) Take(ctx context.Context, key string, c *window.Call, deadline t
 		}
 		return nil
 	}
-	r.ByTransaction = c.Main.Kind == window.Fixed && s.nodes.refused.Load() != nil
+	r.ByTransaction = c.Main.Kind == store.FixedWindow && s.nodes.refused.Load() != nil
 	r.Counts[0] = state(&c.Main, op.res[rank], op.a, op.prev, now)
 	r.Allowed = r.Counts[0].Fits
 	return nil
@@ -112,15 +113,15 @@ func (s *Store) Take(ctx context.Context, key string, c *window.Call, deadline t
 // fixed window the milliseconds it has left, for a sliding one how far it
 // has run and its previous count, for a calendar period the milliseconds
 // to its end and its length.
-func state(l *window.Limit, v, a, b, now int64) window.State {
-	if l.Kind == window.Bucket && l.Calendar == 0 {
+func state(l *window.Limit, v, a, b, now int64) store.Count {
+	if l.Kind == store.TokenBucket && l.Calendar == 0 {
 		// v is the µs until the bucket is full again, or -that-1.
 		if v < 0 {
 			return l.Bucket().State(float64(-v-1), false)
 		}
 		return l.Bucket().State(float64(v), true)
 	}
-	st := window.State{N: v, Fits: v >= 0, Length: msWindow(l.Window)}
+	st := store.Count{N: v, Fits: v >= 0, Length: msWindow(l.Window)}
 	if v < 0 {
 		st.N = -v - 1
 	}
@@ -128,7 +129,7 @@ func state(l *window.Limit, v, a, b, now int64) window.State {
 	case l.Calendar != 0:
 		st.Left, st.Length = msDuration(a), msDuration(b)
 		st.Mark = now + int64(st.Left)
-	case l.Kind == window.Sliding:
+	case l.Kind == store.SlidingWindow:
 		st.Left, st.Prev = st.Length-msDuration(a), b
 		st.Mark = now - msDuration(a).Nanoseconds()
 	default:
@@ -155,11 +156,11 @@ func msWindow(w time.Duration) time.Duration {
 // within half its length of that. The next window of a key is a whole
 // length away, and the error, the round trips' latency, is far less.
 func (s *Store) Give(ctx context.Context, key string, c *window.Call, deadline time.Time, wait time.Duration) error {
-	if c.Main.Kind == window.Bucket && c.Quotas == nil && c.Marks[0] == window.NoWindow {
+	if c.Main.Kind == store.TokenBucket && c.Quotas == nil && c.Marks[0] == window.NoWindow {
 		return nil // a mark that names no window leaves the bucket alone
 	}
 	x := &opArgs{give: true}
-	if c.Main.Kind == window.InFlight {
+	if c.Main.Kind == store.InFlight {
 		x.token = slotToken(c.Slot)
 	} else {
 		x.offsets = offsets(c, monoNow())
@@ -175,14 +176,14 @@ func (s *Store) Give(ctx context.Context, key string, c *window.Call, deadline t
 func offsets(c *window.Call, now int64) (off [window.MaxLimits]int64) {
 	ls, n := c.Limits()
 	for j := range n {
-		if ls[j].Kind == window.Bucket && ls[j].Calendar == 0 {
+		if ls[j].Kind == store.TokenBucket && ls[j].Calendar == 0 {
 			if c.Marks[j] == window.NoWindow {
 				off[j] = 1
 			}
 			continue
 		}
 		d := c.Marks[j] - now
-		if ls[j].Kind == window.Sliding && ls[j].Calendar == 0 {
+		if ls[j].Kind == store.SlidingWindow && ls[j].Calendar == 0 {
 			d = -d
 		}
 		off[j] = d / int64(time.Millisecond)
@@ -197,13 +198,13 @@ func (s *Store) send(ctx context.Context, key string, c *window.Call, x *opArgs,
 		return nil, 0, fmt.Errorf("%s rate limit key %s: window %v is not positive", verb, key, c.Main.Window)
 	}
 	k := opKey{key: key, ms: window.CeilDiv(c.Main.Window, time.Millisecond), limit: c.Main.Limit, kind: c.Main.Kind, x: x}
-	if c.Main.Kind == window.Bucket {
+	if c.Main.Kind == store.TokenBucket {
 		k.burst, k.iv, k.delay = c.Main.Burst, c.Main.Bucket().Interval, window.CeilDiv(c.Delay, time.Microsecond)
 	}
 	if c.Quotas != nil {
 		k.quotas = argsOf(c)
 	}
-	if c.Main.Kind == window.InFlight && x == nil {
+	if c.Main.Kind == store.InFlight && x == nil {
 		k.x = &opArgs{token: slotToken(c.Slot)}
 	}
 	n := s.nodes.of(key)
@@ -229,15 +230,15 @@ func (s *Store) Read(ctx context.Context, key string, c *window.Call, r *window.
 	r.Allowed = true
 	for j := range n {
 		a, b, count := vals[3*j], vals[3*j+1], vals[3*j+2]
-		st := window.State{N: count, Fits: true, Length: msWindow(ls[j].Window)}
+		st := store.Count{N: count, Fits: true, Length: msWindow(ls[j].Window)}
 		switch {
-		case ls[j].Kind == window.Bucket && ls[j].Calendar == 0:
+		case ls[j].Kind == store.TokenBucket && ls[j].Calendar == 0:
 			st = ls[j].Bucket().State(float64(count), true)
-		case ls[j].Kind == window.InFlight:
+		case ls[j].Kind == store.InFlight:
 			st.Left = ls[j].Window
 		case ls[j].Calendar != 0:
 			st.Left, st.Length = msDuration(a), msDuration(b)
-		case ls[j].Kind == window.Sliding:
+		case ls[j].Kind == store.SlidingWindow:
 			st.Left, st.Prev = st.Length-msDuration(a), b
 		case a > 0:
 			st.Left = msDuration(a)
@@ -260,15 +261,15 @@ func (s *Store) Reset(ctx context.Context, key string, c *window.Call) error {
 func limitArgs(kind string, c *window.Call) []any {
 	ms := window.CeilDiv(c.Main.Window, time.Millisecond)
 	switch {
-	case c.Main.Kind == window.InFlight:
+	case c.Main.Kind == store.InFlight:
 		return []any{strings.ToLower(kind), "i", ms}
-	case c.Main.Kind == window.Bucket && c.Quotas == nil:
+	case c.Main.Kind == store.TokenBucket && c.Quotas == nil:
 		return []any{strings.ToLower(kind), "b", ivArg(c.Main.Bucket().Interval)}
 	case c.Quotas == nil:
-		return []any{strings.ToLower(kind), kindOne[kindIndex(c.Main.Kind)], ms}
+		return []any{strings.ToLower(kind), kindOne[window.Kind(c.Main.Kind)], ms}
 	}
 	args := append([]any{"Q", "1"}, argsOf(c).args...)
-	if c.Main.Kind == window.Bucket {
+	if c.Main.Kind == store.TokenBucket {
 		return append(args, kind, "1", strconv.FormatInt(c.Main.Burst, 16), ivArg(c.Main.Bucket().Interval), 0)
 	}
 	return append(args, kind, "1", strconv.FormatInt(c.Main.Limit, 16), ms)

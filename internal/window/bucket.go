@@ -1,6 +1,7 @@
 package window
 
 import (
+	"github.com/gatewaykit/ratelimit/store"
 	"math"
 	"time"
 )
@@ -84,21 +85,21 @@ func (b BucketOf) Used(left float64) int64 {
 // State is the State of a bucket that is full again after left
 // microseconds, which a cost did or did not fit in: Left that time, in
 // whole nanoseconds rounded up, Length the Tolerance, N the units spent.
-func (b BucketOf) State(left float64, fits bool) State {
+func (b BucketOf) State(left float64, fits bool) store.Count {
 	left = max(left, 0)
-	return State{N: b.Used(left), Fits: fits, Left: CeilDuration(left * 1e3), Length: CeilDuration(b.Tolerance * 1e3)}
+	return store.Count{N: b.Used(left), Fits: fits, Left: CeilDuration(left * 1e3), Length: CeilDuration(b.Tolerance * 1e3)}
 }
 
 // Wait is how long a caller whose cost fitted, leaving the bucket as st
 // says, waits for its turn: 0 for one that fitted without waiting.
-func (b BucketOf) Wait(st *State) time.Duration {
+func (b BucketOf) Wait(st *store.Count) time.Duration {
 	return max(st.Left-st.Length, 0)
 }
 
 // bucketFigures is Figures for a bucket: the whole units it holds now,
 // the time until it is full, and for a refused cost the time until it
 // fits (0 for a cost above the burst, which never fits).
-func (l *Limit) bucketFigures(st *State, cost int64) Figures {
+func (l *Limit) bucketFigures(st *store.Count, cost int64) Figures {
 	b := l.Bucket()
 	f := Figures{Remaining: max(b.Burst-st.N, 0), Reset: st.Left}
 	if !st.Fits && cost <= b.Burst {

@@ -4,11 +4,13 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // What a response reports of a fixed window, a calendar period and slots
 // in flight, from the store's state after the decision. A calendar quota
-// beside a sliding main limit has Kind Sliding: its period still counts
+// beside a sliding main limit has Kind store.SlidingWindow: its period still counts
 // as a fixed window does.
 func TestFiguresOfCounts(t *testing.T) {
 	const lease = 30 * time.Second
@@ -16,52 +18,52 @@ func TestFiguresOfCounts(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		l    Limit
-		st   State
+		st   store.Count
 		cost int64
 		want Figures
 	}{
 		{"fixed, allowed",
 			Limit{Limit: 10, Window: time.Minute},
-			State{N: 3, Fits: true, Left: 20 * time.Second, Length: time.Minute}, 1,
+			store.Count{N: 3, Fits: true, Left: 20 * time.Second, Length: time.Minute}, 1,
 			Figures{Remaining: 7, Reset: 20 * time.Second}},
 		{"fixed, allowed up to the limit",
 			Limit{Limit: 10, Window: time.Minute},
-			State{N: 10, Fits: true, Left: time.Second, Length: time.Minute}, 4,
+			store.Count{N: 10, Fits: true, Left: time.Second, Length: time.Minute}, 4,
 			Figures{Remaining: 0, Reset: time.Second}},
 		{"fixed, refused",
 			Limit{Limit: 10, Window: time.Minute},
-			State{N: 8, Fits: false, Left: 20 * time.Second, Length: time.Minute}, 3,
+			store.Count{N: 8, Fits: false, Left: 20 * time.Second, Length: time.Minute}, 3,
 			Figures{Remaining: 2, Reset: 20 * time.Second, Retry: 20 * time.Second}},
 		{"fixed, over the limit after a downgrade: never below 0",
 			Limit{Limit: 10, Window: time.Minute},
-			State{N: 15, Fits: false, Left: 5 * time.Second, Length: time.Minute}, 1,
+			store.Count{N: 15, Fits: false, Left: 5 * time.Second, Length: time.Minute}, 1,
 			Figures{Remaining: 0, Reset: 5 * time.Second, Retry: 5 * time.Second}},
 		{"a month's quota, allowed",
-			Limit{Limit: 1000, Calendar: Month},
-			State{N: 999, Fits: true, Left: 72 * time.Hour, Length: month}, 1,
+			Limit{Limit: 1000, Calendar: store.Month},
+			store.Count{N: 999, Fits: true, Left: 72 * time.Hour, Length: month}, 1,
 			Figures{Remaining: 1, Reset: 72 * time.Hour}},
 		{"a month's quota, refused",
-			Limit{Limit: 1000, Calendar: Month},
-			State{N: 1000, Fits: false, Left: 72 * time.Hour, Length: month}, 1,
+			Limit{Limit: 1000, Calendar: store.Month},
+			store.Count{N: 1000, Fits: false, Left: 72 * time.Hour, Length: month}, 1,
 			Figures{Remaining: 0, Reset: 72 * time.Hour, Retry: 72 * time.Hour}},
 		{"a day's quota beside a sliding window counts as a period",
 			// Read as a sliding window (Prev 0, Elapsed 23 h of 24 h) the
 			// estimate would be 90 and Remaining 10 too, but Reset would
 			// be the time until the estimate falls to 89, 1 h + 16 min.
-			Limit{Limit: 100, Kind: Sliding, Calendar: Day},
-			State{N: 90, Fits: false, Left: time.Hour, Length: 24 * time.Hour}, 20,
+			Limit{Limit: 100, Kind: store.SlidingWindow, Calendar: store.Day},
+			store.Count{N: 90, Fits: false, Left: time.Hour, Length: 24 * time.Hour}, 20,
 			Figures{Remaining: 10, Reset: time.Hour, Retry: time.Hour}},
 		{"in flight, allowed",
-			Limit{Limit: 5, Window: lease, Kind: InFlight},
-			State{N: 4, Fits: true, Left: lease, Length: lease}, 1,
+			Limit{Limit: 5, Window: lease, Kind: store.InFlight},
+			store.Count{N: 4, Fits: true, Left: lease, Length: lease}, 1,
 			Figures{Remaining: 1, Reset: Retry}},
 		{"in flight, refused",
-			Limit{Limit: 5, Window: lease, Kind: InFlight},
-			State{N: 5, Fits: false, Left: lease, Length: lease}, 1,
+			Limit{Limit: 5, Window: lease, Kind: store.InFlight},
+			store.Count{N: 5, Fits: false, Left: lease, Length: lease}, 1,
 			Figures{Remaining: 0, Reset: Retry, Retry: Retry}},
 		{"in flight, over the limit after a downgrade",
-			Limit{Limit: 5, Window: lease, Kind: InFlight},
-			State{N: 7, Fits: false, Left: lease, Length: lease}, 2,
+			Limit{Limit: 5, Window: lease, Kind: store.InFlight},
+			store.Count{N: 7, Fits: false, Left: lease, Length: lease}, 2,
 			Figures{Remaining: 0, Reset: Retry, Retry: Retry}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -84,39 +86,39 @@ func TestFiguresOfSlidingWindow(t *testing.T) {
 	const w = 10 * time.Second
 	for _, tt := range []struct {
 		name string
-		st   State // of a limit of 10 per 10 s
+		st   store.Count // of a limit of 10 per 10 s
 		cost int64
 		want Figures
 	}{
 		{"one in the current window",
-			State{N: 1, Fits: true, Left: 6 * time.Second, Length: w}, 1,
+			store.Count{N: 1, Fits: true, Left: 6 * time.Second, Length: w}, 1,
 			// 1 × (10s - e')/10s = 0 at the end of the next window.
 			Figures{Remaining: 9, Reset: 16 * time.Second}},
 		{"the previous window, half in, allowed",
-			State{N: 2, Prev: 10, Fits: true, Left: 5 * time.Second, Length: w}, 1,
+			store.Count{N: 2, Prev: 10, Fits: true, Left: 5 * time.Second, Length: w}, 1,
 			// Estimate 10 × 5/10 + 2 = 7; 10 × (5s - d)/10s + 2 = 6 at d = 1 s.
 			Figures{Remaining: 3, Reset: time.Second}},
 		{"the previous window, half in, refused",
-			State{N: 2, Prev: 10, Fits: false, Left: 5 * time.Second, Length: w}, 5,
+			store.Count{N: 2, Prev: 10, Fits: false, Left: 5 * time.Second, Length: w}, 5,
 			// A cost of 5 fits once the estimate is 5: at d = 2 s.
 			Figures{Remaining: 3, Reset: time.Second, Retry: 2 * time.Second}},
 		{"a fractional estimate: Remaining rounds down",
-			State{N: 3, Prev: 7, Fits: false, Left: 3 * time.Second, Length: w}, 5,
+			store.Count{N: 3, Prev: 7, Fits: false, Left: 3 * time.Second, Length: w}, 5,
 			// Estimate 7 × 3/10 + 3 = 5.1, so 4 left, not 4.9; it falls to
 			// 5 at 7 × (3s - d)/10s + 3 = 5, d = 1/7 s, rounded up.
 			Figures{Remaining: 4, Reset: time.Second/7 + 1, Retry: time.Second/7 + 1}},
 		{"refused until the next window",
-			State{N: 10, Fits: false, Left: 6 * time.Second, Length: w}, 3,
+			store.Count{N: 10, Fits: false, Left: 6 * time.Second, Length: w}, 3,
 			// 10 × (10s - e')/10s = 7 at e' = 3 s of the next window.
 			Figures{Remaining: 0, Reset: 7 * time.Second, Retry: 9 * time.Second}},
 		{"over the limit after a downgrade",
-			State{N: 12, Prev: 4, Fits: false, Left: 2 * time.Second, Length: w}, 1,
+			store.Count{N: 12, Prev: 4, Fits: false, Left: 2 * time.Second, Length: w}, 1,
 			// Estimate 4 × 2/10 + 12 = 12.8: 0 left, never below. It falls
 			// to 9 at 12 × (10s - e')/10s = 9, e' = 2.5 s into the next window.
 			Figures{Remaining: 0, Reset: 4500 * time.Millisecond, Retry: 4500 * time.Millisecond}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			l := Limit{Limit: 10, Window: w, Kind: Sliding}
+			l := Limit{Limit: 10, Window: w, Kind: store.SlidingWindow}
 			st := tt.st
 			got := l.Figures(&st, tt.cost)
 			if got != tt.want {
@@ -152,23 +154,23 @@ func TestFiguresOfSlidingWindow(t *testing.T) {
 // window weighs in its previous window, a fixed window and a period do not.
 func TestFits(t *testing.T) {
 	// Prev 10 half in, Cur 2: an estimate of 7 for a sliding window.
-	half := State{N: 2, Prev: 10, Left: 5 * time.Second, Length: 10 * time.Second}
+	half := store.Count{N: 2, Prev: 10, Left: 5 * time.Second, Length: 10 * time.Second}
 	for _, tt := range []struct {
 		name string
 		l    Limit
-		st   State
+		st   store.Count
 		cost int64
 		want bool
 	}{
-		{"fixed, up to the limit", Limit{Limit: 10, Window: time.Minute}, State{N: 7}, 3, true},
-		{"fixed, one past it", Limit{Limit: 10, Window: time.Minute}, State{N: 8}, 3, false},
+		{"fixed, up to the limit", Limit{Limit: 10, Window: time.Minute}, store.Count{N: 7}, 3, true},
+		{"fixed, one past it", Limit{Limit: 10, Window: time.Minute}, store.Count{N: 8}, 3, false},
 		{"fixed, ignoring Prev", Limit{Limit: 10, Window: 10 * time.Second}, half, 8, true},
-		{"sliding, up to the limit", Limit{Limit: 10, Window: 10 * time.Second, Kind: Sliding}, half, 3, true},
-		{"sliding, one past it", Limit{Limit: 10, Window: 10 * time.Second, Kind: Sliding}, half, 4, false},
-		{"sliding, empty", Limit{Limit: 10, Window: 10 * time.Second, Kind: Sliding}, State{Length: 10 * time.Second, Left: 10 * time.Second}, 10, true},
-		{"a period beside a sliding window, ignoring Prev", Limit{Limit: 10, Kind: Sliding, Calendar: Day}, half, 8, true},
-		{"a period beside a sliding window, one past it", Limit{Limit: 10, Kind: Sliding, Calendar: Day}, half, 9, false},
-		{"in flight", Limit{Limit: 10, Window: time.Minute, Kind: InFlight}, State{N: 9}, 2, false},
+		{"sliding, up to the limit", Limit{Limit: 10, Window: 10 * time.Second, Kind: store.SlidingWindow}, half, 3, true},
+		{"sliding, one past it", Limit{Limit: 10, Window: 10 * time.Second, Kind: store.SlidingWindow}, half, 4, false},
+		{"sliding, empty", Limit{Limit: 10, Window: 10 * time.Second, Kind: store.SlidingWindow}, store.Count{Length: 10 * time.Second, Left: 10 * time.Second}, 10, true},
+		{"a period beside a sliding window, ignoring Prev", Limit{Limit: 10, Kind: store.SlidingWindow, Calendar: store.Day}, half, 8, true},
+		{"a period beside a sliding window, one past it", Limit{Limit: 10, Kind: store.SlidingWindow, Calendar: store.Day}, half, 9, false},
+		{"in flight", Limit{Limit: 10, Window: time.Minute, Kind: store.InFlight}, store.Count{N: 9}, 2, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := tt.l.Fits(&tt.st, tt.cost); got != tt.want {
@@ -182,54 +184,54 @@ func TestFits(t *testing.T) {
 func TestAged(t *testing.T) {
 	const w = 10 * time.Second
 	fixed := Limit{Limit: 10, Window: time.Minute}
-	day := Limit{Limit: 100, Calendar: Day}
-	sliding := Limit{Limit: 10, Window: w, Kind: Sliding}
+	day := Limit{Limit: 100, Calendar: store.Day}
+	sliding := Limit{Limit: 10, Window: w, Kind: store.SlidingWindow}
 	// 8 s into a sliding window, with 4 in the one before and 6 in it.
-	slide := State{N: 6, Prev: 4, Fits: true, Left: 2 * time.Second, Length: w}
+	slide := store.Count{N: 6, Prev: 4, Fits: true, Left: 2 * time.Second, Length: w}
 	for _, tt := range []struct {
 		name string
 		l    Limit
-		st   State
+		st   store.Count
 		d    time.Duration
-		want State // once ended, what it holds means nothing
+		want store.Count // once ended, what it holds means nothing
 		live bool
 	}{
 		{"fixed, a moment later",
-			fixed, State{N: 5, Left: 20 * time.Second, Length: time.Minute}, 5 * time.Second,
-			State{N: 5, Left: 15 * time.Second, Length: time.Minute}, true},
+			fixed, store.Count{N: 5, Left: 20 * time.Second, Length: time.Minute}, 5 * time.Second,
+			store.Count{N: 5, Left: 15 * time.Second, Length: time.Minute}, true},
 		{"fixed, a nanosecond before its end",
-			fixed, State{N: 5, Left: 20 * time.Second, Length: time.Minute}, 20*time.Second - 1,
-			State{N: 5, Left: 1, Length: time.Minute}, true},
+			fixed, store.Count{N: 5, Left: 20 * time.Second, Length: time.Minute}, 20*time.Second - 1,
+			store.Count{N: 5, Left: 1, Length: time.Minute}, true},
 		{"fixed, at its end",
-			fixed, State{N: 5, Left: 20 * time.Second, Length: time.Minute}, 20 * time.Second,
-			State{}, false},
+			fixed, store.Count{N: 5, Left: 20 * time.Second, Length: time.Minute}, 20 * time.Second,
+			store.Count{}, false},
 		{"fixed, long after its end",
-			fixed, State{N: 5, Left: 20 * time.Second, Length: time.Minute}, time.Hour,
-			State{}, false},
+			fixed, store.Count{N: 5, Left: 20 * time.Second, Length: time.Minute}, time.Hour,
+			store.Count{}, false},
 		{"fixed, nothing counted: no window runs",
-			fixed, State{N: 0, Left: time.Minute, Length: time.Minute}, time.Hour,
-			State{N: 0, Left: time.Minute, Length: time.Minute}, true},
+			fixed, store.Count{N: 0, Left: time.Minute, Length: time.Minute}, time.Hour,
+			store.Count{N: 0, Left: time.Minute, Length: time.Minute}, true},
 		{"a day, a moment later",
-			day, State{N: 0, Left: time.Hour, Length: 24 * time.Hour}, 30 * time.Minute,
-			State{N: 0, Left: 30 * time.Minute, Length: 24 * time.Hour}, true},
+			day, store.Count{N: 0, Left: time.Hour, Length: 24 * time.Hour}, 30 * time.Minute,
+			store.Count{N: 0, Left: 30 * time.Minute, Length: 24 * time.Hour}, true},
 		{"a day, at its end, nothing counted",
-			day, State{N: 0, Left: time.Hour, Length: 24 * time.Hour}, time.Hour,
-			State{}, false},
+			day, store.Count{N: 0, Left: time.Hour, Length: 24 * time.Hour}, time.Hour,
+			store.Count{}, false},
 		{"a day, past its end",
-			day, State{N: 100, Left: time.Hour, Length: 24 * time.Hour}, 2 * time.Hour,
-			State{}, false},
+			day, store.Count{N: 100, Left: time.Hour, Length: 24 * time.Hour}, 2 * time.Hour,
+			store.Count{}, false},
 		{"sliding, within its window",
 			sliding, slide, time.Second,
-			State{N: 6, Prev: 4, Fits: true, Left: time.Second, Length: w}, true},
+			store.Count{N: 6, Prev: 4, Fits: true, Left: time.Second, Length: w}, true},
 		{"sliding, in the next window",
 			sliding, slide, 3 * time.Second,
-			State{N: 0, Prev: 6, Fits: true, Left: 9 * time.Second, Length: w}, true},
+			store.Count{N: 0, Prev: 6, Fits: true, Left: 9 * time.Second, Length: w}, true},
 		{"sliding, exactly at the next window",
 			sliding, slide, 2 * time.Second,
-			State{N: 0, Prev: 6, Fits: true, Left: w, Length: w}, true},
+			store.Count{N: 0, Prev: 6, Fits: true, Left: w, Length: w}, true},
 		{"sliding, in the window after the next",
 			sliding, slide, 13 * time.Second,
-			State{N: 0, Prev: 0, Fits: true, Left: 9 * time.Second, Length: w}, true},
+			store.Count{N: 0, Prev: 0, Fits: true, Left: 9 * time.Second, Length: w}, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got, live := tt.l.Aged(tt.st, tt.d)

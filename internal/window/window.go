@@ -11,22 +11,25 @@ package window
 import (
 	"math"
 	"time"
+
+	"github.com/gatewaykit/ratelimit/store"
 )
 
-// Kind is how a limit counts in time: the numbers of ratelimit.Algorithm.
-type Kind uint8
-
-const (
-	Fixed    Kind = iota // a fixed window, from a tenant's first request
-	Sliding              // a sliding-window counter, aligned on the store's clock
-	InFlight             // requests running at once, each for at most a lease
-	Bucket               // a token bucket, decided as GCRA on the store's clock (bucket.go)
-)
-
-// NoWindow is a mark (State.Mark) that names no window: giving back or
+// NoWindow is a mark (store.Count.Mark) that names no window: giving back or
 // charging with it leaves the limit alone, a bucket too, whose own mark
 // is 0.
 const NoWindow = math.MinInt64
+
+// Kind returns the window that quotas with a Window count in beside a
+// main limit of algorithm a: sliding beside a SlidingWindow, fixed beside
+// the others. It is 0 or 1, so it also indexes a pair of tables, one for
+// each.
+func Kind(a store.Algorithm) store.Algorithm {
+	if a == store.SlidingWindow {
+		return store.SlidingWindow
+	}
+	return store.FixedWindow
+}
 
 // MaxLimits is how many limits one request is decided against at most:
 // the main one and four quotas.
@@ -44,25 +47,10 @@ const Retry = time.Second
 type Limit struct {
 	Name     string
 	Limit    int64
-	Window   time.Duration // 0 for a calendar period
-	Kind     Kind          // Fixed or Sliding for a window; InFlight: Window is the lease
-	Calendar Calendar
-	Burst    int64 // Bucket: the most it holds, at least 1
-}
-
-// State is what a store holds of one limit after deciding a request, as
-// ratelimit.Count reports it, field for field (the root package converts
-// one into the other): the count after the decision, whether the
-// request's cost fit, how long the window or period has to run and how
-// long it is, a sliding window's previous count, and the store's mark of
-// the window, for giving back in it.
-type State struct {
-	N      int64
-	Fits   bool
-	Left   time.Duration
-	Length time.Duration
-	Prev   int64
-	Mark   int64
+	Window   time.Duration   // 0 for a calendar period
+	Kind     store.Algorithm // FixedWindow or SlidingWindow for a window; InFlight: Window is the lease
+	Calendar store.Calendar
+	Burst    int64 // TokenBucket: the most it holds, at least 1
 }
 
 // Figures are what a response reports of one limit: the units left, how
@@ -77,11 +65,11 @@ type Figures struct {
 // Figures derives the figures of l from st, the store's state after
 // deciding a request of cost. This is the one place they are derived: a
 // fixed window's and a calendar period's here, the others in figures.
-func (l *Limit) Figures(st *State, cost int64) Figures {
-	if l.Kind == Bucket && l.Calendar == 0 {
+func (l *Limit) Figures(st *store.Count, cost int64) Figures {
+	if l.Kind == store.TokenBucket && l.Calendar == 0 {
 		return l.bucketFigures(st, cost)
 	}
-	if l.Kind != Fixed && l.Calendar == 0 {
+	if l.Kind != store.FixedWindow && l.Calendar == 0 {
 		return l.figures(st, cost)
 	}
 	f := Figures{Remaining: max(l.Limit-st.N, 0), Reset: st.Left}
@@ -92,8 +80,8 @@ func (l *Limit) Figures(st *State, cost int64) Figures {
 }
 
 // figures is Figures for slots in flight or a sliding window.
-func (l *Limit) figures(st *State, cost int64) Figures {
-	if l.Kind == InFlight {
+func (l *Limit) figures(st *store.Count, cost int64) Figures {
+	if l.Kind == store.InFlight {
 		f := Figures{Remaining: max(l.Limit-st.N, 0), Reset: Retry}
 		if !st.Fits {
 			f.Retry = Retry
@@ -111,18 +99,18 @@ func (l *Limit) figures(st *State, cost int64) Figures {
 
 // Slide is the sliding window of l that st reports, at the moment of the
 // decision.
-func (l *Limit) Slide(st *State) Slide {
+func (l *Limit) Slide(st *store.Count) Slide {
 	return Slide{Prev: st.Prev, Cur: st.N, Elapsed: st.Length - st.Left, Length: st.Length}
 }
 
 // Fits reports whether cost fits in l, whose state is st before the
 // request.
-func (l *Limit) Fits(st *State, cost int64) bool {
-	if l.Kind == Bucket && l.Calendar == 0 {
+func (l *Limit) Fits(st *store.Count, cost int64) bool {
+	if l.Kind == store.TokenBucket && l.Calendar == 0 {
 		_, fits := l.Bucket().Take(float64(st.Left)/1e3, cost, 0)
 		return fits
 	}
-	if l.Kind == Sliding && l.Calendar == 0 {
+	if l.Kind == store.SlidingWindow && l.Calendar == 0 {
 		return l.Slide(st).Fits(cost, l.Limit)
 	}
 	return st.N+cost <= l.Limit
@@ -131,13 +119,13 @@ func (l *Limit) Fits(st *State, cost int64) bool {
 // Aged returns st, learned d ago, as it stands now if nothing was counted
 // meanwhile, and false once the window or period it was in has ended (a
 // sliding window rolls on instead). The over-limit cache refuses from it.
-func (l *Limit) Aged(st State, d time.Duration) (State, bool) {
-	if l.Kind == Sliding && l.Calendar == 0 {
+func (l *Limit) Aged(st store.Count, d time.Duration) (store.Count, bool) {
+	if l.Kind == store.SlidingWindow && l.Calendar == 0 {
 		s := l.Slide(&st).After(d)
 		st.N, st.Prev, st.Left = s.Cur, s.Prev, s.Length-s.Elapsed
 		return st, true
 	}
-	if l.Kind == Bucket && l.Calendar == 0 {
+	if l.Kind == store.TokenBucket && l.Calendar == 0 {
 		// A bucket only fills: at its full time it is as new.
 		st.Left = max(st.Left-d, 0)
 		st.N = l.Bucket().Used(float64(st.Left) / 1e3)
@@ -274,7 +262,7 @@ type Call struct {
 	// a cost that fits within it is counted, reserving its place.
 	Delay time.Duration
 	// For giving back: the windows the request was counted in, as the
-	// store marked them (State.Mark).
+	// store marked them (store.Count.Mark).
 	Marks [MaxLimits]int64
 }
 
@@ -289,7 +277,7 @@ func (c *Call) Limits() (ls [MaxLimits]Limit, n int) {
 // main one first.
 type Result struct {
 	Allowed bool
-	Counts  [MaxLimits]State
+	Counts  [MaxLimits]store.Count
 	Expired int64 // InFlight: slots dropped whose lease had ended
 	// ByTransaction: a store without scripts counted the call, so that a
 	// refused cost stays counted.

@@ -1,4 +1,4 @@
-package window
+package store
 
 import (
 	"testing"
@@ -28,9 +28,9 @@ func TestPeriodMonthLengths(t *testing.T) {
 			next := first.Add(time.Duration(days) * 24 * time.Hour)
 			// The first instant, the middle and the last nanosecond.
 			for _, now := range []time.Time{first, first.Add(time.Duration(days) * 12 * time.Hour), next.Add(-1)} {
-				start, end := Period(Month, now)
+				start, end := Month.Period(now)
 				if !start.Equal(first) || !end.Equal(next) {
-					t.Errorf("Period(Month, %v) = [%v, %v); want [%v, %v), %d days",
+					t.Errorf("Month.Period(%v) = [%v, %v); want [%v, %v), %d days",
 						now, start, end, first, next, days)
 				}
 			}
@@ -90,21 +90,21 @@ func TestPeriod(t *testing.T) {
 		{"a year, east of UTC", Year, time.Date(2024, 1, 1, 5, 0, 0, 0, east), utc(2023, 1, 1, 0, 0, 0, 0), utc(2024, 1, 1, 0, 0, 0, 0)},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			start, end := Period(tt.c, tt.now)
+			start, end := tt.c.Period(tt.now)
 			if !start.Equal(tt.start) || !end.Equal(tt.end) {
-				t.Errorf("Period(%d, %v) = [%v, %v), want [%v, %v)", tt.c, tt.now, start, end, tt.start, tt.end)
+				t.Errorf("%d.Period(%v) = [%v, %v), want [%v, %v)", tt.c, tt.now, start, end, tt.start, tt.end)
 			}
 			if start.Location() != time.UTC || end.Location() != time.UTC {
-				t.Errorf("Period(%d, %v) is in %v and %v, want UTC", tt.c, tt.now, start.Location(), end.Location())
+				t.Errorf("%d.Period(%v) is in %v and %v, want UTC", tt.c, tt.now, start.Location(), end.Location())
 			}
 			if tt.now.Before(start) || !tt.now.Before(end) {
-				t.Errorf("Period(%d, %v) = [%v, %v) does not hold the time", tt.c, tt.now, start, end)
+				t.Errorf("%d.Period(%v) = [%v, %v) does not hold the time", tt.c, tt.now, start, end)
 			}
 		})
 	}
 	// The lengths of years: 2000 and 2024 leap, 1900, 2023 and 2100 not.
 	for y, days := range map[int]int{2000: 366, 2024: 366, 1900: 365, 2023: 365, 2100: 365} {
-		start, end := Period(Year, time.Date(y, 6, 1, 0, 0, 0, 0, time.UTC))
+		start, end := Year.Period(time.Date(y, 6, 1, 0, 0, 0, 0, time.UTC))
 		if got := end.Sub(start); got != time.Duration(days)*24*time.Hour {
 			t.Errorf("the year %d lasts %v, want %d days", y, got, days)
 		}
