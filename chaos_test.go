@@ -508,16 +508,20 @@ func testChaosServerDeath(t *testing.T, fallback bool) {
 	}
 	// Nothing listens on the port during the outage: the breaker's probes
 	// fail at once, and the log says why. While it is open only probes
-	// reach the counter, so the failure lines after the open line are
-	// theirs. A probe that waits on a dial go-redis is still retrying
-	// learns of the refusal up to 100 ms later (see testChaosServerDies)
-	// and may time out; a limiter that missed the refusal times out on
-	// every probe.
+	// reach the counter, the first a cool-down after the open line, so
+	// the failure lines from then on are theirs. (The failure that opened
+	// the breaker writes its own line after the open line, and it may be
+	// a round trip that was in flight at the kill and read EOF.) A probe
+	// that waits on a dial go-redis is still retrying learns of the
+	// refusal up to 100 ms later (see testChaosServerDies) and may time
+	// out; a limiter that missed the refusal times out on every probe.
 	var probes, refused, timedOut int
-	open := false
+	var opened time.Time
 	for _, l := range outageLines {
-		open = open || l.msg == "ratelimit: circuit breaker open"
-		if !open || !strings.HasPrefix(l.msg, "ratelimit: counter failed") {
+		if l.msg == "ratelimit: circuit breaker open" && opened.IsZero() {
+			opened = l.at
+		}
+		if opened.IsZero() || l.at.Before(opened.Add(cooldown)) || !strings.HasPrefix(l.msg, "ratelimit: counter failed") {
 			continue
 		}
 		probes++

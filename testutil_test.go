@@ -120,6 +120,7 @@ type logStore struct {
 type logLine struct {
 	level slog.Level
 	msg   string
+	at    time.Time // when it was said, on the limiter's clock
 	attrs map[string]slog.Value
 }
 
@@ -130,7 +131,7 @@ func (r *logRecorder) logger() *slog.Logger { return slog.New(r) }
 func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
 
 func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
-	line := logLine{level: rec.Level, msg: rec.Message, attrs: map[string]slog.Value{}}
+	line := logLine{level: rec.Level, msg: rec.Message, at: rec.Time, attrs: map[string]slog.Value{}}
 	for _, a := range r.attrs {
 		line.add("", a)
 	}
