@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/netip"
-	"reflect"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -32,17 +31,18 @@ func RateLimitShared(cfg Config) fiber.Handler {
 // counter at start-up (Limiter.Ping), or decides with one Limiter outside
 // Fiber too, builds it first. Of cfg it reads only how to read a request
 // and answer it (Next, Tenant, AnonymousByIP, LimitReached, Cost,
-// CostAfter, SkipFailedRequests, SkipSuccessfulRequests); the budget is
-// lim's, and it panics when any other field of cfg is set. It gives back
-// and settles as RateLimitShared does.
+// MaxDelay, CostAfter, SkipFailedRequests, SkipSuccessfulRequests). The
+// budget and the rest are lim's: it panics, naming the field, when any
+// other field of cfg is set. It gives back and settles as
+// RateLimitShared does.
 func FiberMiddleware(lim *Limiter, cfg Config) fiber.Handler {
 	if lim == nil {
 		panic("ratelimit: FiberMiddleware needs a Limiter, got nil")
 	}
-	if !reflect.ValueOf(cfg.options()).IsZero() {
-		panic("ratelimit: FiberMiddleware takes the budget, the counter and the rest from its Limiter: " +
-			"set only Next, Tenant, AnonymousByIP, LimitReached, Cost, CostAfter, SkipFailedRequests and " +
-			"SkipSuccessfulRequests in its Config")
+	if f := cfg.limiterField(); f != "" {
+		panic("ratelimit: FiberMiddleware takes the budget, the counter and the rest from its Limiter, but Config." + f +
+			" is set: set only Next, Tenant, AnonymousByIP, LimitReached, Cost, MaxDelay, CostAfter, SkipFailedRequests and " +
+			"SkipSuccessfulRequests in its Config, and " + f + " in the Limiter's Options")
 	}
 	return newFiberDoor(lim, cfg).handle
 }
@@ -193,6 +193,58 @@ func (cfg *Config) options() Options {
 		DisableOverLimitCache: cfg.DisableOverLimitCache,
 		Leases:                cfg.Leases,
 	}
+}
+
+// limiterField names the first field of cfg that is an Options field and
+// is set, or returns "": FiberMiddleware takes those from its Limiter.
+func (cfg *Config) limiterField() string {
+	switch {
+	case cfg.Counter != nil:
+		return "Counter"
+	case cfg.Name != "":
+		return "Name"
+	case cfg.Limit != 0:
+		return "Limit"
+	case cfg.Window != 0:
+		return "Window"
+	case cfg.Algorithm != FixedWindow:
+		return "Algorithm"
+	case cfg.Burst != 0:
+		return "Burst"
+	case cfg.PlanFor != nil:
+		return "PlanFor"
+	case cfg.Quotas != nil:
+		return "Quotas"
+	case cfg.Shadow:
+		return "Shadow"
+	case cfg.IPv6Prefix != 0:
+		return "IPv6Prefix"
+	case cfg.FailClosed:
+		return "FailClosed"
+	case cfg.Logger != nil:
+		return "Logger"
+	case cfg.DisableLegacyHeaders:
+		return "DisableLegacyHeaders"
+	case cfg.DisableDraftHeaders:
+		return "DisableDraftHeaders"
+	case cfg.StoreTimeout != 0:
+		return "StoreTimeout"
+	case cfg.BreakerFailures != 0:
+		return "BreakerFailures"
+	case cfg.BreakerCooldown != 0:
+		return "BreakerCooldown"
+	case cfg.Fallback != nil:
+		return "Fallback"
+	case cfg.FallbackLimit != 0:
+		return "FallbackLimit"
+	case cfg.Metrics != nil:
+		return "Metrics"
+	case cfg.DisableOverLimitCache:
+		return "DisableOverLimitCache"
+	case cfg.Leases:
+		return "Leases"
+	}
+	return ""
 }
 
 // fiberDoor is the Fiber v2 front door of a Limiter.

@@ -941,28 +941,7 @@ func TestConfigOptions(t *testing.T) {
 		if !ok || cf.Type != f.Type {
 			t.Fatalf("Config has no field %s %v, as Options does", f.Name, f.Type)
 		}
-		// A value that is not the zero value, distinct per field.
-		v := reflect.New(f.Type).Elem()
-		switch f.Type.Kind() {
-		case reflect.Bool:
-			v.SetBool(true)
-		case reflect.Int, reflect.Int64:
-			v.SetInt(int64(i + 1))
-		case reflect.Uint8:
-			v.SetUint(uint64(i + 1))
-		case reflect.String:
-			v.SetString(f.Name)
-		case reflect.Pointer:
-			v.Set(reflect.New(f.Type.Elem()))
-		case reflect.Interface:
-			v.Set(reflect.ValueOf(NewMemoryCounter()))
-		case reflect.Func:
-			v.Set(reflect.MakeFunc(f.Type, func([]reflect.Value) []reflect.Value { panic("not called") }))
-		case reflect.Slice:
-			v.Set(reflect.MakeSlice(f.Type, 1, 1))
-		default:
-			t.Fatalf("Options.%s: no test value for a %v", f.Name, f.Type)
-		}
+		v := optionValue(t, f, i)
 		want.Field(i).Set(v)
 		dst.FieldByIndex(cf.Index).Set(v)
 	}
@@ -980,6 +959,57 @@ func TestConfigOptions(t *testing.T) {
 		if !reflect.DeepEqual(g.Interface(), w.Interface()) {
 			t.Errorf("Config.options().%s = %v, want %v", want.Type().Field(i).Name, g, w)
 		}
+	}
+}
+
+// optionValue is a value of Options' field f, the i-th, that is not its
+// zero value, distinct per field.
+func optionValue(t *testing.T, f reflect.StructField, i int) reflect.Value {
+	t.Helper()
+	v := reflect.New(f.Type).Elem()
+	switch f.Type.Kind() {
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int64:
+		v.SetInt(int64(i + 1))
+	case reflect.Uint8:
+		v.SetUint(uint64(i + 1))
+	case reflect.String:
+		v.SetString(f.Name)
+	case reflect.Pointer:
+		v.Set(reflect.New(f.Type.Elem()))
+	case reflect.Interface:
+		v.Set(reflect.ValueOf(NewMemoryCounter()))
+	case reflect.Func:
+		v.Set(reflect.MakeFunc(f.Type, func([]reflect.Value) []reflect.Value { panic("not called") }))
+	case reflect.Slice:
+		v.Set(reflect.MakeSlice(f.Type, 1, 1))
+	default:
+		t.Fatalf("Options.%s: no test value for a %v", f.Name, f.Type)
+	}
+	return v
+}
+
+// FiberMiddleware takes the budget and the rest from its Limiter: a
+// Config with any field of Options set panics, naming that field, and a
+// Config with none set does not.
+func TestFiberMiddlewareNamesALimiterField(t *testing.T) {
+	lim := NewLimiter(Options{Limit: 1, Window: time.Minute})
+	FiberMiddleware(lim, Config{Next: func(*fiber.Ctx) bool { return false }, AnonymousByIP: true}) // no panic
+	opts := reflect.TypeFor[Options]()
+	for i := range opts.NumField() {
+		f := opts.Field(i)
+		var cfg Config
+		reflect.ValueOf(&cfg).Elem().FieldByName(f.Name).Set(optionValue(t, f, i))
+		func() {
+			defer func() {
+				msg, _ := recover().(string)
+				if !strings.Contains(msg, "Config."+f.Name+" is set") {
+					t.Errorf("Config with %s set: panic %q, want one naming Config.%[1]s", f.Name, msg)
+				}
+			}()
+			FiberMiddleware(lim, cfg)
+		}()
 	}
 }
 
