@@ -207,7 +207,9 @@ func BenchmarkTakeSpread(b *testing.B) {
 // its answer is written as MemoryCounter writes one.
 type nothingStore struct{ fakeCounter }
 
-func (*nothingStore) Attach(Request) (StoreInfo, error) { return StoreInfo{Local: true}, nil }
+func (*nothingStore) Attach(Request) (StoreInfo, error) {
+	return StoreInfo{Features: store.All, Local: true}, nil
+}
 
 func (*nothingStore) Take(_ context.Context, r Request) (a Answer, _ error) {
 	a.Allowed = true

@@ -277,8 +277,8 @@ func (l *Limiter) askFallback(ctx context.Context, f *Request) (Answer, error) {
 		a.Counts[0] = store.Count{N: f.Limit, Left: f.Window, Length: f.Window}
 		return a, nil
 	}
-	if l.fallbackIncrOnly && f.Cost != 1 {
-		return Answer{}, fmt.Errorf("fallback %T counts one request at a time, not a cost of %d", l.opts.Fallback, f.Cost)
+	if f.Cost != 1 && !l.fallbackFeatures.Has(store.Costs) {
+		return Answer{}, lackErr(fmt.Sprintf("a cost of %d needs", f.Cost), "Fallback", l.opts.Fallback, store.Costs)
 	}
 	return l.fallback.Take(ctx, *f)
 }

@@ -70,9 +70,10 @@ type Counter interface {
 // store (as Options.Counter or Options.Fallback), with r describing it
 // (its key prefix, r.Key() being the key Ping counts on, its Algorithm
 // and main limit, its Quotas). It returns what the Limiter should know of
-// the store, or an error, with which NewLimiter panics: a store that
-// several limiters share may refuse one whose budget differs from
-// another's under the same keys.
+// the store, the features it decides among them (StoreInfo.Features: the
+// Limiter asks nothing else of it), or an error, with which NewLimiter
+// panics: a store that several limiters share may refuse one whose
+// budget differs from another's under the same keys.
 //
 // Incr, the seed's Counter, counts on the store's own clock; a Limiter
 // never calls it.
@@ -180,6 +181,12 @@ type Answer struct {
 
 // StoreInfo is what a Store tells a Limiter of itself, from Attach.
 type StoreInfo struct {
+	// Features are what the store decides beyond fixed windows at a cost
+	// of 1. NewLimiter panics, naming the option, when an option needs a
+	// feature the store lacks; a request that needs one at run time (a
+	// cost, a give-back, a reset) fails without reaching the store.
+	Features store.Features
+
 	// Local says that the store keeps its counts in this process and
 	// never waits: the Limiter calls it directly, with no deadline,
 	// circuit breaker or over-limit cache, and the middlewares give it no
@@ -202,14 +209,16 @@ type StoreInfo struct {
 }
 
 // counterStore is the Store a Limiter makes of a Counter that is only a
-// Counter: fixed windows at cost 1, counted by Incr. The Limiter refuses
-// the rest at setup (see Limiter.incrOnly).
+// Counter: fixed windows at cost 1, counted by Incr. It declares no
+// feature, so the Limiter refuses the rest (features.go).
 type counterStore struct{ c Counter }
 
 func (s counterStore) Incr(ctx context.Context, key string, window time.Duration) (int64, error) {
 	return s.c.Incr(ctx, key, window)
 }
 
+// Attach declares no feature: fixed windows at a cost of 1 are what Incr
+// counts.
 func (s counterStore) Attach(Request) (StoreInfo, error) { return StoreInfo{}, nil }
 
 // Take counts r by Incr: the count after the increment against the
@@ -217,8 +226,10 @@ func (s counterStore) Attach(Request) (StoreInfo, error) { return StoreInfo{}, n
 // at r.Deadline, the Counter being given a context that ends then.
 func (s counterStore) Take(ctx context.Context, r Request) (Answer, error) {
 	key := r.Key()
-	if err := s.can(r); err != nil {
-		return Answer{}, fmt.Errorf("increment rate limit key %s: %w", key, err)
+	if r.Cost != 1 || r.Algorithm != FixedWindow || r.Quotas != nil {
+		// The Limiter refuses these first (features.go): a guard, so that
+		// Incr never counts 1 for another cost.
+		return Answer{}, fmt.Errorf("increment rate limit key %s: %T counts fixed windows at a cost of 1, by Incr alone", key, s.c)
 	}
 	if wait := r.wait(); wait > 0 {
 		var cancel context.CancelFunc
@@ -236,19 +247,6 @@ func (s counterStore) Take(ctx context.Context, r Request) (Answer, error) {
 	a := Answer{Allowed: n <= r.Limit}
 	a.Counts[0] = store.Count{N: n, Fits: a.Allowed, Left: r.Window, Length: r.Window}
 	return a, nil
-}
-
-// can returns why r is more than Incr can count, or nil.
-func (s counterStore) can(r Request) error {
-	switch {
-	case r.Cost == 0:
-		return fmt.Errorf("%T counts by Incr alone, and cannot say what a tenant has used", s.c)
-	case r.Cost != 1:
-		return fmt.Errorf("%T counts one request at a time, not a cost of %d", s.c, r.Cost)
-	case r.Algorithm != FixedWindow || r.Quotas != nil:
-		return fmt.Errorf("%T counts fixed windows by Incr alone, not %v", s.c, r.Algorithm)
-	}
-	return nil
 }
 
 func (s counterStore) Give(context.Context, Request) error {

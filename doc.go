@@ -39,8 +39,10 @@
 // of N budgets. The Limiter knows nothing of either: it hands the store a
 // Request and reads its Answer, and the store decides, in one atomic step
 // per request: a request is counted only when its cost fits, and a
-// refused one spends nothing. A store of your own implements Store and
-// proves it with storetest.Run (see docs/stores.md).
+// refused one spends nothing. A store of your own implements Store. It
+// says what it decides (store.Features): a fixed-window store alone is a
+// store, and NewLimiter names an option it cannot serve. storetest.Run
+// checks it on the cases of what it declares (see docs/stores.md).
 // Limiter.Ping checks the counter at start-up.
 //
 // When the counter fails, the Limiter never blocks the request past

@@ -683,7 +683,7 @@ var _ Store = (*twoNodes)(nil)
 
 // Attach says that the store's keys live on two servers.
 func (n *twoNodes) Attach(Request) (StoreInfo, error) {
-	return StoreInfo{Server: func(r Request) (int, string) { return n.nodeOf(r.Key()) }}, nil
+	return StoreInfo{Features: store.All, Server: func(r Request) (int, string) { return n.nodeOf(r.Key()) }}, nil
 }
 
 func (n *twoNodes) nodeOf(key string) (int, string) {

@@ -108,10 +108,13 @@ func TestExportedNames(t *testing.T) {
 // package's Request and Answer and so cannot live under internal/ (its
 // blocks do): 5,500 lines until leases, 5,800 since, 6,150 since the
 // fallback counts Wait's turns and charges the store what it admitted
-// (their tables are under internal/: turns, owed). The seam's types in a
-// package of their own, as database/sql/driver's are, take it back down.
+// (their tables are under internal/: turns, owed), 6,175 since a store
+// declares its features and the limiter checks each option against them
+// (features.go; the Counter adapter lost its own checks to it). The
+// seam's types in a package of their own, as database/sql/driver's are,
+// take it back down.
 func TestFileSizes(t *testing.T) {
-	const maxLines, maxRoot = 500, 6150
+	const maxLines, maxRoot = 500, 6175
 	root := 0
 	err := filepath.WalkDir(".", func(path string, e os.DirEntry, err error) error {
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/gatewaykit/ratelimit/internal/door"
 	"github.com/gatewaykit/ratelimit/internal/owed"
 	"github.com/gatewaykit/ratelimit/internal/turns"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // Limiter decides whether a request is within its tenant's budget: Limit
@@ -29,12 +30,12 @@ import (
 type Limiter struct {
 	opts Options
 
-	// The stores: Options.Counter and Options.Fallback as Stores, what
-	// the first said of itself, and whether each is a Counter that counts
-	// by Incr alone (see counterStore).
+	// The stores: Options.Counter and Options.Fallback as Stores (a
+	// Counter that counts by Incr alone made one, see counterStore), what
+	// the first said of itself, and what each decides (features.go).
 	store, fallback            Store
 	info                       StoreInfo
-	incrOnly, fallbackIncrOnly bool
+	features, fallbackFeatures store.Features
 
 	// leases is store, with Options.Leases; else nil.
 	leases *leaseStore
@@ -143,7 +144,7 @@ func newLimiter(opts Options, now func() time.Time) *Limiter {
 	}
 	if !l.info.Local && l.fallback != nil && opts.Algorithm != InFlight {
 		l.usage = newUsageMemory(keysBound(opts.Fallback), opts.Metrics)
-		if !l.incrOnly { // a store that counts by Incr alone cannot be charged
+		if l.features.Has(store.GiveBack) { // a store that cannot give back cannot be charged
 			l.owed = owed.New[Request, under](keysBound(opts.Fallback), opts.Metrics.owedChanged)
 		}
 		if opts.Algorithm == TokenBucket {
@@ -158,29 +159,20 @@ func newLimiter(opts Options, now func() time.Time) *Limiter {
 		})
 	}
 	l.wiring = door.Wiring{InFlight: opts.Algorithm == InFlight, Local: l.info.Local, Unreadable: l.unreadable,
-		Bucket: opts.Algorithm == TokenBucket, BadCostAfter: l.badCostAfter}
-	l.wiring.CostErr, l.wiring.GiveErr = l.incrOnlyErr("costs need", "one request at a time"), l.incrOnlyErr("giving back needs", "only up")
+		BadCostAfter: l.badCostAfter}
+	l.wiring.CostErr, l.wiring.GiveErr = l.lacks("costs need", store.Costs, false), l.lacks("giving back needs", store.GiveBack, false)
+	l.wiring.DelayErr = l.waitErr()
 	return l
 }
 
-// attach makes Stores of Options.Counter and Options.Fallback, refuses
-// what a Counter that counts by Incr alone cannot do, and attaches the
-// limiter to each store (Store.Attach), panicking with its refusal.
+// attach makes Stores of Options.Counter and Options.Fallback, attaches
+// the limiter to each (Store.Attach), panicking with its refusal, and
+// refuses the options a store cannot serve (features.go).
 func (l *Limiter) attach() {
 	opts := &l.opts
-	l.store, l.incrOnly = asStore(opts.Counter)
+	l.store = asStore(opts.Counter)
 	if opts.Fallback != nil {
-		l.fallback, l.fallbackIncrOnly = asStore(opts.Fallback)
-	}
-	if field, c := l.incrOnlyStore(); c != nil {
-		switch {
-		case opts.Algorithm != FixedWindow:
-			panic(fmt.Sprintf("ratelimit: Algorithm: %v needs %s to be a Store; %T counts by Incr alone", opts.Algorithm, field, c))
-		case l.quotas != nil:
-			panic(fmt.Sprintf("ratelimit: Quotas need %s to be a Store; %T counts by Incr alone", field, c))
-		case opts.Leases && l.incrOnly:
-			panic(fmt.Sprintf("ratelimit: Leases need Counter to be a Store; %T counts by Incr alone", c))
-		}
+		l.fallback = asStore(opts.Fallback)
 	}
 	if opts.Leases {
 		l.leases = newLeaseStore(l.store, opts.Metrics, l.clock.mono, opts.StoreTimeout)
@@ -192,44 +184,26 @@ func (l *Limiter) attach() {
 	if err != nil {
 		panic(err.Error())
 	}
-	l.info = info
+	l.info, l.features = info, info.Features
 	if l.fallback != nil {
 		r.Limit = int64(opts.FallbackLimit)
 		r.setQuotas(l.quotas.fallbackSet())
-		if _, err := l.fallback.Attach(r); err != nil {
+		info, err := l.fallback.Attach(r)
+		if err != nil {
 			panic(err.Error())
 		}
+		l.fallbackFeatures = info.Features
 	}
+	l.checkFeatures()
 }
 
 // asStore is c as a Store: c itself, or, for a Counter that counts by
 // Incr alone, a Store that counts with it (see counterStore).
-func asStore(c Counter) (s Store, incrOnly bool) {
+func asStore(c Counter) Store {
 	if s, ok := c.(Store); ok {
-		return s, false
+		return s
 	}
-	return counterStore{c}, true
-}
-
-// incrOnlyStore returns the first of Options.Counter and Options.Fallback
-// that counts by Incr alone, with its field's name, or nil.
-func (l *Limiter) incrOnlyStore() (field string, c Counter) {
-	switch {
-	case l.incrOnly:
-		return "Counter", l.opts.Counter
-	case l.fallbackIncrOnly:
-		return "Fallback", l.opts.Fallback
-	}
-	return "", nil
-}
-
-// incrOnlyErr is why the limiter cannot do what (costs, giving back), or
-// nil: a store that counts by Incr alone counts how.
-func (l *Limiter) incrOnlyErr(what, how string) error {
-	if field, c := l.incrOnlyStore(); c != nil {
-		return fmt.Errorf("%s %s to be a Store; %T counts %s, by Incr", what, field, c, how)
-	}
-	return nil
+	return counterStore{c}
 }
 
 // Take counts one request of tenant and decides it. tenant "" is a request
@@ -330,9 +304,9 @@ func (l *Limiter) takeAny(ctx context.Context, d *Decision, r *Request, cost int
 		l.decided(d, r)
 		return
 	}
-	if l.incrOnly && r.Cost != 1 {
+	if r.Cost != 1 && !l.features.Has(store.Costs) {
 		// The gateway's mistake, not the counter's: the breaker is not told.
-		l.failed(ctx, d, r, fmt.Errorf("ratelimit: Counter %T counts one request at a time, not a cost of %d", l.opts.Counter, r.Cost))
+		l.failed(ctx, d, r, fmt.Errorf("ratelimit: %w", l.lacks(fmt.Sprintf("a cost of %d needs", r.Cost), store.Costs, true)))
 		return
 	}
 	if !l.info.Local {
@@ -402,8 +376,10 @@ func (l *Limiter) plan(r *Request) error {
 	} else if p.Quotas != nil {
 		s, err := l.planQuotas.get(p.Quotas, func() (*quotaSet, error) {
 			s, err := newQuotaSet("Plan.Quotas", p.Quotas, l.policy.policy)
-			if field, c := l.incrOnlyStore(); err == nil && s != nil && c != nil {
-				err = fmt.Errorf("ratelimit: Plan.Quotas need %s to be a Store; %T counts by Incr alone", field, c)
+			if err == nil && s != nil {
+				if lack := l.lacks("Plan.Quotas need", s.needs(), false); lack != nil {
+					err = fmt.Errorf("ratelimit: %w", lack)
+				}
 			}
 			if err == nil && s != nil && l.opts.Fallback != nil {
 				s = s.withFallback(l.fallbackLimit)

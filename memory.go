@@ -9,6 +9,7 @@ import (
 
 	"github.com/gatewaykit/ratelimit/internal/memstore"
 	"github.com/gatewaykit/ratelimit/internal/window"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // MemoryCounter is a Store that lives in the process: the zero-dependency
@@ -164,7 +165,7 @@ func (m *MemoryCounter) Incr(_ context.Context, key string, window time.Duration
 // (or none) count in the same keys, so they must agree on the budget. A
 // MemoryCounter is local, called without deadline or breaker.
 func (m *MemoryCounter) Attach(r Request) (StoreInfo, error) {
-	return StoreInfo{Local: true}, m.owners.claim(&r)
+	return StoreInfo{Features: store.All, Local: true}, m.owners.claim(&r)
 }
 
 // Take decides r in one step. A live window costs no allocation: the key

@@ -46,7 +46,7 @@ func (w *windowFake) Incr(_ context.Context, key string, width time.Duration) (i
 	return w.counts[key], nil
 }
 
-func (w *windowFake) Attach(Request) (StoreInfo, error) { return StoreInfo{}, nil }
+func (w *windowFake) Attach(Request) (StoreInfo, error) { return StoreInfo{Features: store.All}, nil }
 
 func (w *windowFake) Take(_ context.Context, r Request) (Answer, error) {
 	w.mu.Lock()

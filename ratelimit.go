@@ -198,51 +198,36 @@ func (cfg *Config) options() Options {
 // limiterField names the first field of cfg that is an Options field and
 // is set, or returns "": FiberMiddleware takes those from its Limiter.
 func (cfg *Config) limiterField() string {
-	switch {
-	case cfg.Counter != nil:
-		return "Counter"
-	case cfg.Name != "":
-		return "Name"
-	case cfg.Limit != 0:
-		return "Limit"
-	case cfg.Window != 0:
-		return "Window"
-	case cfg.Algorithm != FixedWindow:
-		return "Algorithm"
-	case cfg.Burst != 0:
-		return "Burst"
-	case cfg.PlanFor != nil:
-		return "PlanFor"
-	case cfg.Quotas != nil:
-		return "Quotas"
-	case cfg.Shadow:
-		return "Shadow"
-	case cfg.IPv6Prefix != 0:
-		return "IPv6Prefix"
-	case cfg.FailClosed:
-		return "FailClosed"
-	case cfg.Logger != nil:
-		return "Logger"
-	case cfg.DisableLegacyHeaders:
-		return "DisableLegacyHeaders"
-	case cfg.DisableDraftHeaders:
-		return "DisableDraftHeaders"
-	case cfg.StoreTimeout != 0:
-		return "StoreTimeout"
-	case cfg.BreakerFailures != 0:
-		return "BreakerFailures"
-	case cfg.BreakerCooldown != 0:
-		return "BreakerCooldown"
-	case cfg.Fallback != nil:
-		return "Fallback"
-	case cfg.FallbackLimit != 0:
-		return "FallbackLimit"
-	case cfg.Metrics != nil:
-		return "Metrics"
-	case cfg.DisableOverLimitCache:
-		return "DisableOverLimitCache"
-	case cfg.Leases:
-		return "Leases"
+	for _, f := range [...]struct {
+		name string
+		set  bool
+	}{
+		{"Counter", cfg.Counter != nil},
+		{"Name", cfg.Name != ""},
+		{"Limit", cfg.Limit != 0},
+		{"Window", cfg.Window != 0},
+		{"Algorithm", cfg.Algorithm != FixedWindow},
+		{"Burst", cfg.Burst != 0},
+		{"PlanFor", cfg.PlanFor != nil},
+		{"Quotas", cfg.Quotas != nil},
+		{"Shadow", cfg.Shadow},
+		{"IPv6Prefix", cfg.IPv6Prefix != 0},
+		{"FailClosed", cfg.FailClosed},
+		{"Logger", cfg.Logger != nil},
+		{"DisableLegacyHeaders", cfg.DisableLegacyHeaders},
+		{"DisableDraftHeaders", cfg.DisableDraftHeaders},
+		{"StoreTimeout", cfg.StoreTimeout != 0},
+		{"BreakerFailures", cfg.BreakerFailures != 0},
+		{"BreakerCooldown", cfg.BreakerCooldown != 0},
+		{"Fallback", cfg.Fallback != nil},
+		{"FallbackLimit", cfg.FallbackLimit != 0},
+		{"Metrics", cfg.Metrics != nil},
+		{"DisableOverLimitCache", cfg.DisableOverLimitCache},
+		{"Leases", cfg.Leases},
+	} {
+		if f.set {
+			return f.name
+		}
 	}
 	return ""
 }

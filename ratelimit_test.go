@@ -75,7 +75,7 @@ type ttlFake struct {
 
 var _ Store = ttlFake{}
 
-func (f ttlFake) Attach(Request) (StoreInfo, error) { return StoreInfo{}, nil }
+func (f ttlFake) Attach(Request) (StoreInfo, error) { return StoreInfo{Features: store.All}, nil }
 
 func (f ttlFake) Take(ctx context.Context, r Request) (Answer, error) {
 	n, err := f.Incr(ctx, r.Key(), r.Window)
@@ -834,7 +834,7 @@ func (s *scripted) Incr(_ context.Context, key string, _ time.Duration) (int64, 
 // and fails a count below 1, as a store that did not count.
 type scriptedStore struct{ *scripted }
 
-func (s scriptedStore) Attach(Request) (StoreInfo, error) { return StoreInfo{}, nil }
+func (s scriptedStore) Attach(Request) (StoreInfo, error) { return StoreInfo{Features: store.All}, nil }
 
 func (s scriptedStore) Take(ctx context.Context, r Request) (Answer, error) {
 	n, err := s.Incr(ctx, r.Key(), r.Window)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gatewaykit/ratelimit/internal/redisstore"
 	"github.com/gatewaykit/ratelimit/internal/window"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // RedisCounter is a Store kept in Redis, so that every replica of a
@@ -99,7 +100,7 @@ func (c *RedisCounter) Incr(ctx context.Context, key string, window time.Duratio
 // (or none) count in the same keys, so they must agree on the budget. On a
 // cluster or a ring, the limiter keeps a breaker per server.
 func (c *RedisCounter) Attach(r Request) (StoreInfo, error) {
-	info := StoreInfo{scriptRefusal: c.engine.ScriptRefusal, volatile: c.engine.Volatile}
+	info := StoreInfo{Features: store.All, scriptRefusal: c.engine.ScriptRefusal, volatile: c.engine.Volatile}
 	if c.engine.ManyNodes() {
 		info.Server = c.server
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // Settling: a request's cost is spent when it is decided, but what a
@@ -54,13 +56,19 @@ func (l *Limiter) Settle(ctx context.Context, d Decision, cost int) error {
 	case !d.took || int64(cost) == d.cost:
 		return nil
 	}
-	store := l.store
+	s, lack := l.store, l.lacks("Settle and Release need", store.GiveBack, true)
 	switch d.policy {
 	case &l.policy:
 	case &l.fallbackPolicy:
-		store = l.fallback
+		s, lack = l.fallback, nil
+		if !l.fallbackFeatures.Has(store.GiveBack) {
+			lack = lackErr("Settle and Release need", "Fallback", l.opts.Fallback, store.GiveBack)
+		}
 	default:
 		return errors.New("ratelimit: Settle: the Decision is another limiter's")
+	}
+	if lack != nil {
+		return fmt.Errorf("ratelimit: %w", lack)
 	}
 	r := l.base
 	r.Tenant, r.Cost, r.Slot, r.Marks, r.Now = d.tenant, d.cost-int64(cost), d.slot, d.marks, l.clock.mono()
@@ -77,11 +85,11 @@ func (l *Limiter) Settle(ctx context.Context, d Decision, cost int) error {
 	}
 	var err error
 	switch {
-	case store == l.fallback || l.info.Local:
+	case s == l.fallback || l.info.Local:
 		r.Deadline, _ = ctx.Deadline()
-		err = store.Give(ctx, r)
+		err = s.Give(ctx, r)
 	default:
-		_, err = l.call(ctx, &r, func(ctx context.Context, r Request) (Answer, error) { return Answer{}, store.Give(ctx, r) })
+		_, err = l.call(ctx, &r, func(ctx context.Context, r Request) (Answer, error) { return Answer{}, s.Give(ctx, r) })
 	}
 	if err == nil {
 		var buf [maxKeyLen]byte
@@ -90,14 +98,14 @@ func (l *Limiter) Settle(ctx context.Context, d Decision, cost int) error {
 			// hold.
 			l.refusals.forget(r.appendKey(buf[:0]))
 		}
-		if store == l.fallback && l.owed != nil {
-			// What the store is owed of the request changes with it.
+		if s == l.fallback && l.owed != nil {
+			// What the s is owed of the request changes with it.
 			l.owed.Settle(r.appendKey(buf[:0]), r.Cost, l.clock.elapsed())
 		}
 		return nil
 	}
 	if errors.Is(err, ErrContextDone) || ctx.Err() != nil {
-		return err // the caller's own doing: nothing to say of the store
+		return err // the caller's own doing: nothing to say of the s
 	}
 	if !isBreakerOpen(err) {
 		msg := "ratelimit: counter failed to give back a request's count; it stands until its window or lease ends"

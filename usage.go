@@ -74,6 +74,9 @@ func (l *Limiter) Usage(ctx context.Context, tenant string) ([]Usage, error) {
 	if err != nil {
 		return nil, err
 	}
+	if lack := l.lacks("Usage needs", store.Costs, true); lack != nil {
+		return nil, fmt.Errorf("ratelimit: %w (a read is a request of cost 0)", lack)
+	}
 	r.Cost = 0
 	a, err := l.store.Take(ctx, r)
 	if err != nil {
@@ -129,6 +132,9 @@ func (l *Limiter) Reset(ctx context.Context, tenant string) error {
 	r, err := l.tenantRequest(ctx, tenant)
 	if err != nil {
 		return err
+	}
+	if lack := l.lacks("Reset needs", store.Resets, true); lack != nil {
+		return fmt.Errorf("ratelimit: %w", lack)
 	}
 	err = l.store.Reset(ctx, r)
 	var buf [maxKeyLen]byte

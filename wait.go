@@ -55,8 +55,8 @@ func (l *Limiter) Wait(ctx context.Context, tenant string) (Decision, error) {
 // lets through what it would refuse, a store failure included.
 func (l *Limiter) WaitN(ctx context.Context, tenant string, n int) (Decision, error) {
 	var d Decision
-	if l.opts.Algorithm != TokenBucket {
-		return d, fmt.Errorf("ratelimit: Wait needs a TokenBucket limiter, not a %v one: only a token bucket can reserve a turn", l.opts.Algorithm)
+	if err := l.wiring.DelayErr; err != nil {
+		return d, fmt.Errorf("ratelimit: Wait: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return d, err

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // Limit 10 a second, Burst 1: 60 callers of Wait at once, spread over
@@ -258,7 +260,7 @@ var errSwitchedOff = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFU
 
 func (s switchStore) Attach(r Request) (StoreInfo, error) {
 	_, err := s.MemoryCounter.Attach(r)
-	return StoreInfo{}, err
+	return StoreInfo{Features: store.All}, err
 }
 
 func (s switchStore) Take(ctx context.Context, r Request) (Answer, error) {

@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // mapCounter is a Counter of the test's own, counting in a map: the
@@ -441,7 +443,7 @@ type remoteMemory struct {
 
 func (s remoteMemory) Attach(r ratelimit.Request) (ratelimit.StoreInfo, error) {
 	_, err := s.MemoryCounter.Attach(r)
-	return ratelimit.StoreInfo{}, err
+	return ratelimit.StoreInfo{Features: store.All}, err
 }
 
 func (s remoteMemory) Take(ctx context.Context, r ratelimit.Request) (ratelimit.Answer, error) {

@@ -1,54 +1,58 @@
 package storetest
 
 import (
-	"context"
 	"math"
 	"time"
 
 	"github.com/gatewaykit/ratelimit"
 	"github.com/gatewaykit/ratelimit/internal/window"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
-// The contract, clause by clause. Windows are a few hundred milliseconds,
-// so that a store on a clock of its own steps through them by sleeping;
-// a store on Request.Now steps at once.
+// The contract, clause by clause, each with the features a store must
+// declare for it to run. Windows are a few hundred milliseconds, so that
+// a store on a clock of its own steps through them by sleeping; a store
+// on Request.Now steps at once.
 const w = 300 * time.Millisecond
 
 var cases = []testCase{
-	{"Incr counts from one, in a fixed window from the first", incrCounts},
-	{"a request is counted only when its cost fits", costFits},
-	{"a refused request spends nothing", refusedSpendsNothing},
-	{"a fixed window starts again when it ends", fixedWindowEnds},
-	{"quotas are decided all or nothing with the main limit", allOrNothing},
-	{"a sliding window decides by its estimate", slidingEstimate},
-	{"a sliding window weighs the window before", slidingWeighs},
-	{"calendar periods end at the UTC day's and month's ends", calendarPeriods},
-	{"calendar weeks start on Monday, years on 1 January, at 00:00 UTC", weeksAndYears},
-	{"a read spends nothing and starts no window", readSpendsNothing},
-	{"a give-back returns the cost in the window it was taken in only", giveBackSameWindow},
-	{"a give-back with quotas returns the cost in every limit", giveBackQuotas},
-	{"a give-back takes no count below zero", giveBackFloor},
-	{"a give-back of a negative cost charges it, past the limit, in the windows it was taken in only", giveNegativeCharges},
-	{"quotas by window slide beside a sliding main limit", slidingQuotas},
-	{"a request that read the clock early is counted in the window a later one opened", lateArrival},
-	{"a reset clears every limit", resetClears},
-	{"slots in flight are freed by a give-back or when their lease ends", inFlightLeases},
-	{"concurrent callers get exactly the limit", concurrentExact},
-	{"a token bucket holds its burst, refills at its rate, and a refusal spends nothing", bucketBurstAndRate},
-	{"a token bucket's give-back never fills it past full, and a charge goes past empty, of a bucket not held too", bucketGiveAndCharge},
-	{"a token bucket reserves a turn within the request's Delay, and later callers queue behind it", bucketDelay},
-	{"a mark that names no window leaves a limit alone, a token bucket too", bucketNoWindow},
-	{"Attach accepts a limiter", attach},
-}
+	// Fixed windows at a cost of 1, which every store decides (fixed.go).
+	{"Incr counts from one, in a fixed window from the first", 0, incrCounts},
+	{"a fixed window allows exactly its limit at a cost of 1, and refuses the rest until it ends", 0, fixedExact},
+	{"a fixed window starts again when it ends", 0, fixedWindowEnds},
+	{"tenants count apart", 0, tenantsApart},
+	{"concurrent callers get exactly the limit", 0, concurrentExact},
+	{"Attach accepts a limiter", 0, attach},
 
-func incrCounts(s *subject) {
-	key := "rl:" + tenant(s.t, "incr")
-	for want := int64(1); want <= 3; want++ {
-		n, err := s.store.Incr(context.Background(), key, time.Minute)
-		if err != nil || n != want {
-			s.t.Fatalf("Incr #%d = %d, %v; want %d", want, n, err, want)
-		}
-	}
+	{"a request is counted only when its cost fits", store.Costs, costFits},
+	{"a refused request spends nothing", store.Costs, refusedSpendsNothing},
+	{"a read spends nothing and starts no window", store.Costs, readSpendsNothing},
+	{"quotas are decided all or nothing with the main limit", store.Costs | store.Quotas | store.Calendars, allOrNothing},
+	{"concurrent callers get exactly a quota's limit", store.Quotas, concurrentQuotas},
+	{"a sliding window decides by its estimate", store.SlidingWindows, slidingEstimate},
+	{"a sliding window weighs the window before", store.SlidingWindows | store.Costs, slidingWeighs},
+	{"concurrent callers get exactly a sliding window's limit", store.SlidingWindows, concurrentSliding},
+	{"quotas by window slide beside a sliding main limit", store.SlidingWindows | store.Quotas | store.Costs, slidingQuotas},
+	{"calendar periods end at the UTC day's and month's ends", store.Calendars, calendarPeriods},
+	{"calendar weeks start on Monday, years on 1 January, at 00:00 UTC", store.Calendars, weeksAndYears},
+	{"a request that read the clock early is counted in the window a later one opened", store.SlidingWindows | store.Calendars, lateArrival},
+	{"a give-back returns the cost in the window it was taken in only", store.GiveBack | store.Costs | store.SlidingWindows, giveBackSameWindow},
+	{"a give-back with quotas returns the cost in every limit", store.GiveBack | store.Costs | store.Quotas | store.Calendars, giveBackQuotas},
+	{"a give-back takes no count below zero", store.GiveBack | store.Costs, giveBackFloor},
+	{"a give-back of a negative cost charges it, past the limit, in the windows it was taken in only",
+		store.GiveBack | store.Costs | store.SlidingWindows | store.Quotas | store.Calendars, giveNegativeCharges},
+	{"a reset clears a fixed window", store.Resets, resetFixed},
+	{"a reset clears a sliding window", store.Resets | store.SlidingWindows, resetSliding},
+	{"a reset clears every quota", store.Resets | store.Quotas | store.Calendars, resetQuotas},
+	{"a reset frees slots in flight", store.Resets | store.Slots, resetSlots},
+	{"slots in flight are freed by a give-back or when their lease ends", store.Slots | store.GiveBack | store.Costs, inFlightLeases},
+	{"a token bucket holds its burst, refills at its rate, and a refusal spends nothing", store.TokenBuckets | store.Costs, bucketBurstAndRate},
+	{"a token bucket's give-back never fills it past full, and a charge goes past empty, of a bucket not held too",
+		store.TokenBuckets | store.GiveBack | store.Costs | store.Resets, bucketGiveAndCharge},
+	{"a token bucket reserves a turn within the request's Delay, and later callers queue behind it",
+		store.TokenBuckets | store.Reservations | store.Costs, bucketDelay},
+	{"a mark that names no window leaves a limit alone, a token bucket too",
+		store.TokenBuckets | store.GiveBack | store.Costs | store.Quotas, bucketNoWindow},
 }
 
 func costFits(s *subject) {
@@ -76,16 +80,6 @@ func refusedSpendsNothing(s *subject) {
 		s.expect("past the limit", s.take(r), false, 2)
 	}
 	s.expect("read after the refusals", s.read(r), true, 2)
-}
-
-func fixedWindowEnds(s *subject) {
-	r := s.req(tenant(s.t, "ends"), ratelimit.FixedWindow, 1, 2, w)
-	s.expect("the first request", s.take(r), true, 1)
-	s.advance(w / 3)
-	s.expect("a third in: the window runs from the first request", s.take(r), true, 2)
-	s.expect("the limit spent", s.take(r), false, 2)
-	s.advance(w - w/3 + 50*time.Millisecond)
-	s.expect("after the window", s.take(r), true, 1)
 }
 
 func allOrNothing(s *subject) {
@@ -264,84 +258,6 @@ func readSpendsNothing(s *subject) {
 	s.expect("a take after the reads", s.take(r), true, 4)
 }
 
-func giveBackSameWindow(s *subject) {
-	r := s.req(tenant(s.t, "give"), ratelimit.FixedWindow, 3, 10, w)
-	took := s.take(r)
-	s.give(r, took)
-	s.expect("after giving 3 back", s.read(r), true, 0)
-	took = s.take(r)
-	s.expect("3 more", took, true, 3)
-	s.advance(w + 50*time.Millisecond)
-	s.expect("in the next window", s.take(r), true, 3)
-	s.give(r, took)
-	s.expect("a give-back of the window before", s.read(r), true, 3)
-
-	sl := s.req(tenant(s.t, "give-sliding"), ratelimit.SlidingWindow, 2, 10, time.Minute)
-	took = s.take(sl)
-	s.give(sl, took)
-	s.expect("a sliding window after giving 2 back", s.read(sl), true, 0)
-}
-
-func giveBackQuotas(s *subject) {
-	quotas := []ratelimit.Quota{{Name: "q", Limit: 50, Window: time.Minute}, {Name: "day", Limit: 100, Calendar: ratelimit.CalendarDay}}
-	r := s.req(tenant(s.t, "give-quotas"), ratelimit.FixedWindow, 4, 10, time.Minute, quotas...)
-	s.take(r)
-	r.Cost = 3
-	took := s.take(r)
-	s.expect("7 taken", took, true, 7, 7, 7)
-	s.give(r, took)
-	s.expect("3 given back", s.read(r), true, 4, 4, 4)
-}
-
-// giveNegativeCharges: Give with a negative Cost charges -Cost
-// (Limiter.Settle at a higher cost), past the limit, in every limit whose
-// window is still the one it was counted in, and never in a window that
-// has ended: that one is not made again.
-func giveNegativeCharges(s *subject) {
-	r := s.req(tenant(s.t, "charge"), ratelimit.FixedWindow, 2, 10, w)
-	took := s.take(r)
-	r.Cost = -48
-	s.give(r, took)
-	s.expect("2 counted, 48 charged", s.read(r), true, 50)
-	r.Cost = 1
-	s.expect("a request after the debt", s.take(r), false, 50)
-	s.advance(w + 50*time.Millisecond)
-	r.Cost = -20
-	s.give(r, took)
-	s.expect("a charge after its window ended", s.read(r), true, 0)
-	r.Cost = 1
-	s.expect("the next window's first request", s.take(r), true, 1)
-
-	sl := s.req(tenant(s.t, "charge-sliding"), ratelimit.SlidingWindow, 2, 10, time.Minute)
-	took = s.take(sl)
-	sl.Cost = -8
-	s.give(sl, took)
-	s.expect("a sliding window charged 8", s.read(sl), true, 10)
-	sl.Cost = 1
-	s.expect("a sliding window after the charge", s.take(sl), false, 10)
-
-	quotas := []ratelimit.Quota{{Name: "q", Limit: 50, Window: time.Minute}, {Name: "day", Limit: 100, Calendar: ratelimit.CalendarDay}}
-	q := s.req(tenant(s.t, "charge-quotas"), ratelimit.FixedWindow, 1, 10, time.Minute, quotas...)
-	took = s.take(q)
-	q.Cost = -59
-	s.give(q, took)
-	s.expect("every limit charged 59", s.read(q), true, 60, 60, 60)
-	q.Cost = 1
-	s.expect("a request after the debt", s.take(q), false, 60, 60, 60)
-}
-
-func giveBackFloor(s *subject) {
-	r := s.req(tenant(s.t, "give-floor"), ratelimit.FixedWindow, 2, 10, time.Minute)
-	took := s.take(r)
-	r.Cost = 5
-	s.give(r, took)
-	s.expect("5 given back of 2 counted", s.read(r), true, 0)
-	r.Cost = 10
-	s.expect("the whole budget, and no more", s.take(r), true, 10)
-	r.Cost = 1
-	s.expect("one more", s.take(r), false, 10)
-}
-
 func slidingQuotas(s *subject) {
 	if s.own {
 		s.t.Skip("the store counts on a clock of its own: where its windows start is its own (the RedisCounter's tests place requests on it)")
@@ -402,30 +318,6 @@ func lateArrival(s *subject) {
 	}
 }
 
-func resetClears(s *subject) {
-	quotas := []ratelimit.Quota{{Name: "q", Limit: 50, Window: time.Minute}, {Name: "month", Limit: 100, Calendar: ratelimit.CalendarMonth}}
-	for _, r := range []ratelimit.Request{
-		s.req(tenant(s.t, "reset"), ratelimit.FixedWindow, 3, 10, time.Minute),
-		s.req(tenant(s.t, "reset-sliding"), ratelimit.SlidingWindow, 3, 10, time.Minute),
-		s.req(tenant(s.t, "reset-quotas"), ratelimit.FixedWindow, 3, 10, time.Minute, quotas...),
-		s.req(tenant(s.t, "reset-slots"), ratelimit.InFlight, 3, 10, time.Minute),
-	} {
-		s.take(r)
-		r.Now = s.at()
-		if err := s.store.Reset(context.Background(), r); err != nil {
-			s.t.Fatalf("Reset(%s): %v", r.Key(), err)
-		}
-		a := s.read(r)
-		for j := range 1 + len(r.Quotas) {
-			if a.Counts[j].N != 0 {
-				s.t.Errorf("%v after Reset: limit %d counts %d, want 0", r.Algorithm, j, a.Counts[j].N)
-			}
-		}
-		r.Cost = 10
-		s.expect(r.Algorithm.String()+": the whole budget after Reset", s.take(r), true, 10)
-	}
-}
-
 func inFlightLeases(s *subject) {
 	r := s.req(tenant(s.t, "slots"), ratelimit.InFlight, 1, 2, w)
 	r.Slot = 1
@@ -451,24 +343,11 @@ func inFlightLeases(s *subject) {
 	}
 }
 
-func concurrentExact(s *subject) {
-	for _, algo := range []ratelimit.Algorithm{ratelimit.FixedWindow, ratelimit.SlidingWindow} {
-		r := s.req(tenant(s.t, "burst"), algo, 1, 50, time.Minute)
-		if n := s.burst(r, 200); n != 50 {
-			s.t.Errorf("%v: 200 requests at once at a limit of 50: %d allowed", algo, n)
-		}
-	}
-	quotas := []ratelimit.Quota{{Name: "q", Limit: 30, Window: time.Minute}}
-	r := s.req(tenant(s.t, "burst-quotas"), ratelimit.FixedWindow, 1, 50, time.Minute, quotas...)
-	if n := s.burst(r, 200); n != 30 {
-		s.t.Errorf("quotas: 200 requests at once at a quota of 30: %d allowed", n)
-	}
+func concurrentSliding(s *subject) {
+	s.exactly("a sliding window", s.req(tenant(s.t, "burst-sliding"), ratelimit.SlidingWindow, 1, 50, time.Minute), 200, 50)
 }
 
-func attach(s *subject) {
-	r := s.req("", ratelimit.FixedWindow, 1, 10, time.Minute)
-	r.Name = "storetest-" + tenant(s.t, "attach")
-	if _, err := s.store.Attach(r); err != nil {
-		s.t.Errorf("Attach: %v", err)
-	}
+func concurrentQuotas(s *subject) {
+	quotas := []ratelimit.Quota{{Name: "q", Limit: 30, Window: time.Minute}}
+	s.exactly("a quota", s.req(tenant(s.t, "burst-quotas"), ratelimit.FixedWindow, 1, 50, time.Minute, quotas...), 200, 30)
 }

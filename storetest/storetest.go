@@ -6,6 +6,13 @@
 //		storetest.Run(t, func(t *testing.T) ratelimit.Store { return newMyStore(t) })
 //	}
 //
+// A store declares its features (store.Features) in what Attach returns.
+// Run runs the cases of the features the store declares. Each case needs
+// some features, or none. A case that needs a feature the store does not
+// declare is skipped, and its message names what the store lacks. The
+// cases that need none test fixed windows at a cost of 1, which every
+// store decides.
+//
 // The cases step through time with the Requests' Now. A store that counts
 // on Request.Now (one in the process, as MemoryCounter) is stepped on a
 // fake clock, instantly; one that counts on a clock of its own (one that
@@ -27,31 +34,54 @@ import (
 	"time"
 
 	"github.com/gatewaykit/ratelimit"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // Run runs the contract of a Store as subtests of t, each on a store that
 // newStore makes. newStore may return the same store each time: every case
 // counts under tenants of its own.
+//
+// Run asks a store from newStore for its features, by Attach, once. It
+// runs each case whose features the store declares. It skips each other
+// case, with a message that names the features the store lacks.
 func Run(t *testing.T, newStore func(t *testing.T) ratelimit.Store) {
 	t.Helper()
-	own := ownClock(t, newStore(t))
+	first := newStore(t)
+	own, has := ownClock(t, first), declared(t, first)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			store := newStore(t)
+			if missing := c.needs &^ has; missing != 0 {
+				t.Skipf("needs %v, which the store does not declare", missing)
+			}
+			st := newStore(t)
 			if !own {
-				c.run(&subject{t: t, store: store, now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)})
+				c.run(&subject{t: t, store: st, now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)})
 				return
 			}
 			// Stepped by sleeping: an attempt that ran late is made again
 			// (see attempt.go).
 			runAttempts(t, func(a *attempt) {
-				s := &subject{t: a, store: store, own: true, start: time.Now()}
+				s := &subject{t: a, store: st, own: true, start: time.Now()}
 				s.now = s.start // within a window of the store's bound on how old a time may be
 				a.late = s.late
 				c.run(s)
 			})
 		})
 	}
+}
+
+// declared returns the features s declares: what its Attach returns for
+// a limiter of its own. The limiter's budget is the attach case's, so
+// that a store newStore returns again accepts both.
+func declared(t *testing.T, s ratelimit.Store) store.Features {
+	t.Helper()
+	r := ratelimit.Request{Name: "storetest-" + tenant(t, "features"), Algorithm: ratelimit.FixedWindow,
+		Cost: 1, Limit: 10, Window: time.Minute, Now: time.Now()}
+	info, err := s.Attach(r)
+	if err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	return info.Features
 }
 
 // ownClock reports whether s counts on a clock of its own rather than on
@@ -71,10 +101,12 @@ func ownClock(t *testing.T, s ratelimit.Store) bool {
 	return a.Counts[0].N == 2
 }
 
-// A testCase is one clause of the contract.
+// A testCase is one clause of the contract, and the features a store
+// must declare for it to run.
 type testCase struct {
-	name string
-	run  func(s *subject)
+	name  string
+	needs store.Features
+	run   func(s *subject)
 }
 
 // subject is a store under one case, with the case's clock.

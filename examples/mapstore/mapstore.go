@@ -1,11 +1,11 @@
 // Package mapstore is a ratelimit.Store of your own, as plain as one can
-// be: a map guarded by a mutex, in the process's memory. It does all that
-// a Limiter asks of a store (fixed and sliding windows, token buckets,
-// requests in flight, quotas by window and by calendar, costs, giving
-// back, resetting)
-// and passes the contract in package storetest. A store in a database or
-// another cache takes the same steps, with rows or keys for the map and a
-// transaction or a script for the mutex.
+// be: a map guarded by a mutex, in the process's memory. It decides all
+// that a Limiter asks of a store (fixed and sliding windows, token
+// buckets, requests in flight, quotas by window and by calendar, costs,
+// giving back, resetting), and declares it all: store.All. It passes the
+// contract in package storetest. A store in a database or another cache
+// takes the same steps, with rows or keys for the map and a transaction
+// or a script for the mutex.
 package mapstore
 
 import (
@@ -346,10 +346,11 @@ func (s *Store) Incr(_ context.Context, key string, width time.Duration) (int64,
 }
 
 // Attach accepts every limiter: the store holds no budget of its own, a
-// request carries its limits. It lives in the process, so the Limiter
-// calls it directly, with no deadline or circuit breaker.
+// request carries its limits. It declares every feature, since it
+// decides them all. It lives in the process, so the Limiter calls it
+// directly, with no deadline or circuit breaker.
 func (s *Store) Attach(ratelimit.Request) (ratelimit.StoreInfo, error) {
-	return ratelimit.StoreInfo{Local: true}, nil
+	return ratelimit.StoreInfo{Features: store.All, Local: true}, nil
 }
 
 // sweep drops, once a minute at most, the windows and slots that count no

@@ -32,9 +32,10 @@ type Wiring struct {
 	// Unreadable logs a tenant of a type TenantID cannot read.
 	Unreadable func(reflect.Type)
 
-	// Bucket: the limiter is a TokenBucket, whose requests may wait for
-	// their turn (MaxDelay, see Delayed).
-	Bucket bool
+	// DelayErr is why the limiter's requests cannot wait for their turn
+	// (MaxDelay, see Delayed), or nil: it is not a TokenBucket, or its
+	// store cannot reserve a turn.
+	DelayErr error
 	// BadCostAfter logs a cost below 0 that a door's CostAfter returned
 	// for a request of tenant: the gateway's mistake.
 	BadCostAfter func(tenant string, cost int)
@@ -52,8 +53,8 @@ func (w *Wiring) CheckDelay(maxDelay time.Duration) error {
 	switch {
 	case maxDelay < 0:
 		return fmt.Errorf("MaxDelay must not be negative, got %v", maxDelay)
-	case maxDelay > 0 && !w.Bucket:
-		return errors.New("MaxDelay: only a TokenBucket limiter can have a request wait for its turn; set Algorithm: TokenBucket, or leave MaxDelay 0")
+	case maxDelay > 0 && w.DelayErr != nil:
+		return errors.New("MaxDelay: " + w.DelayErr.Error())
 	}
 	return nil
 }
