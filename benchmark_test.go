@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gatewaykit/ratelimit/internal/memstore"
+	"github.com/gatewaykit/ratelimit/internal/mono"
 	"github.com/gatewaykit/ratelimit/store"
 	"github.com/gofiber/fiber/v2"
 	"github.com/redis/go-redis/v9"
@@ -229,7 +230,7 @@ func BenchmarkSeamCall(b *testing.B) {
 	var n int64
 	for b.Loop() {
 		r := lim.base
-		r.Tenant, r.Now = "tenant42", realEpoch
+		r.Tenant, r.Now = "tenant42", mono.Epoch
 		a, _ := lim.store.Take(ctx, r)
 		n += a.Counts[0].N
 	}
@@ -252,7 +253,7 @@ func BenchmarkRequestTime(b *testing.B) {
 	})
 	b.Run("nanoseconds", func(b *testing.B) {
 		for b.Loop() {
-			n += int64(time.Since(realEpoch))
+			n += int64(time.Since(mono.Epoch))
 		}
 	})
 	if n == 0 {

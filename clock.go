@@ -1,6 +1,10 @@
 package ratelimit
 
-import "time"
+import (
+	"time"
+
+	"github.com/gatewaykit/ratelimit/internal/mono"
+)
 
 // clock is the time as the limiter and the parts that keep time for it
 // (the breaker, the failure log, the memory counter) read it: the time now,
@@ -12,9 +16,6 @@ type clock struct {
 	now   func() time.Time // nil: time.Now
 	epoch time.Time        // now's first reading; unused by the real clock
 }
-
-// realEpoch is where the real clock counts from.
-var realEpoch = time.Now()
 
 // newClock returns a clock that reads now, or the real clock for nil.
 func newClock(now func() time.Time) clock {
@@ -38,7 +39,7 @@ func (c clock) Now() time.Time {
 // the monotonic clock times; a calendar period needs Now.
 func (c clock) mono() time.Time {
 	if c.now == nil {
-		return realEpoch.Add(time.Since(realEpoch))
+		return mono.Epoch.Add(mono.Now())
 	}
 	return c.now()
 }
@@ -46,7 +47,7 @@ func (c clock) mono() time.Time {
 // since returns the time from the clock's epoch to t, a reading of Now.
 func (c clock) since(t time.Time) time.Duration {
 	if c.now == nil {
-		return t.Sub(realEpoch)
+		return t.Sub(mono.Epoch)
 	}
 	return t.Sub(c.epoch)
 }
@@ -54,7 +55,7 @@ func (c clock) since(t time.Time) time.Duration {
 // elapsed returns the time from the clock's epoch to now.
 func (c clock) elapsed() time.Duration {
 	if c.now == nil {
-		return time.Since(realEpoch)
+		return mono.Now()
 	}
 	return c.now().Sub(c.epoch)
 }

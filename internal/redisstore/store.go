@@ -18,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/gatewaykit/ratelimit/internal/mono"
 	"github.com/gatewaykit/ratelimit/internal/window"
 	"github.com/gatewaykit/ratelimit/store"
 )
@@ -51,12 +52,9 @@ func (s *Store) ScriptRefusal() error {
 	return nil
 }
 
-// realEpoch is where the process's monotonic clock counts from.
-var realEpoch = time.Now()
-
-// monoNow is the process's monotonic clock, in nanoseconds since
-// realEpoch: what a window is marked on (see Give).
-func monoNow() int64 { return int64(time.Since(realEpoch)) }
+// monoNow is the process's monotonic clock, in nanoseconds since its
+// epoch: what a window is marked on (see Give).
+func monoNow() int64 { return int64(mono.Now()) }
 
 // Incr adds 1 to key's fixed window of width and returns the count after
 // it. Redis keeps expiries in milliseconds, so a width that is not a whole
