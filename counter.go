@@ -26,71 +26,79 @@ type Counter interface {
 	Incr(ctx context.Context, key string, window time.Duration) (int64, error)
 }
 
-// Store is where a Limiter keeps its counts and decides its requests:
-// MemoryCounter and RedisCounter are two, and a store of your own is
-// another (docs/stores.md shows one, and the package storetest checks any
-// store against this contract). The Limiter knows nothing else of a store:
-// every feature (fixed and sliding windows, InFlight, costs, quotas by
-// window and by calendar, giving back, Usage, Reset, Ping) is decided
-// through these methods, with values in and values out. The store
-// decides; the Limiter derives the figures a response carries
-// (remaining, reset, retry, which limit named the decision) from what the
-// store reports.
+// Store is where a Limiter keeps its counts and decides its requests.
+// MemoryCounter and RedisCounter are stores. A store of your own is
+// another: docs/stores.md shows two, and the package storetest checks a
+// store against this contract.
 //
-// Take decides r atomically: when r.Cost fits in every limit of r (the
-// main one and each of r.Quotas), it adds r.Cost to each, and otherwise
-// changes nothing at all. It reports each limit's count after the
-// decision (Answer.Counts). A Take of Cost 0 reads: it reports the counts
-// as they stand, Allowed and each Fits true, and changes nothing, not even
-// slots whose lease has ended. For InFlight, r.Limit is how many slots a
-// tenant may hold, r.Cost how many the request takes, r.Window the lease
-// (Left and Length report it): a slot is free again when it is given back
-// (Give) or when its lease ends. Requests read the Limiter's clock before
-// they reach the store, so one may arrive after another that read it
-// later: a store never rolls a window back for it, but counts it in the
-// window the later one is in.
+// The store decides, and the Limiter knows nothing else of it. The
+// Limiter derives what a response says (remaining, reset, retry, the
+// limit that decided) from what the store reports.
 //
-// Give gives back r.Cost in each limit whose window is still the one
-// r.Marks names (a window that has ended is left alone, and a count never
-// falls below 0), or, for InFlight, the slots of r.Slot, with r as Take
-// was given it but for Now, Marks and Cost. A negative r.Cost charges
-// -r.Cost instead (Limiter.Settle), in the same windows and only in
-// them, past the limit if need be: a window that has ended is left
-// alone, and nothing is charged into a new one (a store that drops an
-// ended window must not make it again to charge it). A TokenBucket has
-// no windows: it is given back or charged whatever its mark (0 from
-// Take), but for math.MinInt64, a mark that names no window and leaves
-// any limit alone. InFlight is never charged.
+// A store says what it decides in StoreInfo.Features. Every store
+// decides fixed windows at a cost of 1; the Limiter asks for nothing it
+// did not declare.
 //
-// Reset clears every window of r's limits (a sliding window's previous
-// one too, and an InFlight tenant's slots), so that the tenant's next
-// request has its whole budget.
-//
-// Attach is called once by NewLimiter for each Limiter that counts in the
-// store (as Options.Counter or Options.Fallback), with r describing it
-// (its key prefix, r.Key() being the key Ping counts on, its Algorithm
-// and main limit, its Quotas). It returns what the Limiter should know of
-// the store, the features it decides among them (StoreInfo.Features: the
-// Limiter asks nothing else of it), or an error, with which NewLimiter
-// panics: a store that several limiters share may refuse one whose
-// budget differs from another's under the same keys.
-//
-// Incr, the seed's Counter, counts on the store's own clock; a Limiter
-// never calls it.
-//
-// Errors: a non-nil error means the store failed, never "over the limit".
-// A method returns when ctx is done or r.Deadline passes (a zero Deadline
-// is none). An error with a method Fix() string is a misconfiguration,
-// logged with what to fix; one with a method KeyOnly() is about one key
-// only, and does not count against the store's circuit breaker; those
-// with a method RoundTrip() uint64 that returns the same number are one
-// failure, shared by several requests. Every method must be safe for
-// concurrent use.
+// A non-nil error means the store failed. It never means "over the
+// limit". Each method returns when ctx is done or when r.Deadline passes
+// (a zero Deadline is none). An error with a method Fix() string is a
+// misconfiguration: the Limiter logs what to fix. An error with a method
+// KeyOnly() is about one key only: it does not count against the
+// store's circuit breaker. Errors with a method RoundTrip() uint64 that
+// returns the same number are one failure that several requests shared.
+// Every method must be safe for concurrent use.
 type Store interface {
+	// Incr is the Counter's method, which counts on the store's own
+	// clock. A Limiter never calls it.
 	Counter
+
+	// Attach is called once by NewLimiter for each Limiter that counts in
+	// the store, as Options.Counter or Options.Fallback. r describes that
+	// Limiter: its key prefix (r.Key() is the key Ping counts on), its
+	// Algorithm, its main limit and its Quotas. Attach returns what the
+	// Limiter should know of the store, its features among them. An error
+	// makes NewLimiter panic: a store that several limiters share may
+	// refuse one whose budget differs from another's under the same keys.
 	Attach(r Request) (StoreInfo, error)
+
+	// Take decides r atomically. When r.Cost fits in every limit of r
+	// (the main one and each of r.Quotas), it adds r.Cost to each.
+	// Otherwise it changes nothing at all. It reports each limit's count
+	// after the decision in Answer.Counts.
+	//
+	// A Take of Cost 0 reads. It reports the counts as they stand, with
+	// Allowed and each Fits true, and changes nothing, not even slots
+	// whose lease has ended.
+	//
+	// For InFlight, r.Limit is how many slots a tenant may hold, r.Cost
+	// how many the request takes, and r.Window the lease (Left and Length
+	// report it). A slot is free again when it is given back (Give) or
+	// when its lease ends.
+	//
+	// Requests read the Limiter's clock before they reach the store, so
+	// one may arrive after another that read it later. A store never
+	// rolls a window back for it: it counts it in the later one's window.
 	Take(ctx context.Context, r Request) (Answer, error)
+
+	// Give gives back r.Cost in each limit whose window is still the one
+	// r.Marks names. A window that has ended is left alone, and a count
+	// never falls below 0. r is as Take was given it, but for Now, Marks
+	// and Cost. For InFlight, Give frees the slots of r.Slot.
+	//
+	// A negative r.Cost charges -r.Cost instead (Limiter.Settle). It
+	// charges in the same windows and only in them, past the limit if
+	// need be. Nothing is charged into a new window: a store that drops
+	// an ended window must not make it again to charge it. InFlight is
+	// never charged.
+	//
+	// A TokenBucket has no windows. It is given back or charged whatever
+	// its mark (Take reports 0), except for the mark math.MinInt64, which
+	// names no window and leaves every limit alone.
 	Give(ctx context.Context, r Request) error
+
+	// Reset clears every window of r's limits, a sliding window's
+	// previous one too, and an InFlight tenant's slots. The tenant's next
+	// request has its whole budget.
 	Reset(ctx context.Context, r Request) error
 }
 
