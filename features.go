@@ -86,8 +86,7 @@ func (s *quotaSet) needs() (need store.Features) {
 // (Limiter.Wait, a middleware's MaxDelay), or nil.
 func (l *Limiter) waitErr() error {
 	if l.opts.Algorithm != TokenBucket {
-		return fmt.Errorf("only a TokenBucket limiter can have a request wait for its turn, not a %v one; "+
-			"set Algorithm: TokenBucket, or leave MaxDelay 0", l.opts.Algorithm)
+		return fmt.Errorf("only a TokenBucket limiter can have a request wait for its turn, not a %v one", l.opts.Algorithm)
 	}
 	return l.lacks("a wait for a turn needs", store.Reservations, false)
 }
