@@ -58,7 +58,7 @@ const (
 	// never fits. The headers report Limit per Window as the policy,
 	// Remaining as the whole units the bucket holds now, and Reset as the
 	// time until it is full (docs/algorithms.md works an example). It
-	// waits instead of refusing with Limiter.Wait and the doors' MaxDelay.
+	// waits instead of refusing with Limiter.Wait and the middlewares' MaxDelay.
 	// A Quota with a Window counts beside it in fixed windows. It needs
 	// Counter (and Fallback) to be a Store.
 	TokenBucket Algorithm = store.TokenBucket

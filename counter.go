@@ -9,19 +9,19 @@ import (
 	"github.com/gatewaykit/ratelimit/store"
 )
 
-// Counter is the seed's store: Incr bumps the counter for key and returns
-// the count after the increment. The first Incr of a key starts its
-// window; the implementation expires the key when the window ends, so the
-// Incr after that starts a new window at 1. That is what makes the window
+// Counter is the simplest store: Incr bumps the counter for key and
+// returns the count after the increment. The first Incr of a key starts
+// its window. The implementation expires the key when the window ends, so
+// the Incr after that starts a new window at 1. That makes the window
 // fixed.
 //
 // A Limiter given a Counter that is not a Store counts with Incr, one
-// request at a time, in fixed windows: each request is counted, then
-// compared with the limit, so a refused request stays counted. What needs
+// request at a time, in fixed windows. Each request is counted, then
+// compared with the limit, so a refused request stays counted. Anything
 // more (a sliding window, InFlight, costs, quotas, giving back, Usage and
-// Reset) needs a Store, and setup says so. A non-nil error means the
-// store failed and the count is unknown; it never means "over the limit".
-// Implementations must be safe for concurrent use.
+// Reset) needs a Store that declares it, and NewLimiter says so. A
+// non-nil error means the store failed and the count is unknown. It never
+// means "over the limit". Implementations must be safe for concurrent use.
 type Counter interface {
 	Incr(ctx context.Context, key string, window time.Duration) (int64, error)
 }
@@ -125,7 +125,7 @@ type Request struct {
 
 	// Burst is, for a TokenBucket, the most units the bucket holds, at
 	// least 1; Delay how long the request may wait for its turn
-	// (Limiter.Wait, a door's MaxDelay): Take counts a cost that fits
+	// (Limiter.Wait, a middleware's MaxDelay): Take counts a cost that fits
 	// within Delay from now, reserving its place, and 0 decides now.
 	Burst int64
 	Delay time.Duration

@@ -15,7 +15,7 @@ import (
 // Waiting instead of refusing: a TokenBucket request that does not fit
 // now may reserve its turn on the store (later callers, on any replica,
 // queue behind it) and sleep until it comes. Limiter.Wait and WaitN do it
-// for a worker; a door's MaxDelay does it for a request that would fit
+// for a worker; a middleware's MaxDelay does it for a request that would fit
 // within that delay.
 
 func init() {
