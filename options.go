@@ -270,7 +270,7 @@ func withDefaults(opts Options) Options {
 	if why := windowOutOfBounds(opts.Window); why != "" {
 		panic("ratelimit: " + why)
 	}
-	if opts.Algorithm < FixedWindow || opts.Algorithm > TokenBucket {
+	if opts.Algorithm > TokenBucket {
 		panic(fmt.Sprintf("ratelimit: Algorithm must be FixedWindow, SlidingWindow, InFlight or TokenBucket, got %d", int(opts.Algorithm)))
 	}
 	if why := burstOutOfBounds(opts.Burst, opts.Algorithm); why != "" {
