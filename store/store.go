@@ -1,7 +1,8 @@
 // Package store is the vocabulary that a rate limiter and the store that
 // keeps its counts share: how a limit counts in time (Algorithm), the
-// periods of the UTC calendar a quota counts in (Calendar), and what a
-// store holds of one limit after it decides a request (Count).
+// periods of the UTC calendar a quota counts in (Calendar), what a store
+// holds of one limit after it decides a request (Count), and what a store
+// decides (Features).
 //
 // The package imports nothing but the standard library. The limiter in
 // the root package and every store, the built-in ones and a store of
