@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -23,17 +22,6 @@ func (s featureStore) Attach(r Request) (StoreInfo, error) {
 	info, err := s.MemoryCounter.Attach(r)
 	info.Features = s.f
 	return info, err
-}
-
-// panicOf is what f panics with, or "no panic".
-func panicOf(f func()) (msg string) {
-	defer func() {
-		if r := recover(); r != nil {
-			msg = fmt.Sprint(r)
-		}
-	}()
-	f()
-	return "no panic"
 }
 
 // NewLimiter refuses an option whose store does not declare the feature

@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -19,47 +18,42 @@ func TestIncrOnlyCounterRefusalsNameEachFieldOnce(t *testing.T) {
 	incrOnly := func() Counter { return &fakeCounter{} }
 	base := func() Options { return Options{Limit: 5, Window: time.Minute, Counter: incrOnly()} }
 	with := func(f func(*Options)) Options { o := base(); f(&o); return o }
-	setupPanic := func(f func()) (msg string) {
-		defer func() { msg = fmt.Sprint(recover()) }()
-		f()
-		return "no panic"
-	}
 	cases := []struct {
 		name, field string
 		msg         func() string
 	}{
 		{"sliding window", "Algorithm", func() string {
-			return setupPanic(func() { NewLimiter(with(func(o *Options) { o.Algorithm = SlidingWindow })) })
+			return panicOf(func() { NewLimiter(with(func(o *Options) { o.Algorithm = SlidingWindow })) })
 		}},
 		{"in flight", "Algorithm", func() string {
-			return setupPanic(func() { NewLimiter(with(func(o *Options) { o.Algorithm = InFlight })) })
+			return panicOf(func() { NewLimiter(with(func(o *Options) { o.Algorithm = InFlight })) })
 		}},
 		{"a fallback that counts by Incr alone", "Algorithm", func() string {
-			return setupPanic(func() {
+			return panicOf(func() {
 				NewLimiter(Options{Limit: 5, Window: time.Minute, Algorithm: SlidingWindow, Fallback: incrOnly()})
 			})
 		}},
 		{"leases", "Leases", func() string {
-			return setupPanic(func() { NewLimiter(with(func(o *Options) { o.Leases = true })) })
+			return panicOf(func() { NewLimiter(with(func(o *Options) { o.Leases = true })) })
 		}},
 		{"quotas", "Quotas", func() string {
-			return setupPanic(func() { NewLimiter(with(func(o *Options) { o.Quotas = []Quota{month} })) })
+			return panicOf(func() { NewLimiter(with(func(o *Options) { o.Quotas = []Quota{month} })) })
 		}},
 		{"a Fiber cost", "Cost", func() string {
-			return setupPanic(func() {
+			return panicOf(func() {
 				FiberMiddleware(NewLimiter(base()), Config{Cost: func(*fiber.Ctx) int { return 2 }})
 			})
 		}},
 		{"a net/http cost", "Cost", func() string {
-			return setupPanic(func() {
+			return panicOf(func() {
 				HTTPMiddleware(NewLimiter(base()), HTTPConfig{Cost: func(*http.Request) int { return 2 }})
 			})
 		}},
 		{"a Fiber skip rule", "SkipFailedRequests", func() string {
-			return setupPanic(func() { FiberMiddleware(NewLimiter(base()), Config{SkipFailedRequests: true}) })
+			return panicOf(func() { FiberMiddleware(NewLimiter(base()), Config{SkipFailedRequests: true}) })
 		}},
 		{"a net/http skip rule", "SkipSuccessfulRequests", func() string {
-			return setupPanic(func() { HTTPMiddleware(NewLimiter(base()), HTTPConfig{SkipSuccessfulRequests: true}) })
+			return panicOf(func() { HTTPMiddleware(NewLimiter(base()), HTTPConfig{SkipSuccessfulRequests: true}) })
 		}},
 		{"a plan's quotas", "Plan.Quotas", func() string {
 			rec := newLogRecorder()

@@ -1001,15 +1001,9 @@ func TestFiberMiddlewareNamesALimiterField(t *testing.T) {
 		f := opts.Field(i)
 		var cfg Config
 		reflect.ValueOf(&cfg).Elem().FieldByName(f.Name).Set(optionValue(t, f, i))
-		func() {
-			defer func() {
-				msg, _ := recover().(string)
-				if !strings.Contains(msg, "Config."+f.Name+" is set") {
-					t.Errorf("Config with %s set: panic %q, want one naming Config.%[1]s", f.Name, msg)
-				}
-			}()
-			FiberMiddleware(lim, cfg)
-		}()
+		if msg := panicOf(func() { FiberMiddleware(lim, cfg) }); !strings.Contains(msg, "Config."+f.Name+" is set") {
+			t.Errorf("Config with %s set: panic %q, want one naming Config.%[1]s", f.Name, msg)
+		}
 	}
 }
 

@@ -56,19 +56,17 @@ func (l *Limiter) Settle(ctx context.Context, d Decision, cost int) error {
 	case !d.took || int64(cost) == d.cost:
 		return nil
 	}
-	s, lack := l.store, l.lacks("Settle and Release need", store.GiveBack, true)
+	// The store that decided d: the counter, or the fallback.
+	s, has, field, c := l.store, l.features, "Counter", l.opts.Counter
 	switch d.policy {
 	case &l.policy:
 	case &l.fallbackPolicy:
-		s, lack = l.fallback, nil
-		if !l.fallbackFeatures.Has(store.GiveBack) {
-			lack = lackErr("Settle and Release need", "Fallback", l.opts.Fallback, store.GiveBack)
-		}
+		s, has, field, c = l.fallback, l.fallbackFeatures, "Fallback", l.opts.Fallback
 	default:
 		return errors.New("ratelimit: Settle: the Decision is another limiter's")
 	}
-	if lack != nil {
-		return fmt.Errorf("ratelimit: %w", lack)
+	if !has.Has(store.GiveBack) {
+		return fmt.Errorf("ratelimit: %w", lackErr("Settle and Release need", field, c, store.GiveBack))
 	}
 	r := l.base
 	r.Tenant, r.Cost, r.Slot, r.Marks, r.Now = d.tenant, d.cost-int64(cost), d.slot, d.marks, l.clock.mono()
@@ -99,13 +97,13 @@ func (l *Limiter) Settle(ctx context.Context, d Decision, cost int) error {
 			l.refusals.forget(r.appendKey(buf[:0]))
 		}
 		if s == l.fallback && l.owed != nil {
-			// What the s is owed of the request changes with it.
+			// What the store is owed of the request changes with it.
 			l.owed.Settle(r.appendKey(buf[:0]), r.Cost, l.clock.elapsed())
 		}
 		return nil
 	}
 	if errors.Is(err, ErrContextDone) || ctx.Err() != nil {
-		return err // the caller's own doing: nothing to say of the s
+		return err // the caller's own doing: nothing to say of the store
 	}
 	if !isBreakerOpen(err) {
 		msg := "ratelimit: counter failed to give back a request's count; it stands until its window or lease ends"

@@ -393,3 +393,14 @@ func eachReplicaSubject(t *testing.T, opts Options, f func(t *testing.T, lims []
 		})
 	}
 }
+
+// panicOf is what f panics with, or "no panic".
+func panicOf(f func()) (msg string) {
+	defer func() {
+		if r := recover(); r != nil {
+			msg = fmt.Sprint(r)
+		}
+	}()
+	f()
+	return "no panic"
+}
