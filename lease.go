@@ -98,9 +98,11 @@ func (s *leaseStore) Take(ctx context.Context, r Request) (Answer, error) {
 	}
 	var buf [maxKeyLen]byte
 	now := r.Now.UnixNano()
-	e := s.table.Hot(r.appendKey(buf[:0]), r.Cost, now)
+	key := r.appendKey(buf[:0])
+	e := s.table.Hot(key, r.Cost, now)
 	if e == nil {
-		return s.direct(ctx, &r, nil, 0)
+		a, err := s.direct(ctx, &r, nil, 0)
+		return s.refused(ctx, key, nil, &r, a, err)
 	}
 	c, err := r.call()
 	if err != nil {
@@ -124,8 +126,32 @@ func (s *leaseStore) Take(ctx context.Context, r Request) (Answer, error) {
 				return a, err
 			}
 		}
-		return s.topUp(ctx, &r, e, n)
+		a, err := s.topUp(ctx, &r, e, n)
+		return s.refused(ctx, key, e, &r, a, err)
 	}
+}
+
+// refused decides r, which the store refused (a; err: it failed), from
+// its tenant's block e (nil: the one key names, hot since) when units came
+// into it while r was on its way (see lease.Entry.Refused).
+func (s *leaseStore) refused(ctx context.Context, key []byte, e *lease.Entry[Request], r *Request, a Answer, err error) (Answer, error) {
+	if err != nil || a.Allowed {
+		return a, err
+	}
+	if e == nil {
+		if e = s.table.Lookup(key); e == nil {
+			return a, nil
+		}
+	}
+	c, err := r.call()
+	if err != nil {
+		return a, nil
+	}
+	ls, n := c.Limits()
+	if st := e.Refused(r.Now.UnixNano(), r.Cost, ls[:n], ctx.Done()); st.Spent {
+		return answerOf(&st, n), nil
+	}
+	return a, nil
 }
 
 // topUp decides r by the store behind, asking it only what r's tenant's

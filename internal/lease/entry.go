@@ -82,6 +82,38 @@ func (e *Entry[R]) Next(now, cost int64, ls []window.Limit, first bool) Step {
 	return Step{Claim: size}
 }
 
+// Refused decides from the block a request of cost at now that the store
+// refused (ls its limits), when a claim made while the request was on its
+// way left units in it; a claim still in flight it waits for, until done
+// is closed. The store counted nothing of a refused request, so spending
+// from the block is exact, and a unit this replica holds is not left to
+// expire beside a refusal. Not Spent: the refusal stands.
+func (e *Entry[R]) Refused(now, cost int64, ls []window.Limit, done <-chan struct{}) Step {
+	e.mu.Lock()
+	st, claiming := e.spend(now, cost, ls), e.claiming
+	e.mu.Unlock()
+	if st.Spent || claiming == nil {
+		return st
+	}
+	select {
+	case <-claiming:
+	case <-done:
+		return Step{}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.spend(now, cost, ls)
+}
+
+// spend decides a request of cost at now from the block, if it holds the
+// cost; e.mu is held.
+func (e *Entry[R]) spend(now, cost int64, ls []window.Limit) Step {
+	if !e.b.take(now, cost) {
+		return Step{}
+	}
+	return Step{Spent: true, Counts: e.b.seen(now, ls)}
+}
+
 // size is how many units to claim at now: what the key spends here in a
 // Horizon (or a sixteenth of its shortest window), at most a quarter of
 // what the store last said was left of each limit.

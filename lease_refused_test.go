@@ -1,0 +1,75 @@
+package ratelimit
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+)
+
+// holdNth is a MemoryCounter that holds its nth Take, once entered, until
+// open is closed: a request on its way to the store while others pass.
+type holdNth struct {
+	*MemoryCounter
+	n       int
+	calls   int
+	mu      sync.Mutex
+	entered chan struct{}
+	open    chan struct{}
+}
+
+func (h *holdNth) Take(ctx context.Context, r Request) (Answer, error) {
+	h.mu.Lock()
+	h.calls++
+	held := h.calls == h.n
+	h.mu.Unlock()
+	if held {
+		close(h.entered)
+		<-h.open
+	}
+	return h.MemoryCounter.Take(ctx, r)
+}
+
+// A request the store refuses because a block was claimed while it was
+// on its way is decided from that block: the units this replica holds
+// are the tenant's, and a refusal beside them would leave them to expire
+// with nobody to spend them. Limit 9: seven requests decided by the
+// store (the first before the tenant can be hot), the eighth held on its
+// way there, the ninth (hot now) claims the last two units and spends
+// one; the eighth, refused by the store, spends the other.
+func TestLeasesARefusalSpendsTheBlockClaimedMeanwhile(t *testing.T) {
+	clock := newFakeClock()
+	h := &holdNth{MemoryCounter: newMemoryCounter(clock.Now), n: 8, entered: make(chan struct{}), open: make(chan struct{})}
+	s := newLeaseStore(h, nil, clock.Now, time.Second)
+	r := Request{Tenant: "t", Name: "default", Algorithm: FixedWindow, Cost: 1, Limit: 9, Window: time.Minute}
+	take := func() Answer {
+		r := r
+		r.Now = clock.Now()
+		a, err := s.Take(context.Background(), r)
+		if err != nil {
+			t.Fatalf("Take: %v", err)
+		}
+		return a
+	}
+	for i := range 7 {
+		if a := take(); !a.Allowed {
+			t.Fatalf("request %d: refused; want allowed", i+1)
+		}
+	}
+	eighth := make(chan Answer)
+	go func() { eighth <- take() }()
+	<-h.entered
+	if a := take(); !a.Allowed {
+		t.Fatal("the ninth request, which claims a block: refused")
+	}
+	if st := s.table.Lookup([]byte(r.Key())); st == nil {
+		t.Fatal("no hot entry after nine requests at once: the test no longer makes the tenant hot")
+	}
+	close(h.open)
+	if a := <-eighth; !a.Allowed {
+		t.Fatalf("the eighth request, refused by the store while this replica holds a unit of the tenant's: %+v; want it decided from the block", a)
+	}
+	if a := take(); a.Allowed {
+		t.Fatal("a tenth request at a limit of 9: allowed")
+	}
+}
