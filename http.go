@@ -8,8 +8,6 @@ import (
 	"net/netip"
 	"sync"
 	"time"
-
-	"github.com/gatewaykit/ratelimit/internal/door"
 )
 
 // HTTPConfig says how HTTPMiddleware reads a request and answers it.
@@ -131,22 +129,32 @@ func HTTPMiddleware(lim *Limiter, cfg HTTPConfig) func(http.Handler) http.Handle
 	if lim == nil {
 		panic("ratelimit: HTTPMiddleware needs a Limiter, got nil")
 	}
-	w := &lim.wiring
-	if err := w.Check(cfg.Cost != nil, cfg.CostAfter != nil, cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests); err != nil {
-		panic("ratelimit: " + err.Error())
+	tenant, clientIP, costAfter := cfg.Tenant, cfg.ClientIP, cfg.CostAfter
+	if tenant == nil {
+		tenant = func(r *http.Request) (string, bool) { return TenantFromContext(r.Context()) }
 	}
-	if err := w.CheckDelay(cfg.MaxDelay); err != nil {
-		panic("ratelimit: " + err.Error())
+	if clientIP == nil {
+		clientIP = remoteAddr
 	}
-	canGiveBack, inFlight := w.GiveErr == nil, w.InFlight
-	if cfg.Tenant == nil {
-		cfg.Tenant = func(r *http.Request) (string, bool) { return TenantFromContext(r.Context()) }
+	mc := MiddlewareConfig[exchange]{
+		Tenant: func(x exchange) (string, bool) { return tenant(x.r) }, AnonymousByIP: cfg.AnonymousByIP,
+		ClientIP: func(x exchange) netip.Addr { return clientIP(x.r) }, MaxDelay: cfg.MaxDelay,
+		SkipFailedRequests: cfg.SkipFailedRequests, SkipSuccessfulRequests: cfg.SkipSuccessfulRequests,
+		Status: func(x exchange, _ error) int { return answered(x.w.status) },
 	}
-	if cfg.ClientIP == nil {
-		cfg.ClientIP = remoteAddr
+	if cost := cfg.Cost; cost != nil {
+		mc.Cost = func(x exchange) int { return cost(x.r) }
 	}
-	if cfg.LimitReached == nil {
-		cfg.LimitReached = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	if costAfter != nil {
+		mc.CostAfter = func(x exchange) int { return costAfter(x.r, answered(x.w.status), x.w.Header()) }
+	}
+	m, err := NewMiddleware(lim, mc)
+	if err != nil {
+		panic(err.Error())
+	}
+	limitReached := cfg.LimitReached
+	if limitReached == nil {
+		limitReached = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			http.Error(w, "rate limit exceeded", http.StatusTooManyRequests)
 		})
 	}
@@ -156,39 +164,16 @@ func HTTPMiddleware(lim *Limiter, cfg HTTPConfig) func(http.Handler) http.Handle
 				next.ServeHTTP(w, r)
 				return
 			}
-			cost := 1
-			if cfg.Cost != nil {
-				cost = cfg.Cost(r)
-			}
-			var d Decision
-			if cfg.MaxDelay > 0 {
-				id, ok := cfg.Tenant(r)
-				var addr netip.Addr
-				if (!ok || id == "") && cfg.AnonymousByIP {
-					addr = cfg.ClientIP(r)
-				}
-				lim.takeDelayed(r.Context(), &d, id, addr, addr.IsValid(), cost, cfg.MaxDelay)
-			} else if id, ok := cfg.Tenant(r); ok && id != "" {
-				lim.take(r.Context(), &d, id, cost)
-			} else if cfg.AnonymousByIP {
-				lim.takeAddr(r.Context(), &d, cfg.ClientIP(r), cost)
-			} else {
-				lim.take(r.Context(), &d, "", cost)
-			}
+			d := m.Decide(r.Context(), exchange{r: r})
 			d.SetHeaders(w.Header())
 			switch {
-			case d.Allowed && inFlight:
-				serveHolding(lim, next, w, r, &d)
-			case d.Allowed && canGiveBack:
+			case d.Allowed && m.Holds():
+				serveHolding(m, next, w, r, &d)
+			case d.Allowed && m.GivesBack():
 				dw := doorWriters.Get().(*doorWriter)
 				dw.ResponseWriter = w
 				next.ServeHTTP(dw, r)
-				switch status := answered(dw.status); {
-				case dw.refused || cfg.skipped(status):
-					releaseAfter(r.Context(), lim, &d)
-				case cfg.CostAfter != nil && d.took:
-					settleAfter(r.Context(), lim, &d, cfg.CostAfter(r, status, w.Header()))
-				}
+				m.Done(r.Context(), exchange{r, dw}, &d, nil, dw.refused)
 				*dw = doorWriter{}
 				doorWriters.Put(dw)
 			case d.Allowed:
@@ -201,33 +186,26 @@ func HTTPMiddleware(lim *Limiter, cfg HTTPConfig) func(http.Handler) http.Handle
 				// A copy, so that only a refused request puts its Decision
 				// on the heap.
 				refused := d
-				cfg.LimitReached.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), contextDecision{}, &refused)))
+				limitReached.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), contextDecision{}, &refused)))
 			}
 		})
 	}
 }
 
+// exchange is a net/http request as its Middleware reads it: the request,
+// and, once the next handler has run, the writer that recorded its
+// status.
+type exchange struct {
+	r *http.Request
+	w *doorWriter
+}
+
 // serveHolding serves r while d holds its slots of an InFlight limiter,
 // and gives them back when next returns or panics. A function of its own,
 // so that a window's request pays no defer.
-func serveHolding(lim *Limiter, next http.Handler, w http.ResponseWriter, r *http.Request, d *Decision) {
-	defer releaseAfter(r.Context(), lim, d)
+func serveHolding(m *Middleware[exchange], next http.Handler, w http.ResponseWriter, r *http.Request, d *Decision) {
+	defer m.Done(r.Context(), exchange{r: r}, d, nil, false)
 	next.ServeHTTP(w, r)
-}
-
-// releaseAfter gives back what d took, once the handler has returned, on
-// ctx without its cancellation. Release logs a failure itself; the count
-// then stands until its window or lease ends.
-func releaseAfter(ctx context.Context, lim *Limiter, d *Decision) {
-	_ = lim.Release(door.ReleaseContext(ctx), *d)
-}
-
-// settleAfter settles d at cost, what CostAfter returned, once the
-// handler has returned, as releaseAfter gives back.
-func settleAfter(ctx context.Context, lim *Limiter, d *Decision, cost int) {
-	if lim.wiring.SettleCost(d.tenant, cost) {
-		_ = lim.Settle(door.ReleaseContext(ctx), *d, cost)
-	}
 }
 
 // answered is the status of a response whose handler wrote status: 200
@@ -237,12 +215,6 @@ func answered(status int) int {
 		return http.StatusOK
 	}
 	return status
-}
-
-// skipped reports whether a skip rule of cfg gives back a request answered
-// with status.
-func (cfg *HTTPConfig) skipped(status int) bool {
-	return door.Skipped(status, cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests)
 }
 
 // doorWriter is the http.ResponseWriter that HTTPMiddleware hands the next

@@ -102,10 +102,6 @@ func NewLimiter(opts Options) *Limiter {
 	return newLimiter(opts, nil)
 }
 
-func init() {
-	door.Of = func(lim any) *door.Wiring { return &lim.(*Limiter).wiring }
-}
-
 // newLimiter is NewLimiter on the clock now (nil: the real clock).
 func newLimiter(opts Options, now func() time.Time) *Limiter {
 	opts = withDefaults(opts)

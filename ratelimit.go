@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
-
-	"github.com/gatewaykit/ratelimit/internal/door"
 )
 
 // RateLimitShared returns a Fiber v2 handler that allows each tenant Limit
@@ -232,44 +230,54 @@ func (cfg *Config) limiterField() string {
 	return ""
 }
 
-// fiberDoor is the Fiber v2 front door of a Limiter.
+// fiberDoor is the Fiber v2 middleware of a Limiter.
 type fiberDoor struct {
-	lim           *Limiter
-	next          func(c *fiber.Ctx) bool
-	tenant        func(c *fiber.Ctx) (string, bool)
-	cost          func(c *fiber.Ctx) int
-	costAfter     func(c *fiber.Ctx) int
-	anonymousByIP bool
-	limitReached  fiber.Handler
-
-	skipFailed, skipSuccessful bool
-	// canGiveBack: lim can give back, so a request that a later handler
-	// refuses gets its count back.
-	canGiveBack bool
-	inFlight    bool
-	local       bool          // lim's store never waits: no request context
-	maxDelay    time.Duration // a TokenBucket request's longest wait for its turn
+	m            *Middleware[*fiber.Ctx]
+	next         func(c *fiber.Ctx) bool
+	limitReached fiber.Handler
+	// userContext: the request's context is the Limiter's (a store that
+	// waits, or a wait for a turn). A local store never waits on one, and
+	// Fiber's UserContext stores one in the request on first use, which
+	// costs more than the count.
+	userContext bool
 }
 
 func newFiberDoor(lim *Limiter, cfg Config) *fiberDoor {
-	w := &lim.wiring
-	if err := w.Check(cfg.Cost != nil, cfg.CostAfter != nil, cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests); err != nil {
-		panic("ratelimit: " + err.Error())
+	if cfg.Tenant == nil {
+		cfg.Tenant = func(c *fiber.Ctx) (string, bool) { return lim.TenantOf(c.Locals("tenant")) }
 	}
-	if err := w.CheckDelay(cfg.MaxDelay); err != nil {
-		panic("ratelimit: " + err.Error())
+	m, err := NewMiddleware(lim, MiddlewareConfig[*fiber.Ctx]{
+		Tenant: cfg.Tenant, AnonymousByIP: cfg.AnonymousByIP, ClientIP: fiberClientIP,
+		Cost: cfg.Cost, MaxDelay: cfg.MaxDelay, CostAfter: cfg.CostAfter,
+		SkipFailedRequests: cfg.SkipFailedRequests, SkipSuccessfulRequests: cfg.SkipSuccessfulRequests, Status: fiberStatus,
+	})
+	if err != nil {
+		panic(err.Error())
 	}
-	d := &fiberDoor{maxDelay: cfg.MaxDelay, lim: lim, next: cfg.Next, tenant: cfg.Tenant, cost: cfg.Cost, costAfter: cfg.CostAfter,
-		anonymousByIP: cfg.AnonymousByIP, limitReached: cfg.LimitReached,
-		skipFailed: cfg.SkipFailedRequests, skipSuccessful: cfg.SkipSuccessfulRequests,
-		canGiveBack: w.GiveErr == nil, inFlight: w.InFlight, local: w.Local}
-	if d.tenant == nil {
-		d.tenant = func(c *fiber.Ctx) (string, bool) { return w.TenantID(c.Locals("tenant")) }
-	}
+	d := &fiberDoor{m: m, next: cfg.Next, limitReached: cfg.LimitReached, userContext: !lim.wiring.Local || cfg.MaxDelay > 0}
 	if d.limitReached == nil {
 		d.limitReached = limitExceeded
 	}
 	return d
+}
+
+// fiberClientIP is the address of the client that sent c, as Fiber reads
+// it (its ProxyHeader, when set).
+func fiberClientIP(c *fiber.Ctx) netip.Addr {
+	addr, _ := netip.ParseAddr(c.IP())
+	return addr
+}
+
+// fiberStatus is the status of c's response once its next handlers
+// returned err: the one Fiber's default ErrorHandler answers err with.
+func fiberStatus(c *fiber.Ctx, err error) int {
+	if err == nil {
+		return c.Response().StatusCode()
+	}
+	if fe, ok := errors.AsType[*fiber.Error](err); ok {
+		return fe.Code
+	}
+	return fiber.StatusInternalServerError
 }
 
 var (
@@ -288,56 +296,23 @@ func (d *fiberDoor) handle(c *fiber.Ctx) error {
 	if d.next != nil && d.next(c) {
 		return c.Next()
 	}
-	// A local store never waits on a context, and Fiber's UserContext
-	// stores one in the request on first use, which costs more than the
-	// count.
 	ctx := context.Background()
-	if !d.local {
+	if d.userContext {
 		ctx = c.UserContext()
 	}
-	cost := 1
-	if d.cost != nil {
-		cost = d.cost(c)
-	}
-	var dec Decision
-	if d.maxDelay > 0 {
-		ctx = c.UserContext() // the wait's
-		d.delayed(ctx, c, &dec, cost)
-	} else if id, ok := d.tenant(c); ok && id != "" {
-		d.lim.take(ctx, &dec, id, cost)
-	} else if d.anonymousByIP {
-		addr, _ := netip.ParseAddr(c.IP())
-		d.lim.takeAddr(ctx, &dec, addr, cost)
-	} else {
-		d.lim.take(ctx, &dec, "", cost)
-	}
+	dec := d.m.Decide(ctx, c)
 	dec.SetFastHTTPHeaders(&c.Response().Header)
 	if !dec.Allowed {
 		return d.refuse(c, &dec)
 	}
-	if d.inFlight {
+	if d.m.Holds() {
 		return d.holding(ctx, c, &dec)
 	}
 	err := c.Next()
-	switch {
-	case !d.canGiveBack:
-	case d.skipped(c, err) || c.Locals(refusedKey{}) != nil:
-		d.release(ctx, &dec)
-	case d.costAfter != nil && dec.took:
-		d.settle(ctx, c, &dec)
+	if d.m.GivesBack() {
+		d.m.Done(ctx, c, &dec, err, c.Locals(refusedKey{}) != nil)
 	}
 	return err
-}
-
-// delayed decides into dec the request c of cost, which may wait up to
-// MaxDelay for its turn.
-func (d *fiberDoor) delayed(ctx context.Context, c *fiber.Ctx, dec *Decision, cost int) {
-	id, ok := d.tenant(c)
-	var addr netip.Addr
-	if (!ok || id == "") && d.anonymousByIP {
-		addr, _ = netip.ParseAddr(c.IP())
-	}
-	d.lim.takeDelayed(ctx, dec, id, addr, addr.IsValid(), cost, d.maxDelay)
 }
 
 // refuse answers a request that dec refuses, and marks it refused for
@@ -356,38 +331,6 @@ func (d *fiberDoor) refuse(c *fiber.Ctx, dec *Decision) error {
 // limiter, and gives them back when the next handlers return or panic.
 // A function of its own, so that a window's request pays no defer.
 func (d *fiberDoor) holding(ctx context.Context, c *fiber.Ctx, dec *Decision) error {
-	defer d.release(ctx, dec)
+	defer d.m.Done(ctx, c, dec, nil, false) // an InFlight limiter's slots come back whatever the outcome
 	return c.Next()
-}
-
-// release gives back what dec took. Release logs a failure itself; the
-// count then stands until its window or lease ends.
-func (d *fiberDoor) release(ctx context.Context, dec *Decision) {
-	_ = d.lim.Release(door.ReleaseContext(ctx), *dec)
-}
-
-// settle settles dec at what CostAfter says c cost. Settle logs a failure
-// itself; the count then stands as decided.
-func (d *fiberDoor) settle(ctx context.Context, c *fiber.Ctx, dec *Decision) {
-	if cost := d.costAfter(c); d.lim.wiring.SettleCost(dec.tenant, cost) {
-		_ = d.lim.Settle(door.ReleaseContext(ctx), *dec, cost)
-	}
-}
-
-// skipped reports whether a skip rule gives back a request whose next
-// handlers returned err, by the status Fiber's default ErrorHandler
-// answers err with. Without a skip rule it reads no status.
-func (d *fiberDoor) skipped(c *fiber.Ctx, err error) bool {
-	if !d.skipFailed && !d.skipSuccessful {
-		return false
-	}
-	status := c.Response().StatusCode()
-	if err != nil {
-		status = fiber.StatusInternalServerError
-		var fe *fiber.Error
-		if errors.As(err, &fe) {
-			status = fe.Code
-		}
-	}
-	return door.Skipped(status, d.skipFailed, d.skipSuccessful)
 }

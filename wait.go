@@ -8,8 +8,6 @@ import (
 	"math"
 	"net/netip"
 	"time"
-
-	"github.com/gatewaykit/ratelimit/internal/door"
 )
 
 // Waiting instead of refusing: a TokenBucket request that does not fit
@@ -17,12 +15,6 @@ import (
 // queue behind it) and sleep until it comes. Limiter.Wait and WaitN do it
 // for a worker; a middleware's MaxDelay does it for a request that would fit
 // within that delay.
-
-func init() {
-	door.Delayed = func(lim any, ctx context.Context, d any, tenant string, addr netip.Addr, byAddr bool, cost int, delay time.Duration) {
-		lim.(*Limiter).takeDelayed(ctx, d.(*Decision), tenant, addr, byAddr, cost, delay)
-	}
-}
 
 // Wait is WaitN(ctx, tenant, 1).
 func (l *Limiter) Wait(ctx context.Context, tenant string) (Decision, error) {

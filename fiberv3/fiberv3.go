@@ -79,7 +79,6 @@ import (
 	"github.com/gofiber/fiber/v3"
 
 	"github.com/gatewaykit/ratelimit"
-	"github.com/gatewaykit/ratelimit/internal/door"
 )
 
 // Config says how the handler that New returns reads a request and answers
@@ -189,8 +188,8 @@ func limitExceeded(fiber.Ctx) error { return errLimitExceeded }
 type refusedKey struct{}
 
 // configDefault returns the Config given to New, if any, with the defaults
-// filled in, for a Limiter of wiring w.
-func configDefault(w *door.Wiring, config ...Config) Config {
+// filled in, for lim.
+func configDefault(lim *ratelimit.Limiter, config ...Config) Config {
 	var cfg Config
 	switch len(config) {
 	case 0:
@@ -200,7 +199,7 @@ func configDefault(w *door.Wiring, config ...Config) Config {
 		panic(fmt.Sprintf("fiberv3: New takes at most one Config, got %d", len(config)))
 	}
 	if cfg.Tenant == nil {
-		cfg.Tenant = func(c fiber.Ctx) (string, bool) { return w.TenantID(c.Locals("tenant")) }
+		cfg.Tenant = func(c fiber.Ctx) (string, bool) { return lim.TenantOf(c.Locals("tenant")) }
 	}
 	if cfg.LimitReached == nil {
 		cfg.LimitReached = limitExceeded
@@ -222,36 +221,21 @@ func New(lim *ratelimit.Limiter, config ...Config) fiber.Handler {
 	if lim == nil {
 		panic("fiberv3: New needs a *ratelimit.Limiter, got nil")
 	}
-	w := door.Of(lim)
-	cfg := configDefault(w, config...)
-	if err := w.Check(cfg.Cost != nil, cfg.CostAfter != nil, cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests); err != nil {
+	cfg := configDefault(lim, config...)
+	m, err := ratelimit.NewMiddleware(lim, ratelimit.MiddlewareConfig[fiber.Ctx]{
+		Tenant: cfg.Tenant, AnonymousByIP: cfg.AnonymousByIP, ClientIP: clientIP,
+		Cost: cfg.Cost, MaxDelay: cfg.MaxDelay, CostAfter: cfg.CostAfter,
+		SkipFailedRequests: cfg.SkipFailedRequests, SkipSuccessfulRequests: cfg.SkipSuccessfulRequests, Status: status,
+	})
+	if err != nil {
 		panic("fiberv3: " + err.Error())
 	}
-	if err := w.CheckDelay(cfg.MaxDelay); err != nil {
-		panic("fiberv3: " + err.Error())
-	}
-	canGiveBack, inFlight := w.GiveErr == nil, w.InFlight
 	return func(c fiber.Ctx) error {
 		if cfg.Next != nil && cfg.Next(c) {
 			return c.Next()
 		}
-		cost := 1
-		if cfg.Cost != nil {
-			cost = cfg.Cost(c)
-		}
 		ctx := c.Context()
-		var dec ratelimit.Decision
-		id, ok := cfg.Tenant(c)
-		if cfg.MaxDelay > 0 {
-			dec = delayed(ctx, lim, c, &cfg, id, ok, cost)
-		} else if ok && id != "" {
-			dec = lim.TakeN(ctx, id, cost)
-		} else if cfg.AnonymousByIP {
-			addr, _ := netip.ParseAddr(c.IP())
-			dec = lim.TakeAddrN(ctx, addr, cost)
-		} else {
-			dec = lim.TakeN(ctx, "", cost)
-		}
+		dec := m.Decide(ctx, c)
 		dec.SetFastHTTPHeaders(&c.Response().Header)
 		if !dec.Allowed {
 			// A true in an interface does not allocate.
@@ -261,71 +245,40 @@ func New(lim *ratelimit.Limiter, config ...Config) fiber.Handler {
 			}
 			return cfg.LimitReached(c)
 		}
-		if inFlight {
-			return holding(ctx, lim, c, &dec)
+		if m.Holds() {
+			return holding(ctx, m, c, &dec)
 		}
 		err := c.Next()
-		switch {
-		case !canGiveBack:
-		case cfg.skipped(c, err) || c.Locals(refusedKey{}) != nil:
-			// Release logs a failure itself; the count then stands until
-			// its window ends.
-			_ = lim.Release(door.ReleaseContext(ctx), dec)
-		case cfg.CostAfter != nil && counted(&dec):
-			if cost := cfg.CostAfter(c); w.SettleCost(id, cost) {
-				_ = lim.Settle(door.ReleaseContext(ctx), dec, cost)
-			}
+		if m.GivesBack() {
+			m.Done(ctx, c, &dec, err, c.Locals(refusedKey{}) != nil)
 		}
 		return err
 	}
 }
 
-// counted reports whether dec, which allowed its request, counted it:
-// neither failing open (ByNone) nor letting a refusal through in shadow
-// mode, which count nothing to settle.
-func counted(dec *ratelimit.Decision) bool {
-	return dec.By != ratelimit.ByNone && !dec.Shadowed
-}
-
-// delayed decides the request c of cost, of tenant id (when ok), which
-// may wait up to MaxDelay for its turn. A function of its own, so that a
-// request without MaxDelay puts no Decision on the heap.
-func delayed(ctx context.Context, lim *ratelimit.Limiter, c fiber.Ctx, cfg *Config, id string, ok bool, cost int) ratelimit.Decision {
-	var addr netip.Addr
-	if (!ok || id == "") && cfg.AnonymousByIP {
-		addr, _ = netip.ParseAddr(c.IP())
-	}
-	var dec ratelimit.Decision
-	door.Delayed(lim, ctx, &dec, id, addr, addr.IsValid(), cost, cfg.MaxDelay)
-	return dec
-}
-
 // holding passes the request on while dec holds its slots of an InFlight
 // limiter, and gives them back when the next handlers return or panic.
 // A function of its own, so that a window's request pays no defer.
-func holding(ctx context.Context, lim *ratelimit.Limiter, c fiber.Ctx, dec *ratelimit.Decision) error {
-	defer release(ctx, lim, dec)
+func holding(ctx context.Context, m *ratelimit.Middleware[fiber.Ctx], c fiber.Ctx, dec *ratelimit.Decision) error {
+	defer m.Done(ctx, c, dec, nil, false) // an InFlight limiter's slots come back whatever the outcome
 	return c.Next()
 }
 
-func release(ctx context.Context, lim *ratelimit.Limiter, dec *ratelimit.Decision) {
-	_ = lim.Release(door.ReleaseContext(ctx), *dec)
+// clientIP is the address of the client that sent c, as Fiber reads it
+// (its ProxyHeader, when trusted).
+func clientIP(c fiber.Ctx) netip.Addr {
+	addr, _ := netip.ParseAddr(c.IP())
+	return addr
 }
 
-// skipped reports whether a skip rule of cfg gives back a request whose
-// next handlers returned err, by the status Fiber's default ErrorHandler
-// answers err with.
-func (cfg *Config) skipped(c fiber.Ctx, err error) bool {
-	if !cfg.SkipFailedRequests && !cfg.SkipSuccessfulRequests {
-		return false
+// status is the status of c's response once its next handlers returned
+// err: the one Fiber's default ErrorHandler answers err with.
+func status(c fiber.Ctx, err error) int {
+	if err == nil {
+		return c.Response().StatusCode()
 	}
-	status := c.Response().StatusCode()
-	if err != nil {
-		status = fiber.StatusInternalServerError
-		var fe *fiber.Error
-		if errors.As(err, &fe) {
-			status = fe.Code
-		}
+	if fe, ok := errors.AsType[*fiber.Error](err); ok {
+		return fe.Code
 	}
-	return door.Skipped(status, cfg.SkipFailedRequests, cfg.SkipSuccessfulRequests)
+	return fiber.StatusInternalServerError
 }

@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"reflect"
 	"strconv"
 	"time"
@@ -33,19 +32,13 @@ type Wiring struct {
 	Unreadable func(reflect.Type)
 
 	// DelayErr is why the limiter's requests cannot wait for their turn
-	// (MaxDelay, see Delayed), or nil: it is not a TokenBucket, or its
+	// (MaxDelay), or nil: it is not a TokenBucket, or its
 	// store cannot reserve a turn.
 	DelayErr error
 	// BadCostAfter logs a cost below 0 that a door's CostAfter returned
 	// for a request of tenant: the gateway's mistake.
 	BadCostAfter func(tenant string, cost int)
 }
-
-// Delayed, set by the root package, decides into d, a
-// *ratelimit.Decision, the request of tenant (or of the client at addr,
-// when byAddr) of cost to lim, a *ratelimit.Limiter, waiting up to delay
-// for its turn.
-var Delayed func(lim any, ctx context.Context, d any, tenant string, addr netip.Addr, byAddr bool, cost int, delay time.Duration)
 
 // CheckDelay returns why a door of a limiter wired by w cannot have
 // maxDelay (a door's MaxDelay), or nil.
@@ -58,10 +51,6 @@ func (w *Wiring) CheckDelay(maxDelay time.Duration) error {
 	}
 	return nil
 }
-
-// Of returns the wiring of lim, a *ratelimit.Limiter. The ratelimit
-// package sets it when it is initialized: this package cannot import it.
-var Of func(lim any) *Wiring
 
 // Check returns why a door cannot run as configured with w's Limiter,
 // naming the field, or nil: a cost function (cost) on a Limiter that
