@@ -246,8 +246,8 @@ func (l *Limiter) TakeAddrN(ctx context.Context, addr netip.Addr, n int) (d Deci
 	return d
 }
 
-// takeAddr is TakeAddrN into d, for the doors of this package, which keep
-// their Decision on their own stack.
+// takeAddr is TakeAddrN into d, for Middleware, which keeps its Decision
+// on its caller's stack.
 func (l *Limiter) takeAddr(ctx context.Context, d *Decision, addr netip.Addr, cost int) {
 	r := l.base
 	r.Now, r.key.addr, r.key.byAddr = l.clock.mono(), addr, true

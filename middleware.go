@@ -10,10 +10,10 @@ import (
 )
 
 // MiddlewareConfig says how a middleware reads a request of its
-// transport, T: *http.Request for net/http, fiber.Ctx for Fiber v3, or
-// whatever a gRPC interceptor or another framework's middleware passes.
-// HTTPConfig documents each field for net/http; the meaning is the same
-// here.
+// transport. T is the request as the transport passes it: *fiber.Ctx for
+// Fiber v2, fiber.Ctx for Fiber v3, a struct of a gRPC call's context and
+// method. HTTPConfig documents each field for net/http; the meaning is
+// the same here.
 type MiddlewareConfig[T any] struct {
 	// Tenant returns the ID of the tenant that a request spends from, and
 	// false when there is none. Required.
@@ -86,6 +86,11 @@ func NewMiddleware[T any](lim *Limiter, cfg MiddlewareConfig[T]) (*Middleware[T]
 // Decide decides the request t on ctx: by its tenant, by its client's
 // address (AnonymousByIP), or as a request without a tenant, at its
 // Cost, waiting up to MaxDelay for its turn.
+//
+// The transport then writes d's headers (Decision.SetHeaders) and
+// answers a refused request itself: over budget when d.By is not ByNone
+// (429 on HTTP), and when nothing could count it under
+// Options.FailClosed (503 on HTTP).
 func (m *Middleware[T]) Decide(ctx context.Context, t T) (d Decision) {
 	cost := 1
 	if m.cfg.Cost != nil {
