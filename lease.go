@@ -133,7 +133,8 @@ func (s *leaseStore) Take(ctx context.Context, r Request) (Answer, error) {
 
 // refused decides r, which the store refused (a; err: it failed), from
 // its tenant's block e (nil: the one key names, hot since) when units came
-// into it while r was on its way (see lease.Entry.Refused).
+// into it while r was on its way, or by the store once more when units of
+// an idle block were on their way back to it (see lease.Entry.Refused).
 func (s *leaseStore) refused(ctx context.Context, key []byte, e *lease.Entry[Request], r *Request, a Answer, err error) (Answer, error) {
 	if err != nil || a.Allowed {
 		return a, err
@@ -148,8 +149,14 @@ func (s *leaseStore) refused(ctx context.Context, key []byte, e *lease.Entry[Req
 		return a, nil
 	}
 	ls, n := c.Limits()
-	if st := e.Refused(r.Now.UnixNano(), r.Cost, ls[:n], ctx.Done()); st.Spent {
+	st, again := e.Refused(r.Now.UnixNano(), r.Cost, ls[:n], ctx.Done())
+	switch {
+	case st.Spent:
 		return answerOf(&st, n), nil
+	case again:
+		if b, err := s.direct(ctx, r, e, n); err == nil {
+			return b, nil
+		}
 	}
 	return a, nil
 }
@@ -228,6 +235,7 @@ func (s *leaseStore) idle(e *lease.Entry[Request]) {
 	give, marks, r := e.Idle(s.now().UnixNano())
 	if give > 0 {
 		s.giveBack(r, give, marks)
+		e.Given()
 	}
 }
 

@@ -73,3 +73,78 @@ func TestLeasesARefusalSpendsTheBlockClaimedMeanwhile(t *testing.T) {
 		t.Fatal("a tenth request at a limit of 9: allowed")
 	}
 }
+
+// holdGive is a MemoryCounter whose first Give, once entered, waits until
+// open is closed: units of an idle block on their way back to the store.
+// refused is closed when it refuses a Take meanwhile.
+type holdGive struct {
+	*MemoryCounter
+	once, refusal sync.Once
+	entered       chan struct{}
+	open          chan struct{}
+	refused       chan struct{}
+}
+
+func (h *holdGive) Take(ctx context.Context, r Request) (Answer, error) {
+	a, err := h.MemoryCounter.Take(ctx, r)
+	select {
+	case <-h.entered:
+		if err == nil && !a.Allowed {
+			h.refusal.Do(func() { close(h.refused) })
+		}
+	default:
+	}
+	return a, err
+}
+
+func (h *holdGive) Give(ctx context.Context, r Request) error {
+	held := false
+	h.once.Do(func() { held = true })
+	if held {
+		close(h.entered)
+		<-h.open
+	}
+	return h.MemoryCounter.Give(ctx, r)
+}
+
+// A request the store refuses while an idle block's units are on their
+// way back to it asks the store again once they are there: the units are
+// the tenant's, and the refusal counted them. Limit 10: eight requests
+// decided by the store, the ninth claims the last two units and spends
+// one; the block goes idle and gives the other back, held on its way;
+// the tenth request, refused meanwhile, is then allowed.
+func TestLeasesARefusalWaitsForAnIdleBlocksGiveBack(t *testing.T) {
+	clock := newFakeClock()
+	h := &holdGive{MemoryCounter: newMemoryCounter(clock.Now), entered: make(chan struct{}), open: make(chan struct{}), refused: make(chan struct{})}
+	s := newLeaseStore(h, nil, clock.Now, time.Second)
+	r := Request{Tenant: "t", Name: "default", Algorithm: FixedWindow, Cost: 1, Limit: 10, Window: time.Minute}
+	take := func() Answer {
+		r := r
+		r.Now = clock.Now()
+		a, err := s.Take(context.Background(), r)
+		if err != nil {
+			t.Errorf("Take: %v", err)
+		}
+		return a
+	}
+	for i := range 9 {
+		if a := take(); !a.Allowed {
+			t.Fatalf("request %d: refused; want allowed", i+1)
+		}
+	}
+	select {
+	case <-h.entered: // the block went idle (lease.IdleAfter, twice) and gives its unit back
+	case <-time.After(10 * time.Second):
+		t.Fatal("the block of the ninth request was not given back in 10 s: the test no longer makes the tenant hot")
+	}
+	tenth := make(chan Answer)
+	go func() { tenth <- take() }()
+	<-h.refused // by the store, which counts the unit on its way back
+	close(h.open)
+	if a := <-tenth; !a.Allowed {
+		t.Fatalf("the tenth request, refused while the unit was on its way back: %+v; want it allowed by the store, asked again", a)
+	}
+	if a := take(); a.Allowed {
+		t.Fatal("an eleventh request at a limit of 10: allowed")
+	}
+}

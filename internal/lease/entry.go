@@ -18,6 +18,7 @@ type Entry[R any] struct {
 	t        *Table[R]
 	b        block
 	claiming chan struct{} // closed when the claim in flight ends; nil: none
+	giving   chan struct{} // closed when the give-back of an idle block ends; nil: none
 	rate     rate          // the key's rate here, and its last request
 
 	// What the store last reported of the key's limits, and when.
@@ -84,25 +85,34 @@ func (e *Entry[R]) Next(now, cost int64, ls []window.Limit, first bool) Step {
 
 // Refused decides from the block a request of cost at now that the store
 // refused (ls its limits), when a claim made while the request was on its
-// way left units in it; a claim still in flight it waits for, until done
-// is closed. The store counted nothing of a refused request, so spending
-// from the block is exact, and a unit this replica holds is not left to
-// expire beside a refusal. Not Spent: the refusal stands.
-func (e *Entry[R]) Refused(now, cost int64, ls []window.Limit, done <-chan struct{}) Step {
+// way left units in it. The store counted nothing of a refused request,
+// so spending from the block is exact, and a unit this replica holds is
+// not left to expire beside a refusal. It waits, until done is closed,
+// for a claim in flight, then spends from its block; or for the give-back
+// of an idle block, after which again says to ask the store once more:
+// it holds those units again. Neither: the refusal stands.
+func (e *Entry[R]) Refused(now, cost int64, ls []window.Limit, done <-chan struct{}) (st Step, again bool) {
 	e.mu.Lock()
-	st, claiming := e.spend(now, cost, ls), e.claiming
+	st, claiming, giving := e.spend(now, cost, ls), e.claiming, e.giving
 	e.mu.Unlock()
-	if st.Spent || claiming == nil {
-		return st
+	wait := claiming
+	if wait == nil {
+		wait = giving
+	}
+	if st.Spent || wait == nil {
+		return st, false
 	}
 	select {
-	case <-claiming:
+	case <-wait:
 	case <-done:
-		return Step{}
+		return Step{}, false
+	}
+	if claiming == nil {
+		return Step{}, true
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.spend(now, cost, ls)
+	return e.spend(now, cost, ls), false
 }
 
 // spend decides a request of cost at now from the block, if it holds the
@@ -274,7 +284,21 @@ func (e *Entry[R]) Idle(now int64) (give int64, marks [window.MaxLimits]int64, r
 		e.t.Expired(e.b.size - e.b.spent - give)
 	}
 	e.b = block{}
+	if give > 0 && e.giving == nil {
+		e.giving = make(chan struct{})
+	}
 	return give, marks, req
+}
+
+// Given says that the give-back of what Idle returned has ended: the
+// requests the store refused meanwhile may ask it again (see Refused).
+func (e *Entry[R]) Given() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.giving != nil {
+		close(e.giving)
+		e.giving = nil
+	}
 }
 
 // Arm has f run IdleAfter from now, unless it is due already: f calls
@@ -306,7 +330,7 @@ func (e *Entry[R]) stale(now int64) bool {
 		return false
 	}
 	defer e.mu.Unlock()
-	if e.claiming != nil || e.b.live(now) || now-e.rate.last < int64(time.Second) {
+	if e.claiming != nil || e.giving != nil || e.b.live(now) || now-e.rate.last < int64(time.Second) {
 		return false
 	}
 	e.ended(now, 0)
