@@ -218,8 +218,8 @@ func (*nothingStore) Take(_ context.Context, r Request) (a Answer, _ error) {
 	return a, nil
 }
 
-func (*nothingStore) Give(context.Context, Request) error  { return nil }
-func (*nothingStore) Reset(context.Context, Request) error { return nil }
+func (*nothingStore) Give(context.Context, Request, store.Marks) error { return nil }
+func (*nothingStore) Reset(context.Context, Request) error             { return nil }
 
 // BenchmarkSeamCall is what crossing the seam costs a request: a Request
 // built from the limiter's and handed to its Store through the interface,

@@ -240,11 +240,12 @@ func (l *Limiter) takeOverTurns(ctx context.Context, key []byte, f *Request) {
 	}
 	g := *f
 	g.Cost, g.Delay = -n, 0
-	for j := range g.Marks {
-		g.Marks[j] = noWindow
+	var marks store.Marks
+	for j := range marks {
+		marks[j] = noWindow
 	}
-	g.Marks[0] = 0 // the bucket's own mark
-	if err := l.fallback.Give(ctx, g); err != nil {
+	marks[0] = 0 // the bucket's own mark
+	if err := l.fallback.Give(ctx, g, marks); err != nil {
 		l.failures.Record(slog.LevelError, "ratelimit: the fallback failed to count the turns reserved on the counter; they start all the same",
 			slog.String("tenant", logTenant(f.Tenant)), slog.Int64("units", n), slog.Any("err", err))
 	}
@@ -364,12 +365,12 @@ func (l *Limiter) chargeOne(it *owed.Item[Request, under]) {
 			break
 		}
 		r := it.Req
-		r.Cost, r.Delay, r.Slot, r.Marks = -u, 0, 0, marks
+		r.Cost, r.Delay, r.Slot = -u, 0, 0
 		r.Now = l.clock.mono()
 		if r.set != nil && r.set.calendar {
 			r.Now = l.clock.Now() // a calendar period follows the wall clock
 		}
-		_, err := l.call(context.Background(), &r, func(ctx context.Context, r Request) (Answer, error) { return Answer{}, l.store.Give(ctx, r) })
+		_, err := l.call(context.Background(), &r, func(ctx context.Context, r Request) (Answer, error) { return Answer{}, l.store.Give(ctx, r, marks) })
 		if err != nil && notSent(err) {
 			l.owed.PutBack(it, l.clock.elapsed())
 			break

@@ -81,9 +81,9 @@ type Store interface {
 	Take(ctx context.Context, r Request) (Answer, error)
 
 	// Give gives back r.Cost in each limit whose window is still the one
-	// r.Marks names. A window that has ended is left alone, and a count
-	// never falls below 0. r is as Take was given it, but for Now, Marks
-	// and Cost. For InFlight, Give frees the slots of r.Slot.
+	// marks names. A window that has ended is left alone, and a count
+	// never falls below 0. r is as Take was given it, but for Now and
+	// Cost. For InFlight, Give frees the slots of r.Slot.
 	//
 	// A negative r.Cost charges -r.Cost instead (Limiter.Settle). It
 	// charges in the same windows and only in them, past the limit if
@@ -94,7 +94,7 @@ type Store interface {
 	// A TokenBucket has no windows. It is given back or charged whatever
 	// its mark (Take reports 0), except for the mark math.MinInt64, which
 	// names no window and leaves every limit alone.
-	Give(ctx context.Context, r Request) error
+	Give(ctx context.Context, r Request, marks store.Marks) error
 
 	// Reset clears every window of r's limits, a sliding window's
 	// previous one too, and an InFlight tenant's slots. The tenant's next
@@ -153,11 +153,6 @@ type Request struct {
 
 	// Slot names an InFlight request's slots, for Give.
 	Slot uint64
-
-	// Marks are, for Give, the marks of the windows that Take counted
-	// the request in, as its Answer gave them (Count.Mark): the main
-	// limit's first, then each quota's.
-	Marks [5]int64
 
 	key keyOf     // the key's other parts: the limiter's prefix, a client's address
 	set *quotaSet // Quotas, prepared; nil when the Limiter did not make r
@@ -257,7 +252,7 @@ func (s counterStore) Take(ctx context.Context, r Request) (Answer, error) {
 	return a, nil
 }
 
-func (s counterStore) Give(context.Context, Request) error {
+func (s counterStore) Give(context.Context, Request, store.Marks) error {
 	return fmt.Errorf("%T counts by Incr alone, and cannot give back", s.c)
 }
 

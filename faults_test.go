@@ -707,8 +707,8 @@ func (n *twoNodes) Take(ctx context.Context, r Request) (Answer, error) {
 	return a, err
 }
 
-func (n *twoNodes) Give(context.Context, Request) error  { return nil }
-func (n *twoNodes) Reset(context.Context, Request) error { return nil }
+func (n *twoNodes) Give(context.Context, Request, store.Marks) error { return nil }
+func (n *twoNodes) Reset(context.Context, Request) error             { return nil }
 
 // Each node of a counter has a breaker of its own: the failures of one
 // node open its breaker alone, and the other node's tenants are still

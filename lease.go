@@ -8,6 +8,7 @@ import (
 
 	"github.com/gatewaykit/ratelimit/internal/lease"
 	"github.com/gatewaykit/ratelimit/internal/window"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // leaseStore is the Store of a limiter with Options.Leases, in front of
@@ -242,12 +243,12 @@ func (s *leaseStore) idle(e *lease.Entry[Request]) {
 // giveBack gives units of a block of r's tenant, whose windows marks
 // name, back to the store while those windows last: units the store
 // cannot take back, it failing, are counted expired.
-func (s *leaseStore) giveBack(r Request, units int64, marks [window.MaxLimits]int64) {
+func (s *leaseStore) giveBack(r Request, units int64, marks store.Marks) {
 	now := s.now()
-	r.Cost, r.Marks, r.Now, r.Deadline = units, marks, now, now.Add(s.timeout)
+	r.Cost, r.Now, r.Deadline = units, now, now.Add(s.timeout)
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
-	if err := s.giveToStore(ctx, r); err != nil {
+	if err := s.giveToStore(ctx, r, marks); err != nil {
 		s.metrics.leased(leaseExpired, units)
 		return
 	}
@@ -256,24 +257,25 @@ func (s *leaseStore) giveBack(r Request, units int64, marks [window.MaxLimits]in
 
 // Give gives back into the block a decision was made from while it
 // lasts (a negative cost charges it), else to the store behind.
-func (s *leaseStore) Give(ctx context.Context, r Request) error {
+func (s *leaseStore) Give(ctx context.Context, r Request, marks store.Marks) error {
 	if r.Cost != 0 && r.Algorithm != InFlight {
 		var buf [maxKeyLen]byte
 		e := s.table.Lookup(r.appendKey(buf[:0]))
-		if e != nil && e.Give(r.Now.UnixNano(), r.Cost, &r.Marks, 1+len(r.Quotas)) {
+		if e != nil && e.Give(r.Now.UnixNano(), r.Cost, &marks, 1+len(r.Quotas)) {
 			return nil
 		}
 	}
-	return s.giveToStore(ctx, r)
+	return s.giveToStore(ctx, r, marks)
 }
 
-// giveToStore is the store behind's Give of r, whose bucket mark may name
-// a block: a bucket has no windows, and the store knows no blocks.
-func (s *leaseStore) giveToStore(ctx context.Context, r Request) error {
-	if r.Algorithm == TokenBucket && r.Marks[0] != noWindow {
-		r.Marks[0] = 0
+// giveToStore is the store behind's Give of r in the windows marks
+// name, whose bucket mark may name a block: a bucket has no windows, and
+// the store knows no blocks.
+func (s *leaseStore) giveToStore(ctx context.Context, r Request, marks store.Marks) error {
+	if r.Algorithm == TokenBucket && marks[0] != noWindow {
+		marks[0] = 0
 	}
-	return s.Store.Give(ctx, r)
+	return s.Store.Give(ctx, r, marks)
 }
 
 // Reset drops this replica's block of r's tenant, then resets the store.

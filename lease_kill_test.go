@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/gatewaykit/ratelimit/internal/testkit/redistest"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // A replica killed with SIGKILL while it holds a block of a tenant's
@@ -329,9 +330,9 @@ func (s *leaseKillStore) Take(ctx context.Context, r Request) (Answer, error) {
 	return a, err
 }
 
-func (s *leaseKillStore) Give(ctx context.Context, r Request) error {
+func (s *leaseKillStore) Give(ctx context.Context, r Request, marks store.Marks) error {
 	if s.held.Load() {
 		return errLeaseKillHeld
 	}
-	return s.Store.Give(ctx, r)
+	return s.Store.Give(ctx, r, marks)
 }

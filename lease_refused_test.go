@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // holdNth is a MemoryCounter that holds its nth Take, once entered, until
@@ -97,14 +99,14 @@ func (h *holdGive) Take(ctx context.Context, r Request) (Answer, error) {
 	return a, err
 }
 
-func (h *holdGive) Give(ctx context.Context, r Request) error {
+func (h *holdGive) Give(ctx context.Context, r Request, marks store.Marks) error {
 	held := false
 	h.once.Do(func() { held = true })
 	if held {
 		close(h.entered)
 		<-h.open
 	}
-	return h.MemoryCounter.Give(ctx, r)
+	return h.MemoryCounter.Give(ctx, r, marks)
 }
 
 // A request the store refuses while an idle block's units are on their

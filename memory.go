@@ -213,13 +213,14 @@ func (m *MemoryCounter) take(r *Request) (a Answer, err error) {
 }
 
 // Give gives back what a Take of r took (see Store).
-func (m *MemoryCounter) Give(_ context.Context, r Request) error {
+func (m *MemoryCounter) Give(_ context.Context, r Request, marks store.Marks) error {
 	var buf [maxKeyLen]byte
 	key := r.appendKey(buf[:0])
 	c, err := r.call()
 	if err != nil {
 		return err
 	}
+	c.Marks = marks
 	return memoryError(m.engine.Give(key, &c))
 }
 

@@ -63,11 +63,11 @@ func (w *windowFake) Take(_ context.Context, r Request) (Answer, error) {
 	return a, nil
 }
 
-func (w *windowFake) Give(_ context.Context, r Request) error {
+func (w *windowFake) Give(_ context.Context, r Request, marks store.Marks) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	key := r.Key()
-	if w.starts[key].UnixNano() == r.Marks[0] {
+	if w.starts[key].UnixNano() == marks[0] {
 		w.counts[key] -= min(w.counts[key], r.Cost)
 	}
 	return nil

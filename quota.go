@@ -328,7 +328,7 @@ func (r *Request) quotaSet() (*quotaSet, error) {
 // call is r as a store's engine takes it: its limits as the window
 // package has them, its quotas prepared.
 func (r *Request) call() (window.Call, error) {
-	c := window.Call{Cost: r.Cost, Slot: r.Slot, Now: r.Now, Marks: r.Marks, Delay: r.Delay, Main: r.main()}
+	c := window.Call{Cost: r.Cost, Slot: r.Slot, Now: r.Now, Delay: r.Delay, Main: r.main()}
 	s, err := r.quotaSet()
 	if s != nil {
 		c.Quotas = s.lims[window.Kind(r.Algorithm)]

@@ -84,8 +84,8 @@ func (f ttlFake) Take(ctx context.Context, r Request) (Answer, error) {
 	return a, err
 }
 
-func (f ttlFake) Give(context.Context, Request) error  { return nil }
-func (f ttlFake) Reset(context.Context, Request) error { return nil }
+func (f ttlFake) Give(context.Context, Request, store.Marks) error { return nil }
+func (f ttlFake) Reset(context.Context, Request) error             { return nil }
 
 // syncBuffer is a log sink that tests read while handlers may write. Only
 // TestLogLinesCannotBeForged reads text, as what it checks is the text that
@@ -853,8 +853,8 @@ func (s scriptedStore) Take(ctx context.Context, r Request) (Answer, error) {
 	return a, nil
 }
 
-func (s scriptedStore) Give(context.Context, Request) error  { return nil }
-func (s scriptedStore) Reset(context.Context, Request) error { return nil }
+func (s scriptedStore) Give(context.Context, Request, store.Marks) error { return nil }
+func (s scriptedStore) Reset(context.Context, Request) error             { return nil }
 
 // FuzzHeaders drives the handler with any tenant ID, count, time left,
 // limit and window, and checks every header it writes.

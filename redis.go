@@ -163,11 +163,12 @@ func (c *RedisCounter) Take(ctx context.Context, r Request) (a Answer, err error
 
 // Give gives back what a Take of r took (see Store), in the windows it
 // was counted in.
-func (c *RedisCounter) Give(ctx context.Context, r Request) error {
+func (c *RedisCounter) Give(ctx context.Context, r Request, marks store.Marks) error {
 	call, err := r.call()
 	if err != nil {
 		return err
 	}
+	call.Marks = marks
 	return c.engine.Give(ctx, c.key(&r), &call, r.Deadline, r.wait())
 }
 

@@ -108,11 +108,11 @@ func (m *remoteMemory) Take(ctx context.Context, r Request) (Answer, error) {
 	return m.MemoryCounter.Take(ctx, r)
 }
 
-func (m *remoteMemory) Give(ctx context.Context, r Request) error {
+func (m *remoteMemory) Give(ctx context.Context, r Request, marks store.Marks) error {
 	if m.down.Load() {
 		return errRemoteDown
 	}
-	return m.MemoryCounter.Give(ctx, r)
+	return m.MemoryCounter.Give(ctx, r, marks)
 }
 
 func (m *remoteMemory) Reset(ctx context.Context, r Request) error {

@@ -69,7 +69,7 @@ func (l *Limiter) Settle(ctx context.Context, d Decision, cost int) error {
 		return fmt.Errorf("ratelimit: %w", lackErr("Settle and Release need", field, c, store.GiveBack))
 	}
 	r := l.base
-	r.Tenant, r.Cost, r.Slot, r.Marks, r.Now = d.tenant, d.cost-int64(cost), d.slot, d.marks, l.clock.mono()
+	r.Tenant, r.Cost, r.Slot, r.Now = d.tenant, d.cost-int64(cost), d.slot, l.clock.mono()
 	if d.byAddr {
 		r.key.addr, r.key.byAddr = d.addr, true
 	}
@@ -85,9 +85,9 @@ func (l *Limiter) Settle(ctx context.Context, d Decision, cost int) error {
 	switch {
 	case s == l.fallback || l.info.Local:
 		r.Deadline, _ = ctx.Deadline()
-		err = s.Give(ctx, r)
+		err = s.Give(ctx, r, d.marks)
 	default:
-		_, err = l.call(ctx, &r, func(ctx context.Context, r Request) (Answer, error) { return Answer{}, s.Give(ctx, r) })
+		_, err = l.call(ctx, &r, func(ctx context.Context, r Request) (Answer, error) { return Answer{}, s.Give(ctx, r, d.marks) })
 	}
 	if err == nil {
 		var buf [maxKeyLen]byte

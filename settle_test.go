@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // Settle sets what a Decision took to the cost its response showed,
@@ -292,9 +294,9 @@ type givesCounted struct {
 	gives atomic.Int32
 }
 
-func (g *givesCounted) Give(ctx context.Context, r Request) error {
+func (g *givesCounted) Give(ctx context.Context, r Request, marks store.Marks) error {
 	g.gives.Add(1)
-	return g.MemoryCounter.Give(ctx, r)
+	return g.MemoryCounter.Give(ctx, r, marks)
 }
 
 // A charge in the fallback counts in the fallback.

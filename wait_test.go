@@ -270,14 +270,14 @@ func (s switchStore) Take(ctx context.Context, r Request) (Answer, error) {
 	return s.MemoryCounter.Take(ctx, r)
 }
 
-func (s switchStore) Give(ctx context.Context, r Request) error {
+func (s switchStore) Give(ctx context.Context, r Request, marks store.Marks) error {
 	if s.down.Load() || s.giveDown != nil && s.giveDown.Load() {
 		if s.refusedGives != nil {
 			s.refusedGives.Add(1)
 		}
 		return errSwitchedOff
 	}
-	return s.MemoryCounter.Give(ctx, r)
+	return s.MemoryCounter.Give(ctx, r, marks)
 }
 
 // When the store fails, the turns this replica reserved on it and has not

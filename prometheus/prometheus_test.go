@@ -453,11 +453,11 @@ func (s remoteMemory) Take(ctx context.Context, r ratelimit.Request) (ratelimit.
 	return s.MemoryCounter.Take(ctx, r)
 }
 
-func (s remoteMemory) Give(ctx context.Context, r ratelimit.Request) error {
+func (s remoteMemory) Give(ctx context.Context, r ratelimit.Request, marks store.Marks) error {
 	if s.down.Load() {
 		return errors.New("down")
 	}
-	return s.MemoryCounter.Give(ctx, r)
+	return s.MemoryCounter.Give(ctx, r, marks)
 }
 
 // What the fallback admitted while the store failed: owed by one key

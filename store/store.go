@@ -87,6 +87,12 @@ func (c Calendar) Period(now time.Time) (start, end time.Time) {
 	return start, start.AddDate(0, 1, 0)
 }
 
+// Marks name the windows a request was counted in, one for each limit,
+// the main limit's first, then each quota's: the Mark of each Count that
+// Take answered. Give gives back in those windows only. The mark
+// math.MinInt64 names no window: that limit is left alone.
+type Marks [5]int64
+
 // A Count is what a store holds of one limit after it decides a request.
 //
 // For a TokenBucket, N is the units spent (the burst less the whole units

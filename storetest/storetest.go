@@ -175,10 +175,11 @@ func (s *subject) read(r ratelimit.Request) ratelimit.Answer {
 func (s *subject) give(r ratelimit.Request, took ratelimit.Answer) {
 	s.t.Helper()
 	r.Now = s.at()
+	var marks store.Marks
 	for j, c := range took.Counts {
-		r.Marks[j] = c.Mark
+		marks[j] = c.Mark
 	}
-	if err := s.store.Give(context.Background(), r); err != nil {
+	if err := s.store.Give(context.Background(), r, marks); err != nil {
 		s.t.Fatalf("Give(%s, cost %d): %v", r.Key(), r.Cost, err)
 	}
 }

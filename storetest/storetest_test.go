@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gatewaykit/ratelimit"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // bare is a store that declares no feature: a MemoryCounter that fails
@@ -24,7 +25,7 @@ func (b bare) Take(ctx context.Context, r ratelimit.Request) (ratelimit.Answer, 
 	return b.MemoryCounter.Take(ctx, r)
 }
 
-func (bare) Give(context.Context, ratelimit.Request) error {
+func (bare) Give(context.Context, ratelimit.Request, store.Marks) error {
 	return errors.New("bare: gives nothing back")
 }
 func (bare) Reset(context.Context, ratelimit.Request) error {

@@ -73,7 +73,7 @@ func (s *Store) Take(_ context.Context, r ratelimit.Request) (ratelimit.Answer, 
 
 // Give gives nothing back. The store does not declare store.GiveBack, so
 // a Limiter never calls it.
-func (s *Store) Give(context.Context, ratelimit.Request) error {
+func (s *Store) Give(context.Context, ratelimit.Request, store.Marks) error {
 	return errors.New("fixedstore: gives nothing back")
 }
 

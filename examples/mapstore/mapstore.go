@@ -69,7 +69,7 @@ type limit struct {
 }
 
 // limits returns r's limits in the order of Answer.Counts and
-// Request.Marks: the main one, then each quota. A quota with a Window
+// store.Marks: the main one, then each quota. A quota with a Window
 // counts as the main limit does, sliding or fixed.
 func limits(r *ratelimit.Request) []limit {
 	sliding := r.Algorithm == ratelimit.SlidingWindow
@@ -281,10 +281,10 @@ func held(slots []slot, now time.Time) int64 {
 }
 
 // Give gives back what a Take of r took: r.Cost in each window that is
-// still the one r.Marks names (one that has ended is left alone), or the
+// still the one marks names (one that has ended is left alone), or the
 // slots of r.Slot. A negative r.Cost charges -r.Cost in those windows,
 // past the limit if need be (Limiter.Settle at a higher cost).
-func (s *Store) Give(_ context.Context, r ratelimit.Request) error {
+func (s *Store) Give(_ context.Context, r ratelimit.Request, marks store.Marks) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	key := r.Key()
@@ -304,12 +304,12 @@ func (s *Store) Give(_ context.Context, r ratelimit.Request) error {
 		k := windowKey{key, l.name}
 		w := l.roll(s.windows[k], now)
 		if l.burst > 0 {
-			if r.Marks[j] != math.MinInt64 { // a mark that names no window
+			if marks[j] != math.MinInt64 { // a mark that names no window
 				s.windows[k] = l.spend(w, now, -r.Cost) // a bucket has no windows to end
 			}
 			continue
 		}
-		if (w.n > 0 || r.Cost < 0) && l.count(w, now).Mark == r.Marks[j] {
+		if (w.n > 0 || r.Cost < 0) && l.count(w, now).Mark == marks[j] {
 			w.n -= min(w.n, r.Cost) // a charge: min is r.Cost, so w.n grows
 			s.windows[k] = w
 		}

@@ -95,7 +95,7 @@ func (b *block) give(cost int64) bool {
 
 // same reports whether marks name b's windows (a bucket's main limit: b
 // itself).
-func (b *block) same(marks *[window.MaxLimits]int64, n int) bool {
+func (b *block) same(marks *store.Marks, n int) bool {
 	if n != b.n {
 		return false
 	}
@@ -123,7 +123,7 @@ func sameWindow(st *store.Count, mark int64) bool {
 
 // marks are the marks a decision from b carries (a bucket's main limit:
 // b's name).
-func (b *block) marks() (m [window.MaxLimits]int64) {
+func (b *block) marks() (m store.Marks) {
 	for i := range b.n {
 		m[i] = b.counts[i].Mark
 	}

@@ -234,7 +234,7 @@ func (e *Entry[R]) learn(now int64, res *window.Result, n int) {
 // are spent by a request of a higher cost rather than left to expire.
 // It returns them and the marks of the block's windows, to give them
 // back with (Give) should the store refuse the rest.
-func (e *Entry[R]) Hold(now, cost int64) (units int64, marks [window.MaxLimits]int64) {
+func (e *Entry[R]) Hold(now, cost int64) (units int64, marks store.Marks) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	units = e.b.left(now)
@@ -249,7 +249,7 @@ func (e *Entry[R]) Hold(now, cost int64) (units int64, marks [window.MaxLimits]i
 // negative cost, and reports whether it could: false when the block has
 // ended, is another, or does not hold what is asked; the store then
 // takes it.
-func (e *Entry[R]) Give(now, cost int64, marks *[window.MaxLimits]int64, n int) bool {
+func (e *Entry[R]) Give(now, cost int64, marks *store.Marks, n int) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if !e.b.live(now) || !e.b.same(marks, n) {
@@ -266,7 +266,7 @@ func (e *Entry[R]) Give(now, cost int64, marks *[window.MaxLimits]int64, n int) 
 // marks of its windows and what the caller kept of its claim). A block
 // that lives on and was spent from is kept, and its timer runs Idle
 // again after IdleAfter.
-func (e *Entry[R]) Idle(now int64) (give int64, marks [window.MaxLimits]int64, req R) {
+func (e *Entry[R]) Idle(now int64) (give int64, marks store.Marks, req R) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.b.id == 0 {
