@@ -50,9 +50,9 @@ func appendProbeKey(dst []byte, prefix string, algo Algorithm) []byte {
 	return keys.AppendProbe(dst, prefix, algo == SlidingWindow)
 }
 
-// Key returns the key a store counts r under (see the package doc):
-// "rl:<tenant>", "rl:<name>#<tenant>" for a named limiter, in braces for
-// a sliding window, and the others this file describes.
+// Key returns the key a store counts r under. It is "rl:<tenant>", or
+// "rl:<name>#<tenant>" for a named limiter, and in braces for a sliding
+// window; the package doc lists every form.
 func (r *Request) Key() string {
 	var buf [maxKeyLen]byte
 	return string(r.appendKey(buf[:0]))

@@ -19,14 +19,14 @@ import (
 	"github.com/gatewaykit/ratelimit/store"
 )
 
-// Limiter decides whether a request is within its tenant's budget: Limit
-// requests (or units of cost) per Window, or the tenant's own Plan,
-// counted in Options.Counter by Options.Algorithm. It holds the whole
-// decision (keys, plans, time budget, breaker, fallback, shadow mode, log,
-// metrics) and asks its Store only what the store holds; a middleware
-// only reads the tenant and the cost from a request and writes the
-// Decision into the response. A Limiter is safe for concurrent use by
-// multiple goroutines.
+// Limiter decides whether a request is within its tenant's budget. The
+// budget is Limit requests (or units of cost) per Window, or the
+// tenant's own Plan. It is counted in Options.Counter by
+// Options.Algorithm. The Limiter holds the whole decision: keys, plans,
+// time budget, breaker, fallback, shadow mode, log and metrics. It asks
+// its Store only what the store holds. A middleware only reads the tenant
+// and the cost from a request, and writes the Decision into the
+// response. A Limiter is safe for concurrent use by multiple goroutines.
 type Limiter struct {
 	opts Options
 

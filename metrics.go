@@ -8,10 +8,10 @@ import (
 	"github.com/gatewaykit/ratelimit/internal/breaker"
 )
 
-// Metrics counts what a limiter does: its decisions, by how each ended and
-// what decided it; the states of its circuit breakers (one per server of a
-// cluster or ring); its round trips to the store, as a histogram of their
-// latency; and the store's failures, by cause. Give a *Metrics to
+// Metrics counts what a limiter does. It counts the decisions, by how
+// each ended and what decided it; the states of the circuit breakers (one
+// per server of a cluster or ring); the round trips to the store, as a
+// histogram of their latency; and the store's failures, by cause. Give a *Metrics to
 // Options.Metrics and read it with Snapshot, for instance from the
 // Prometheus collector of github.com/gatewaykit/ratelimit/prometheus. A
 // decision costs one atomic add, on one of 16 copies of its counter, so
@@ -199,9 +199,9 @@ type DecisionCount struct {
 	Count   uint64
 }
 
-// Histogram is a latency histogram, as Prometheus has one: Counts[i] is
-// how many observations were at most Buckets[i] seconds, Count how many
-// there were in all, Sum their total in seconds.
+// Histogram is a latency histogram, as Prometheus has one. Counts[i] is
+// how many observations were at most Buckets[i] seconds. Count is how
+// many there were in all, and Sum their total in seconds.
 type Histogram struct {
 	Buckets []float64
 	Counts  []uint64

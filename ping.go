@@ -8,8 +8,8 @@ import (
 	"time"
 )
 
-// Ping checks that the limiter's store works, for a gateway to call at
-// start-up, before it serves: it decides a request on a key of the
+// Ping checks that the limiter's store works. A gateway calls it at
+// start-up, before it serves. It decides a request on a key of the
 // limiter's own that no tenant has ("rl:#ping", or under its Name), in
 // its algorithm, with its Options.Quotas, at a limit of 1. A RedisCounter
 // first checks that Redis can be reached on every server its client

@@ -20,9 +20,10 @@ import (
 // nothing in any of them; the counter decides all of a tenant's limits in
 // one step (one script call on Redis).
 
-// Quota is a limit of Limit requests (or units of cost) per Window, or per
-// period of the UTC calendar, that every request of a tenant is decided
-// against together with the main limit (see Options.Quotas).
+// Quota is a further limit on a tenant, beside the main one (see
+// Options.Quotas). It allows Limit requests (or units of cost) per Window,
+// or per period of the UTC calendar. Every request of the tenant is
+// decided against the main limit and every quota together.
 type Quota struct {
 	// Name names the quota in the RateLimit header fields, in Usage and
 	// in its keys. Required, unique within the limiter and other than

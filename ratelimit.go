@@ -10,12 +10,12 @@ import (
 	"github.com/gofiber/fiber/v2"
 )
 
-// RateLimitShared returns a Fiber v2 handler that allows each tenant Limit
-// requests (or units of Cost) per Window, or its own PlanFor budget,
-// counted by cfg.Algorithm (fixed windows by default) in cfg.Counter under
-// a key built from the tenant ID ("rl:<tenant>" for plain IDs). Over
-// budget it answers 429;
-// when the counter fails it decides by cfg.Fallback, or lets the request
+// RateLimitShared returns a Fiber v2 handler that rate-limits each
+// tenant. A tenant may spend Limit requests (or units of Cost) per Window,
+// or its own PlanFor budget. The count is kept in cfg.Counter, by
+// cfg.Algorithm (fixed windows by default), under a key built from the
+// tenant ID ("rl:<tenant>" for plain IDs). Over budget, it answers 429.
+// When the counter fails, it decides by cfg.Fallback, or lets the request
 // through (or answers 503 with FailClosed), and logs. Every response it
 // decides carries the rate limit headers (see Decision.SetHeaders).
 //
@@ -24,15 +24,15 @@ func RateLimitShared(cfg Config) fiber.Handler {
 	return newFiberDoor(NewLimiter(cfg.options()), cfg).handle
 }
 
-// FiberMiddleware is RateLimitShared for a Limiter built with NewLimiter,
-// as HTTPMiddleware is for net/http: a gateway that checks the Limiter's
-// counter at start-up (Limiter.Ping), or decides with one Limiter outside
-// Fiber too, builds it first. Of cfg it reads only how to read a request
-// and answer it (Next, Tenant, AnonymousByIP, LimitReached, Cost,
-// MaxDelay, CostAfter, SkipFailedRequests, SkipSuccessfulRequests). The
-// budget and the rest are lim's: it panics, naming the field, when any
-// other field of cfg is set. It gives back and settles as
-// RateLimitShared does.
+// FiberMiddleware returns a Fiber v2 handler that decides each request
+// with lim. It is RateLimitShared for a Limiter built with NewLimiter, as
+// HTTPMiddleware is for net/http. Build the Limiter first to check its
+// counter at start-up (Limiter.Ping), or to decide with it outside Fiber
+// too. Of cfg, it reads only how to read a request and answer it: Next,
+// Tenant, AnonymousByIP, LimitReached, Cost, MaxDelay, CostAfter,
+// SkipFailedRequests and SkipSuccessfulRequests. The budget and the rest
+// are lim's: it panics, naming the field, when any other field of cfg is
+// set. It gives back and settles as RateLimitShared does.
 func FiberMiddleware(lim *Limiter, cfg Config) fiber.Handler {
 	if lim == nil {
 		panic("ratelimit: FiberMiddleware needs a Limiter, got nil")

@@ -20,13 +20,13 @@ import (
 // difference as a Request whose Cost is what it gives back, negative for
 // a charge (see Store).
 
-// Settle sets the cost of the request d decided to cost, which the
-// response showed: the difference from the cost d was decided with is
-// charged (cost above it) or given back (cost below it), in every limit d
-// was counted in, the main one and each quota, and only while their
-// windows are still the ones it was counted in: a window that has ended
-// is left alone, and nothing is charged or given back in a window that
-// came after it. A charge goes past the limit if need be: the tenant's
+// Settle sets the cost of the request that d decided to cost, the cost
+// its response showed. The difference from the cost d was decided with
+// is charged (cost above it) or given back (cost below it). That happens
+// in every limit d was counted in, the main one and each quota, and only
+// while their windows are still the ones it was counted in. A window that
+// has ended is left alone, and nothing is charged or given back in a
+// window that came after it. A charge goes past the limit if need be: the tenant's
 // next requests are then refused until its budget covers the debt, in a
 // fixed window until the next window, in a sliding window until the
 // weighted count has fallen enough, in a calendar quota until its next

@@ -43,15 +43,15 @@ type Usage struct {
 	Reset time.Duration
 }
 
-// MarshalJSON encodes u as an object with the keys name, limit, used,
-// remaining, window and reset, the last two in whole seconds, rounded up
-// as the RateLimit header fields round them:
+// MarshalJSON encodes u as what a gateway answers a tenant that asks for
+// its usage. The object has the keys name, limit, used, remaining, window
+// and reset. The last two are in whole seconds, rounded up as the
+// RateLimit header fields round them:
 //
 //	{"name":"month","limit":100,"used":3,"remaining":97,"window":2678400,"reset":1209600}
 //
-// It is what a gateway answers a tenant that asks for its usage. Usage
-// has no UnmarshalJSON: the seconds are rounded, so the object does not
-// give the Usage back. Decode it into a struct of one's own; decoded
+// Usage has no UnmarshalJSON: the seconds are rounded, so the object does
+// not give the Usage back. Decode it into a struct of one's own; decoded
 // into a Usage, window and reset would be read as nanoseconds.
 func (u Usage) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
@@ -64,9 +64,9 @@ func (u Usage) MarshalJSON() ([]byte, error) {
 	}{u.Name, u.Limit, u.Used, u.Remaining, window.CeilDiv(u.Window, time.Second), window.CeilDiv(u.Reset, time.Second)})
 }
 
-// Usage returns what tenant has used of each of its limits (by its plan),
-// the main one first, then its quotas in order, spending nothing: one
-// read of the store (Store.Take of cost 0; one script call on Redis). A
+// Usage returns what tenant has used of each of its limits, by its plan:
+// the main one first, then its quotas in order. It spends nothing: it is
+// one read of the store (Store.Take of cost 0; one script call on Redis). A
 // request without a tenant is tenant "". It needs Options.Counter to be a
 // Store, and waits for it as ctx lets it.
 func (l *Limiter) Usage(ctx context.Context, tenant string) ([]Usage, error) {

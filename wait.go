@@ -22,9 +22,9 @@ func (l *Limiter) Wait(ctx context.Context, tenant string) (Decision, error) {
 }
 
 // WaitN waits until tenant may spend n units, as golang.org/x/time/rate's
-// WaitN does, but across every replica that shares the store: it reserves
+// WaitN does, but across every replica that shares the store. It reserves
 // the request's turn in the tenant's bucket on the store, so that later
-// callers queue behind it, then sleeps until that turn and returns the
+// callers queue behind it. Then it sleeps until that turn and returns the
 // allowed Decision. It needs a TokenBucket limiter, and returns an error
 // saying so for another algorithm.
 //
