@@ -43,16 +43,7 @@ func TestLeasesARefusalSpendsTheBlockClaimedMeanwhile(t *testing.T) {
 	clock := newFakeClock()
 	h := &holdNth{MemoryCounter: newMemoryCounter(clock.Now), n: 8, entered: make(chan struct{}), open: make(chan struct{})}
 	s := newLeaseStore(h, nil, clock.Now, time.Second)
-	r := Request{Tenant: "t", Name: "default", Algorithm: FixedWindow, Cost: 1, Limit: 9, Window: time.Minute}
-	take := func() Answer {
-		r := r
-		r.Now = clock.Now()
-		a, err := s.Take(context.Background(), r)
-		if err != nil {
-			t.Fatalf("Take: %v", err)
-		}
-		return a
-	}
+	take := leaseTaker(t, s, clock, 9)
 	for i := range 7 {
 		if a := take(); !a.Allowed {
 			t.Fatalf("request %d: refused; want allowed", i+1)
@@ -64,7 +55,7 @@ func TestLeasesARefusalSpendsTheBlockClaimedMeanwhile(t *testing.T) {
 	if a := take(); !a.Allowed {
 		t.Fatal("the ninth request, which claims a block: refused")
 	}
-	if st := s.table.Lookup([]byte(r.Key())); st == nil {
+	if st := s.table.Lookup([]byte("rl:t")); st == nil {
 		t.Fatal("no hot entry after nine requests at once: the test no longer makes the tenant hot")
 	}
 	close(h.open)
@@ -119,16 +110,7 @@ func TestLeasesARefusalWaitsForAnIdleBlocksGiveBack(t *testing.T) {
 	clock := newFakeClock()
 	h := &holdGive{MemoryCounter: newMemoryCounter(clock.Now), entered: make(chan struct{}), open: make(chan struct{}), refused: make(chan struct{})}
 	s := newLeaseStore(h, nil, clock.Now, time.Second)
-	r := Request{Tenant: "t", Name: "default", Algorithm: FixedWindow, Cost: 1, Limit: 10, Window: time.Minute}
-	take := func() Answer {
-		r := r
-		r.Now = clock.Now()
-		a, err := s.Take(context.Background(), r)
-		if err != nil {
-			t.Errorf("Take: %v", err)
-		}
-		return a
-	}
+	take := leaseTaker(t, s, clock, 10)
 	for i := range 9 {
 		if a := take(); !a.Allowed {
 			t.Fatalf("request %d: refused; want allowed", i+1)
@@ -148,5 +130,21 @@ func TestLeasesARefusalWaitsForAnIdleBlocksGiveBack(t *testing.T) {
 	}
 	if a := take(); a.Allowed {
 		t.Fatal("an eleventh request at a limit of 10: allowed")
+	}
+}
+
+// leaseTaker returns a function that Takes from s, at clock's time, a
+// request of tenant "t" at a cost of 1 and a limit of limit a minute. It
+// may be called from any goroutine.
+func leaseTaker(t *testing.T, s Store, clock *fakeClock, limit int64) func() Answer {
+	r := Request{Tenant: "t", Name: "default", Algorithm: FixedWindow, Cost: 1, Limit: limit, Window: time.Minute}
+	return func() Answer {
+		r := r
+		r.Now = clock.Now()
+		a, err := s.Take(context.Background(), r)
+		if err != nil {
+			t.Errorf("Take: %v", err)
+		}
+		return a
 	}
 }
