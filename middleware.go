@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"time"
 
@@ -78,7 +79,7 @@ func NewMiddleware[T any](lim *Limiter, cfg MiddlewareConfig[T]) (*Middleware[T]
 		err = w.CheckDelay(cfg.MaxDelay)
 	}
 	if err != nil {
-		return nil, errors.New("ratelimit: " + err.Error())
+		return nil, fmt.Errorf("ratelimit: %w", err)
 	}
 	return &Middleware[T]{lim: lim, cfg: cfg, canGiveBack: w.GiveErr == nil, inFlight: w.InFlight}, nil
 }
