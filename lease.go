@@ -59,9 +59,14 @@ func (s *leaseStore) Attach(r Request) (StoreInfo, error) {
 }
 
 // leased reports whether r may be decided from a block: a request that
-// takes, now, from a window or a bucket.
+// takes, now, from a window or a bucket (leasable), of a store that
+// decides.
 func (s *leaseStore) leased(r *Request) bool {
-	return r.Cost > 0 && r.Delay == 0 && r.Algorithm != InFlight && !r.probe && s.state.Load() == storeDecides
+	return leasable(r) && s.state.Load() == storeDecides
+}
+
+func leasable(r *Request) bool {
+	return r.Cost > 0 && r.Delay == 0 && r.Algorithm != InFlight && !r.probe
 }
 
 // spend decides r, whose key is key, from its tenant's block when it
@@ -94,14 +99,19 @@ func (s *leaseStore) spend(key []byte, r *Request) (a Answer, spent, holds bool)
 // request as a store that decides, not by a transaction: a claim that a
 // transaction refused would stay counted, a whole block of it.
 func (s *leaseStore) Take(ctx context.Context, r Request) (Answer, error) {
-	if !s.leased(&r) {
+	if !leasable(&r) {
 		return s.direct(ctx, &r, nil, 0)
 	}
 	var buf [maxKeyLen]byte
 	now := r.Now.UnixNano()
 	key := r.appendKey(buf[:0])
-	e := s.table.Hot(key, r.Cost, now)
+	var e *lease.Entry[Request]
+	if s.state.Load() == storeDecides {
+		e = s.table.Hot(key, r.Cost, now)
+	}
 	if e == nil {
+		// Cold, or asked before the store's first answer: a block may
+		// be claimed while it is on its way.
 		a, err := s.direct(ctx, &r, nil, 0)
 		return s.refused(ctx, key, nil, &r, a, err)
 	}
@@ -137,7 +147,7 @@ func (s *leaseStore) Take(ctx context.Context, r Request) (Answer, error) {
 // into it while r was on its way, or by the store once more when units of
 // an idle block were on their way back to it (see lease.Entry.Refused).
 func (s *leaseStore) refused(ctx context.Context, key []byte, e *lease.Entry[Request], r *Request, a Answer, err error) (Answer, error) {
-	if err != nil || a.Allowed {
+	if err != nil || a.Allowed || a.byTransaction { // (a transaction's refusal stays counted)
 		return a, err
 	}
 	if e == nil {

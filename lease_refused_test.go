@@ -67,6 +67,39 @@ func TestLeasesARefusalSpendsTheBlockClaimedMeanwhile(t *testing.T) {
 	}
 }
 
+// A request sent before the store's first answer, when no tenant can be
+// hot yet, is decided from the block that its tenant claimed meanwhile
+// when the store refuses it. Limit 10: the first request held on its way
+// to the store, the second's answer says that the store decides, seven
+// more decided by the store make the tenant hot, the tenth claims the
+// last two units and spends one; the first, refused by the store, spends
+// the other. (Before, such a request took the store's refusal as it was:
+// CI's 49 of 50 at once.)
+func TestLeasesARefusalBeforeTheStoresFirstAnswerSpendsTheBlock(t *testing.T) {
+	clock := newFakeClock()
+	h := &holdNth{MemoryCounter: newMemoryCounter(clock.Now), n: 1, entered: make(chan struct{}), open: make(chan struct{})}
+	s := newLeaseStore(h, nil, clock.Now, time.Second)
+	take := leaseTaker(t, s, clock, 10)
+	first := make(chan Answer)
+	go func() { first <- take() }()
+	<-h.entered
+	for i := range 9 {
+		if a := take(); !a.Allowed {
+			t.Fatalf("request %d: refused; want allowed", i+2)
+		}
+	}
+	if e := s.table.Lookup([]byte("rl:t")); e == nil {
+		t.Fatal("no hot entry after ten requests: the test no longer makes the tenant hot")
+	}
+	close(h.open)
+	if a := <-first; !a.Allowed {
+		t.Fatalf("the first request, refused by the store while this replica holds a unit of the tenant's: %+v; want it decided from the block", a)
+	}
+	if a := take(); a.Allowed {
+		t.Fatal("an eleventh request at a limit of 10: allowed")
+	}
+}
+
 // holdGive is a MemoryCounter whose first Give, once entered, waits until
 // open is closed: units of an idle block on their way back to the store.
 // refused is closed when it refuses a Take meanwhile.
