@@ -40,31 +40,7 @@ func (h *holdNth) Take(ctx context.Context, r Request) (Answer, error) {
 // way there, the ninth (hot now) claims the last two units and spends
 // one; the eighth, refused by the store, spends the other.
 func TestLeasesARefusalSpendsTheBlockClaimedMeanwhile(t *testing.T) {
-	clock := newFakeClock()
-	h := &holdNth{MemoryCounter: newMemoryCounter(clock.Now), n: 8, entered: make(chan struct{}), open: make(chan struct{})}
-	s := newLeaseStore(h, nil, clock.Now, time.Second)
-	take := leaseTaker(t, s, clock, 9)
-	for i := range 7 {
-		if a := take(); !a.Allowed {
-			t.Fatalf("request %d: refused; want allowed", i+1)
-		}
-	}
-	eighth := make(chan Answer)
-	go func() { eighth <- take() }()
-	<-h.entered
-	if a := take(); !a.Allowed {
-		t.Fatal("the ninth request, which claims a block: refused")
-	}
-	if st := s.table.Lookup([]byte("rl:t")); st == nil {
-		t.Fatal("no hot entry after nine requests at once: the test no longer makes the tenant hot")
-	}
-	close(h.open)
-	if a := <-eighth; !a.Allowed {
-		t.Fatalf("the eighth request, refused by the store while this replica holds a unit of the tenant's: %+v; want it decided from the block", a)
-	}
-	if a := take(); a.Allowed {
-		t.Fatal("a tenth request at a limit of 9: allowed")
-	}
+	heldRefusalSpendsTheBlock(t, 8, 9)
 }
 
 // A request sent before the store's first answer, when no tenant can be
@@ -76,27 +52,41 @@ func TestLeasesARefusalSpendsTheBlockClaimedMeanwhile(t *testing.T) {
 // the other. (Before, such a request took the store's refusal as it was:
 // CI's 49 of 50 at once.)
 func TestLeasesARefusalBeforeTheStoresFirstAnswerSpendsTheBlock(t *testing.T) {
+	heldRefusalSpendsTheBlock(t, 1, 10)
+}
+
+// heldRefusalSpendsTheBlock has a lease store take limit requests of one
+// tenant, the held-th of them held on its way to the store until the
+// others are decided, the last of which claims the last units as a block
+// and spends one: the held request, which the store then refuses, must
+// be decided from the block, and a request past the limit refused.
+func heldRefusalSpendsTheBlock(t *testing.T, held, limit int) {
 	clock := newFakeClock()
-	h := &holdNth{MemoryCounter: newMemoryCounter(clock.Now), n: 1, entered: make(chan struct{}), open: make(chan struct{})}
+	h := &holdNth{MemoryCounter: newMemoryCounter(clock.Now), n: held, entered: make(chan struct{}), open: make(chan struct{})}
 	s := newLeaseStore(h, nil, clock.Now, time.Second)
-	take := leaseTaker(t, s, clock, 10)
-	first := make(chan Answer)
-	go func() { first <- take() }()
-	<-h.entered
-	for i := range 9 {
+	take := leaseTaker(t, s, clock, int64(limit))
+	for i := 1; i < held; i++ {
 		if a := take(); !a.Allowed {
-			t.Fatalf("request %d: refused; want allowed", i+2)
+			t.Fatalf("request %d: refused; want allowed", i)
+		}
+	}
+	heldAnswer := make(chan Answer)
+	go func() { heldAnswer <- take() }()
+	<-h.entered
+	for i := held + 1; i <= limit; i++ {
+		if a := take(); !a.Allowed {
+			t.Fatalf("request %d: refused; want allowed", i)
 		}
 	}
 	if e := s.table.Lookup([]byte("rl:t")); e == nil {
-		t.Fatal("no hot entry after ten requests: the test no longer makes the tenant hot")
+		t.Fatalf("no hot entry after %d requests: the test no longer makes the tenant hot", limit)
 	}
 	close(h.open)
-	if a := <-first; !a.Allowed {
-		t.Fatalf("the first request, refused by the store while this replica holds a unit of the tenant's: %+v; want it decided from the block", a)
+	if a := <-heldAnswer; !a.Allowed {
+		t.Fatalf("request %d, refused by the store while this replica holds a unit of the tenant's: %+v; want it decided from the block", held, a)
 	}
 	if a := take(); a.Allowed {
-		t.Fatal("an eleventh request at a limit of 10: allowed")
+		t.Fatalf("request %d at a limit of %d: allowed", limit+1, limit)
 	}
 }
 
