@@ -27,7 +27,7 @@ const (
 	// the last Window, plus the current window's count, plus the
 	// request's cost, is at most the limit. A burst just after a window
 	// boundary gets through only in proportion to the time elapsed since
-	// the one before it. It needs Counter to be a Store.
+	// the one before it. Its stores must decide it (not a CounterStore).
 	SlidingWindow Algorithm = store.SlidingWindow
 
 	// InFlight limits how many requests of a tenant run at once, across
@@ -42,9 +42,8 @@ const (
 	// its lease on the server's clock, and slots whose lease has ended are
 	// dropped by the next request that looks (Metrics counts them as
 	// expired). A refusal answers Retry-After: 1, and the headers report
-	// the policy in the unit "concurrent-requests". It needs Counter (and
-	// Fallback) to be a Store, and has no
-	// Quotas; PlanFor gives a tenant its own number of slots and lease.
+	// the policy in the unit "concurrent-requests". Its stores must decide
+	// it (not a CounterStore). It has no Quotas; PlanFor gives a tenant its own number of slots and lease.
 	InFlight Algorithm = store.InFlight
 
 	// TokenBucket is a token bucket, as golang.org/x/time/rate has it:
@@ -59,8 +58,8 @@ const (
 	// Remaining as the whole units the bucket holds now, and Reset as the
 	// time until it is full (docs/algorithms.md works an example). It
 	// waits instead of refusing with Limiter.Wait and the middlewares' MaxDelay.
-	// A Quota with a Window counts beside it in fixed windows. It needs
-	// Counter (and Fallback) to be a Store.
+	// A Quota with a Window counts beside it in fixed windows. Its stores
+	// must decide it (not a CounterStore).
 	TokenBucket Algorithm = store.TokenBucket
 )
 

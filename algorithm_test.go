@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatewaykit/ratelimit/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -251,13 +252,13 @@ func TestSlidingWindowReplicasAdmitExactlyTheLimit(t *testing.T) {
 	const limit, requests = 100, 600
 	for _, s := range []struct {
 		name string
-		two  func(t *testing.T) (Counter, Counter)
+		two  func(t *testing.T) (store.Store, store.Store)
 	}{
-		{"memory", func(t *testing.T) (Counter, Counter) { c := NewMemoryCounter(); return c, c }},
-		{"redis single node", func(t *testing.T) (Counter, Counter) {
+		{"memory", func(t *testing.T) (store.Store, store.Store) { c := NewMemoryCounter(); return c, c }},
+		{"redis single node", func(t *testing.T) (store.Store, store.Store) {
 			return NewRedisCounter(newRedisClient(t)), NewRedisCounter(newRedisClient(t))
 		}},
-		{"redis cluster", func(t *testing.T) (Counter, Counter) {
+		{"redis cluster", func(t *testing.T) (store.Store, store.Store) {
 			return NewRedisCounter(newClusterClient(t)), NewRedisCounter(newClusterClient(t))
 		}},
 	} {

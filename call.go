@@ -12,7 +12,6 @@ import (
 
 	"github.com/gatewaykit/ratelimit/internal/owed"
 	"github.com/gatewaykit/ratelimit/internal/timerule"
-	"github.com/gatewaykit/ratelimit/internal/window"
 	"github.com/gatewaykit/ratelimit/store"
 )
 
@@ -46,15 +45,13 @@ func fixOf(err error) string {
 
 // takeFromStore decides r in Options.Counter, a store that is not local:
 // the over-limit cache first, then a call through the breaker, timed.
-func (l *Limiter) takeFromStore(ctx context.Context, d *Decision, r *Request) {
-	var buf [maxKeyLen]byte
-	kb := r.appendKey(buf[:0])
+func (l *Limiter) takeFromStore(ctx context.Context, d *Decision, r *request) {
 	holds := false
+	res := r.result()
 	if l.leases != nil {
-		var a Answer
 		var spent bool
-		if a, spent, holds = l.leases.spend(kb, r); spent {
-			l.counted(d, &l.policy, ByCounter, r, &a, nil)
+		if spent, holds = l.leases.spend(r, res); spent {
+			l.counted(d, &l.policy, ByCounter, r, res, nil)
 			l.decided(d, r)
 			return
 		}
@@ -64,50 +61,51 @@ func (l *Limiter) takeFromStore(ctx context.Context, d *Decision, r *Request) {
 		// (A request that may wait for its turn may fit where a refusal
 		// without waiting was learned, and so may one whose lease holds
 		// part of its cost.)
-		if a, ok := l.refusals.refuse(kb, r, since); ok {
-			l.counted(d, &l.policy, ByCache, r, &a, nil)
+		if l.refusals.refuse(r, res, since) {
+			l.counted(d, &l.policy, ByCache, r, res, nil)
 			l.decided(d, r)
 			return
 		}
 	}
-	a, err := l.ask(ctx, r)
-	if err == nil && !a.Allowed && l.refusals != nil {
-		l.refusals.add(kb, r, &a, since)
+	err := l.ask(ctx, r, res)
+	if err == nil && !res.Allowed && l.refusals != nil {
+		l.refusals.add(r, res, since)
 	}
 	if err == nil && l.usage != nil {
-		l.usage.learn(kb, r, &a, since)
+		l.usage.learn(r, res, since)
 	}
-	if a.byTransaction {
+	if res.Counted {
 		l.countsByTransaction()
 	}
 	if err != nil {
 		l.failed(ctx, d, r, err)
 		return
 	}
-	l.counted(d, &l.policy, ByCounter, r, &a, nil)
+	l.counted(d, &l.policy, ByCounter, r, res, nil)
 	l.decided(d, r)
 }
 
-// ask calls op (Take or Give) of Options.Counter for r, through the
+// ask has Options.Counter Take r into res, through the breaker of its
+// key's server, under the time rule.
+func (l *Limiter) ask(ctx context.Context, r *request, res *store.Result) error {
+	return l.call(ctx, r, func(ctx context.Context, r *store.Request) error { return l.store.Take(ctx, r, res) })
+}
+
+// call calls op (a Take or a Give of Options.Counter) for r, through the
 // breaker of its key's server, under the time rule. The breaker and the
 // metrics' latency learn only what the store did: a request whose own
 // context ended (ErrContextDone) tells them nothing, and an answer about
 // one key (keyAnswer) says that the server is up.
-func (l *Limiter) ask(ctx context.Context, r *Request) (Answer, error) {
-	return l.call(ctx, r, l.store.Take)
-}
-
-// call is ask for any of the store's methods that decide or give back.
-func (l *Limiter) call(ctx context.Context, r *Request, op func(context.Context, Request) (Answer, error)) (Answer, error) {
+func (l *Limiter) call(ctx context.Context, r *request, op func(context.Context, *store.Request) error) error {
 	b := l.breakers.First
 	if l.info.Server != nil {
-		b = l.breakers.Of(l.info.Server(*r))
+		b = l.breakers.Of(l.info.Server(r.Key))
 	}
 	ok, probe := b.Allow()
 	if !ok {
-		return Answer{}, b.Err()
+		return b.Err()
 	}
-	a, err := callTimed(ctx, &l.rule, r, op)
+	err := callTimed(ctx, &l.rule, r, op)
 	switch {
 	case err == nil:
 		b.Success(probe)
@@ -115,7 +113,7 @@ func (l *Limiter) call(ctx context.Context, r *Request, op func(context.Context,
 	case errors.Is(err, ErrContextDone):
 		b.Abandoned(probe)
 		l.opts.Metrics.canceled()
-		return a, err
+		return err
 	case isKeyAnswer(err):
 		b.Success(probe) // the server answered, for this key
 	default:
@@ -124,7 +122,7 @@ func (l *Limiter) call(ctx context.Context, r *Request, op func(context.Context,
 	if m := l.opts.Metrics; m != nil {
 		m.roundTrip(l.clock.Now().Sub(r.Now), err == nil, causeOf(err))
 	}
-	return a, err
+	return err
 }
 
 // isBreakerOpen reports whether err is an open breaker's, which asked
@@ -158,7 +156,7 @@ func causeOf(err error) cause {
 // decide, for err: by the fallback, or failing open or closed. A call of
 // Limiter.Wait (d.waiter) is never let through unmetered: it fails closed,
 // and the fallback, too, has it wait for its turn.
-func (l *Limiter) failed(ctx context.Context, d *Decision, r *Request, err error) {
+func (l *Limiter) failed(ctx context.Context, d *Decision, r *request, err error) {
 	waiter := d.waiter
 	if errors.Is(err, ErrContextDone) {
 		// The request's own doing: nothing to say of the store, and no
@@ -177,121 +175,105 @@ func (l *Limiter) failed(ctx context.Context, d *Decision, r *Request, err error
 		}
 		if m, ok := errors.AsType[misconfigured](err); ok {
 			l.failures.Record(slog.LevelError, "ratelimit: the counter is misconfigured, request decided by "+action,
-				slog.String("fix", m.Fix()), slog.String("tenant", logTenant(r.Tenant)), slog.String("key", r.Key()), slog.Any("err", err))
+				slog.String("fix", m.Fix()), slog.String("tenant", logTenant(r.Tenant)), slog.String("key", string(r.Key)), slog.Any("err", err))
 		} else {
 			l.failures.Record(slog.LevelError, "ratelimit: counter failed, request decided by "+action,
-				slog.String("tenant", logTenant(r.Tenant)), slog.String("key", r.Key()), slog.Any("err", err))
+				slog.String("tenant", logTenant(r.Tenant)), slog.String("key", string(r.Key)), slog.Any("err", err))
 		}
 	}
 	if l.fallback != nil {
 		f := l.fallbackRequest(ctx, r)
+		defer f.free()
 		if waiter {
 			f.Delay = r.Delay // the fallback's bucket reserves the turn
 		}
-		var buf [maxKeyLen]byte
-		var key []byte
-		if l.usage != nil {
-			key = r.appendKey(buf[:0])
-		}
-		if l.usage != nil && f.Cost <= f.most() {
-			if a, spent := l.usage.lower(key, r, &f, l.clock.since(r.Now), l.fallbackShare); spent {
+		if l.usage != nil && f.Cost <= f.Most() {
+			res := r.result()
+			if l.usage.lower(r, f, res, l.clock.since(r.Now), l.fallbackShare) {
 				// Less than its cost is this replica's to spend: refused,
 				// with what the store last reported.
-				l.counted(d, &l.policy, ByFallback, r, &a, err)
+				l.counted(d, &l.policy, ByFallback, r, res, err)
 				l.decided(d, r)
 				return
 			}
 		}
 		if l.turns != nil {
-			l.takeOverTurns(ctx, key, &f)
+			l.takeOverTurns(ctx, f)
 		}
-		a, ferr := l.askFallback(ctx, &f)
-		if ferr == nil && a.Allowed && l.owed != nil {
+		res, ferr := l.askFallback(ctx, f)
+		if ferr == nil && res.Allowed && l.owed != nil {
 			now := l.clock.since(r.Now)
-			if w, ok := l.usage.owedIn(key, r, now); ok {
-				l.owed.Add(key, *r, underOf(r), f.Cost, &w, now)
+			if w, ok := l.usage.owedIn(r, now); ok {
+				l.owed.Add(r.Key, owedOf(r), underOf(r), f.Cost, &w, now)
 			}
 		}
 		if ferr == nil {
-			l.counted(d, &l.fallbackPolicy, ByFallback, &f, &a, err)
-			if f.Cost > f.most() {
+			l.counted(d, &l.fallbackPolicy, ByFallback, f, res, err)
+			if f.Cost > f.Most() {
 				d.RetryAfter = 0 // it never fits the fallback's budget
 			}
-			l.decided(d, &f)
+			l.decided(d, f)
 			return
 		}
 		if ctx.Err() == nil { // else the request gave up: not the fallback's failure
 			l.failures.Record(slog.LevelError, "ratelimit: counter failed, request decided by "+lastResort,
-				slog.String("tenant", logTenant(r.Tenant)), slog.String("key", r.Key()), slog.Any("err", ferr))
+				slog.String("tenant", logTenant(r.Tenant)), slog.String("key", string(r.Key)), slog.Any("err", ferr))
 		}
 		err = fmt.Errorf("%w; fallback: %w", err, ferr)
 	}
 	l.uncounted(d, r, err)
 }
 
-// takeOverTurns counts in the fallback's bucket for key the turns this
-// replica reserved on the store that are still to come, once, by a
+// takeOverTurns counts in the fallback's bucket for f's key the turns
+// this replica reserved on the store that are still to come, once, by a
 // charge of the bucket alone (no quota's window has noWindow for its
 // mark): they start at their time all the same.
-func (l *Limiter) takeOverTurns(ctx context.Context, key []byte, f *Request) {
-	n := l.turns.TakeOver(key, l.clock.elapsed())
+func (l *Limiter) takeOverTurns(ctx context.Context, f *request) {
+	n := l.turns.TakeOver(f.Key, l.clock.elapsed())
 	if n == 0 {
 		return
 	}
-	g := *f
+	g := f.clone()
+	defer g.free()
 	g.Cost, g.Delay = -n, 0
 	var marks store.Marks
 	for j := range marks {
 		marks[j] = noWindow
 	}
 	marks[0] = 0 // the bucket's own mark
-	if err := l.fallback.Give(ctx, g, marks); err != nil {
+	if err := l.fallback.Give(ctx, &g.Request, marks); err != nil {
 		l.failures.Record(slog.LevelError, "ratelimit: the fallback failed to count the turns reserved on the counter; they start all the same",
 			slog.String("tenant", logTenant(f.Tenant)), slog.Int64("units", n), slog.Any("err", err))
 	}
 }
 
-// noWindow is a mark that names no window (see Count.Mark): a Give with
-// it leaves the limit alone, but for a TokenBucket, which has no
-// windows.
-const noWindow = window.NoWindow
+// noWindow is a mark that names no window (see store.Count.Mark): a Give
+// with it leaves the limit alone.
+const noWindow = store.NoWindow
 
 // fallbackRequest is r at the fallback's budget, waiting only as ctx lets
-// it.
-func (l *Limiter) fallbackRequest(ctx context.Context, r *Request) Request {
-	f := *r
-	f.Limit, f.Delay = l.fallbackLimit(r.Limit), 0 // the fallback decides now: no waiting
-	if r.Algorithm == TokenBucket {
-		f.Burst = l.fallbackLimit(r.Burst) // in the same proportion
-	}
-	f.setQuotas(r.set.fallbackSet())
+// it. Free it before r, whose key it shares.
+func (l *Limiter) fallbackRequest(ctx context.Context, r *request) *request {
+	f := r.clone()
+	f.setPlan(r.plan.fallback)
+	f.Delay = 0 // the fallback decides now: no waiting
 	f.Deadline, _ = ctx.Deadline()
 	return f
 }
 
 // askFallback decides f in Options.Fallback, directly: the fallback is
 // what decides while the counter cannot.
-func (l *Limiter) askFallback(ctx context.Context, f *Request) (Answer, error) {
-	if f.Cost > f.most() {
+func (l *Limiter) askFallback(ctx context.Context, f *request) (*store.Result, error) {
+	res := f.result()
+	if f.Cost > f.Most() {
 		// It never fits: refused, its window's whole length to run.
-		var a Answer
-		a.Counts[0] = store.Count{N: f.Limit, Left: f.Window, Length: f.Window}
-		return a, nil
+		res.Counts[0] = store.Count{N: f.Limit, Left: f.Window, Length: f.Window}
+		return res, nil
 	}
 	if f.Cost != 1 && !l.fallbackFeatures.Has(store.Costs) {
-		return Answer{}, lackErr(fmt.Sprintf("a cost of %d needs", f.Cost), "Fallback", l.opts.Fallback, store.Costs)
+		return res, lackErr(fmt.Sprintf("a cost of %d needs", f.Cost), "Fallback", l.opts.Fallback, store.Costs)
 	}
-	return l.fallback.Take(ctx, *f)
-}
-
-// fallbackLimit is the fallback's budget for a request whose budget is
-// limit: FallbackLimit, in the proportion of a tenant's plan to Limit.
-func (l *Limiter) fallbackLimit(limit int64) int64 {
-	if limit == int64(l.opts.Limit) {
-		return int64(l.opts.FallbackLimit)
-	}
-	scaled := math.Ceil(float64(limit) * float64(l.opts.FallbackLimit) / float64(l.opts.Limit))
-	return int64(min(max(scaled, 1), maxLimit))
+	return res, l.fallback.Take(ctx, &f.Request, res)
 }
 
 // fallbackShare is this replica's share of left, what the store last
@@ -357,20 +339,21 @@ func (l *Limiter) chargeOwed() {
 // (the breaker is open, the server cannot be reached) is kept for the
 // next sweep; one that failed after it may have reached the store is not
 // sent again, so as never to count twice, and is logged and counted.
-func (l *Limiter) chargeOne(it *owed.Item[Request, under]) {
+func (l *Limiter) chargeOne(it *owed.Item[owedReq, under]) {
 	var charged, unsure int64
+	r := it.Req.request(it.Key)
+	defer r.free()
 	for {
 		u, marks := it.Next()
 		if u == 0 {
 			break
 		}
-		r := it.Req
 		r.Cost, r.Delay, r.Slot = -u, 0, 0
 		r.Now = l.clock.mono()
-		if r.set != nil && r.set.calendar {
+		if r.set() != nil && r.set().calendar {
 			r.Now = l.clock.Now() // a calendar period follows the wall clock
 		}
-		_, err := l.call(context.Background(), &r, func(ctx context.Context, r Request) (Answer, error) { return Answer{}, l.store.Give(ctx, r, marks) })
+		err := l.call(context.Background(), r, func(ctx context.Context, r *store.Request) error { return l.store.Give(ctx, r, marks) })
 		if err != nil && notSent(err) {
 			l.owed.PutBack(it, l.clock.elapsed())
 			break
@@ -400,8 +383,8 @@ func (l *Limiter) countsByTransaction() {
 		return
 	}
 	var refusal error
-	if l.info.scriptRefusal != nil {
-		refusal = l.info.scriptRefusal()
+	if l.info.CountsRefused != nil {
+		refusal = l.info.CountsRefused()
 	}
 	l.failures.Write(slog.LevelWarn, "ratelimit: the server refuses scripts, so fixed windows count by MULTI/EXEC: "+
 		"exact, but a refused request's cost stays counted, so a tenant that keeps knocking over its limit keeps its window full",

@@ -20,7 +20,7 @@ import (
 // A request reads downward: CONTRIBUTING.md lists the package's files in
 // the order a request meets them (door, Limiter, store), and a file calls
 // only functions of its own or of files below it in that list. A call
-// through an interface (Store, Counter) is no call to a file: the caller
+// through an interface (store.Store, Counter) is no call to a file: the caller
 // names the interface, not what implements it. Every file of the package
 // is in the list.
 func TestFilesCallDownTheFileMap(t *testing.T) {

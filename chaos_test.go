@@ -23,6 +23,7 @@ import (
 	"github.com/gatewaykit/ratelimit/internal/logline"
 	"github.com/gatewaykit/ratelimit/internal/testkit/redistest"
 	"github.com/gatewaykit/ratelimit/internal/timerule"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // The chaos tests break the store under load: they kill its connections,
@@ -322,21 +323,21 @@ type callCountingCounter struct {
 
 type keyCalls struct{ made, answered, allowed uint64 }
 
-var _ Store = (*callCountingCounter)(nil)
+var _ store.Store = (*callCountingCounter)(nil)
 
-func (c *callCountingCounter) Take(ctx context.Context, r Request) (Answer, error) {
-	key := r.Key()
+func (c *callCountingCounter) Take(ctx context.Context, r *store.Request, res *store.Result) error {
+	key := string(r.Key) // a copy: r.Key is valid only during the call
 	c.count(key, func(k *keyCalls) { k.made++ })
-	a, err := c.RedisCounter.Take(ctx, r)
+	err := c.RedisCounter.Take(ctx, r, res)
 	if err == nil {
 		c.count(key, func(k *keyCalls) {
 			k.answered++
-			if a.Allowed {
+			if res.Allowed {
 				k.allowed++
 			}
 		})
 	}
-	return a, err
+	return err
 }
 
 func (c *callCountingCounter) count(key string, f func(*keyCalls)) {
@@ -371,15 +372,15 @@ type counterCall struct {
 	err   error
 }
 
-var _ Store = (*watchedCounter)(nil)
+var _ store.Store = (*watchedCounter)(nil)
 
-func (w *watchedCounter) Take(ctx context.Context, r Request) (Answer, error) {
+func (w *watchedCounter) Take(ctx context.Context, r *store.Request, res *store.Result) error {
 	start := time.Now()
-	a, err := w.RedisCounter.Take(ctx, r)
+	err := w.RedisCounter.Take(ctx, r, res)
 	w.mu.Lock()
 	w.calls = append(w.calls, counterCall{start, time.Since(start), err})
 	w.mu.Unlock()
-	return a, err
+	return err
 }
 
 // since returns the calls that started at from or later.

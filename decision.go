@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gatewaykit/ratelimit/internal/window"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // Decision is how a Limiter decided one request, with the figures the
@@ -65,6 +66,10 @@ type Decision struct {
 	Err error
 
 	policy *policyHeaders
+
+	// The plan the request was decided against (the fallback's own,
+	// when the fallback decided), for Limiter.Release.
+	plan *plan
 
 	// With quotas: the tenant's quotas, every limit's figures (the main
 	// one first), and the limit that Limit, Window and the rest are of:
@@ -154,23 +159,14 @@ func (d Decider) String() string {
 // reports (see window.Limit.Figures): the main limit's, and with quotas
 // every limit's and which of them names the decision.
 
-// limits are the limits of r, main one first, and how many.
-func (r *Request) limits() (ls [maxQuotas + 1]window.Limit, n int) {
-	ls[0] = r.main()
-	if r.set == nil {
-		return ls, 1
-	}
-	return ls, 1 + copy(ls[1:], r.set.lims[window.Kind(r.Algorithm)])
-}
-
 // counted decides into d a request r that a store decided, as a says,
 // against the budget p.
-func (l *Limiter) counted(d *Decision, p *policyHeaders, by Decider, r *Request, a *Answer, err error) {
-	main := r.main()
+func (l *Limiter) counted(d *Decision, p *policyHeaders, by Decider, r *request, a *store.Result, err error) {
+	main := window.Main(r.Budget)
 	f := main.Figures(&a.Counts[0], r.Cost)
 	d.Allowed, d.By, d.Limit, d.Window = a.Allowed, by, int(r.Limit), r.Window
 	d.Remaining, d.Reset, d.RetryAfter = int(f.Remaining), f.Reset, f.Retry
-	d.Err, d.policy, d.quotas, d.named = err, p, r.set, 0
+	d.Err, d.policy, d.plan, d.quotas, d.named = err, p, r.plan, r.set(), 0
 	d.took, d.cost = a.Allowed && by != ByCache, r.Cost
 	if d.took {
 		d.slot, d.marks[0] = r.Slot, a.Counts[0].Mark
@@ -181,7 +177,7 @@ func (l *Limiter) counted(d *Decision, p *policyHeaders, by Decider, r *Request,
 	if r.Algorithm == InFlight && a.Expired > 0 {
 		l.opts.Metrics.slotsExpired(a.Expired)
 	}
-	if r.set != nil {
+	if r.set() != nil {
 		d.quotaFigures(r, a, f)
 	}
 	d.Policy = d.policyName()
@@ -192,9 +188,9 @@ func (l *Limiter) counted(d *Decision, p *policyHeaders, by Decider, r *Request,
 // (Decision.Policy): the one that refused (of several, the one with
 // room again last), or when allowed the one with the fewest units left
 // (of those, the one that resets last). main is the main limit's.
-func (d *Decision) quotaFigures(r *Request, a *Answer, main window.Figures) {
+func (d *Decision) quotaFigures(r *request, a *store.Result, main window.Figures) {
 	if d.took {
-		for j := range r.set.q {
+		for j := range r.Quotas {
 			d.marks[j+1] = a.Counts[j+1].Mark
 		}
 	}
@@ -203,10 +199,10 @@ func (d *Decision) quotaFigures(r *Request, a *Answer, main window.Figures) {
 	if !a.Allowed && a.Counts[0].Fits {
 		retry = -1 // the main limit did not refuse it
 	}
-	lims := r.set.lims[window.Kind(r.Algorithm)]
-	for i := range lims {
+	lims, n := window.Limits(r.Budget)
+	for i := range n - 1 {
 		c := &a.Counts[i+1]
-		q := lims[i]
+		q := lims[i+1]
 		qf := q.Figures(c, r.Cost)
 		f := figure{limit: q.Limit, window: q.Window, remaining: qf.Remaining, reset: qf.Reset}
 		if q.Calendar != 0 {
@@ -235,22 +231,22 @@ func (d *Decision) quotaFigures(r *Request, a *Answer, main window.Figures) {
 // uncounted decides into d the request r that nothing counted, for err:
 // let through, or refused with Options.FailClosed, or for Limiter.Wait.
 // Only the limit and the policy are known.
-func (l *Limiter) uncounted(d *Decision, r *Request, err error) {
+func (l *Limiter) uncounted(d *Decision, r *request, err error) {
 	*d = Decision{Allowed: !l.opts.FailClosed && !d.waiter, waiter: d.waiter, By: ByNone, Limit: int(r.Limit), Window: r.Window, Remaining: -1,
-		Err: err, policy: &l.policy, Policy: l.policy.policy}
+		Err: err, policy: &l.policy, Policy: l.policy.policy, plan: r.plan}
 	l.unknownFigures(d, r)
 	l.decided(d, r)
 }
 
 // unknownFigures gives d, a decision of r without counts, its quotas'
 // limits and windows, a calendar period's on the limiter's clock.
-func (l *Limiter) unknownFigures(d *Decision, r *Request) {
-	if r.set == nil {
+func (l *Limiter) unknownFigures(d *Decision, r *request) {
+	if r.set() == nil {
 		return
 	}
-	d.quotas = r.set
+	d.quotas = r.set()
 	d.lims[0] = figure{limit: r.Limit, window: r.Window, remaining: -1}
-	for i, q := range r.set.q {
+	for i, q := range r.set().q {
 		w := q.window
 		if q.calendar != 0 {
 			start, end := q.calendar.Period(r.Now)
@@ -262,11 +258,11 @@ func (l *Limiter) unknownFigures(d *Decision, r *Request) {
 
 // neverFits decides into d the request r whose cost passes one of its
 // limits, which it is refused by: the first such, the main one first.
-func (l *Limiter) neverFits(d *Decision, r *Request) {
-	*d = Decision{By: ByCounter, Limit: int(r.Limit), Window: r.Window, Remaining: -1, policy: &l.policy, cost: r.Cost}
+func (l *Limiter) neverFits(d *Decision, r *request) {
+	*d = Decision{By: ByCounter, Limit: int(r.Limit), Window: r.Window, Remaining: -1, policy: &l.policy, cost: r.Cost, plan: r.plan}
 	l.unknownFigures(d, r)
-	if r.Cost <= r.Limit && r.set != nil {
-		for i, q := range r.set.q {
+	if r.Cost <= r.Limit && r.set() != nil {
+		for i, q := range r.set().q {
 			if r.Cost > q.limit {
 				d.named, d.Limit, d.Window = i+1, int(q.limit), d.lims[i+1].window
 				break
@@ -278,14 +274,14 @@ func (l *Limiter) neverFits(d *Decision, r *Request) {
 
 // decided counts d in the metrics and, in shadow mode, lets a request
 // that d refuses through.
-func (l *Limiter) decided(d *Decision, r *Request) {
+func (l *Limiter) decided(d *Decision, r *request) {
 	if r.Algorithm == InFlight && d.By != ByNone {
 		l.opts.Metrics.slotsDecided(d.cost, d.took)
 	}
 	if d.took {
 		d.tenant = r.Tenant
-		if r.key.byAddr {
-			d.byAddr, d.addr = true, r.key.addr
+		if r.byAddr {
+			d.byAddr, d.addr = true, r.addr
 		}
 	}
 	if l.opts.Shadow && !d.Allowed {
@@ -306,10 +302,10 @@ func (l *Limiter) decided(d *Decision, r *Request) {
 
 // shadow lets through a request that d refuses, in shadow mode, and logs
 // it.
-func (l *Limiter) shadow(d *Decision, r *Request) {
+func (l *Limiter) shadow(d *Decision, r *request) {
 	d.Allowed, d.Shadowed = true, true
 	l.opts.Metrics.decided(outcomeShadowLimited, d.By)
 	l.shadowed.Record(slog.LevelInfo, "ratelimit: shadow mode let through a request it would have refused",
-		slog.String("tenant", logTenant(r.Tenant)), slog.String("key", r.Key()),
+		slog.String("tenant", logTenant(r.Tenant)), slog.String("key", string(r.Key)),
 		slog.Int("limit", d.Limit), slog.Int("remaining", d.Remaining), slog.String("decided by", d.By.String()))
 }

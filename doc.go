@@ -33,15 +33,15 @@
 // has them, decided on the store's clock; Limiter.Wait, and the
 // middlewares' MaxDelay, wait for a request's turn instead of refusing it.
 //
-// The count lives in a Store: MemoryCounter, the default, counts in this
+// The count lives in a store: MemoryCounter, the default, counts in this
 // process; RedisCounter counts in Redis (single node, cluster, ring or
 // Sentinel), so that N replicas hand out one budget between them instead
-// of N budgets. The Limiter knows nothing of either: it hands the store a
-// Request and reads its Answer, and the store decides, in one atomic step
+// of N budgets. The Limiter knows nothing of either. It hands the store a
+// request and reads its result, and the store decides, in one atomic step
 // per request: a request is counted only when its cost fits, and a
-// refused one spends nothing. A store of your own implements Store. It
-// says what it decides (store.Features): a fixed-window store alone is a
-// store, and NewLimiter names an option it cannot serve. storetest.Run
+// refused one spends nothing. A store of your own implements store.Store.
+// It says what it decides (store.Features): a fixed-window store alone is
+// a store, and NewLimiter names an option it cannot serve. storetest.Run
 // checks it on the cases of what it declares (see docs/stores.md).
 // Limiter.Ping checks the counter at start-up.
 //

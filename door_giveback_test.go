@@ -53,8 +53,9 @@ var doorCosts = []struct {
 
 // allocsPerRequest is the mean allocations of a call of serve. Under
 // -race, sync.Pool drops a quarter of what it is given, at random, so
-// that the frameworks' pools, and the net/http door's pool of writers,
-// allocate now and then: a quarter of an allocation a request for the
+// that every pooled value a request gets allocates now and then: the
+// frameworks', the net/http door's writer, the limiter's request (and a
+// second one to give back): up to 3/4 of an allocation a request for a
 // door. A mean over many calls sees through that, and one allocation a
 // request of a door's own stands out.
 func allocsPerRequest(serve func()) float64 {
@@ -103,11 +104,11 @@ func fiberAllocsPerRequest(t *testing.T, doors ...fiber.Handler) float64 {
 }
 
 // allocatesMore checks that doors allocate no more than bare, the same
-// requests without them: less than 3/4 of an allocation a request more
-// for each door (see allocsPerRequest).
+// requests without them: less than a whole allocation a request more for
+// each door (see allocsPerRequest).
 func allocatesMore(t *testing.T, name string, doors int, allocs, bare float64) {
 	t.Helper()
-	if allocs-bare >= 0.75*float64(doors) {
+	if allocs-bare >= float64(doors) {
 		t.Errorf("%s: %.2f allocations a request, want %.2f as without the limiter", name, allocs, bare)
 	}
 }

@@ -117,7 +117,7 @@ func ExampleMetrics() {
 	metrics := &ratelimit.Metrics{}
 	app := fiber.New()
 	app.Use(ratelimit.RateLimitShared(ratelimit.Config{
-		Counter:       failingStore{},
+		Counter:       ratelimit.CounterStore(failingStore{}),
 		Limit:         100,
 		Window:        time.Minute,
 		Fallback:      ratelimit.NewMemoryCounter(),

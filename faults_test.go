@@ -38,7 +38,7 @@ func (s *switchable) Incr(context.Context, string, time.Duration) (int64, error)
 }
 
 // sharedTrip is the failure of one round trip that several requests
-// shared, as a store reports it (see Store).
+// shared, as a store reports it (see store.Store).
 type sharedTrip struct {
 	trip uint64
 	err  error
@@ -67,7 +67,7 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 	logs := newLogRecorder()
 	m := &Metrics{}
 	app := newApp(fiberHandler(Config{
-		Counter: store, Limit: 100, Window: time.Minute,
+		Counter: CounterStore(store), Limit: 100, Window: time.Minute,
 		BreakerFailures: 3, BreakerCooldown: time.Second, Metrics: m,
 		Logger: logs.logger(),
 	}, clock.Now), nil)
@@ -173,7 +173,7 @@ func TestBreakerSendsOneProbe(t *testing.T) {
 	clock := newFakeClock()
 	store := &blockingStore{release: make(chan struct{})}
 	l, h := newFiberLimiter(Config{
-		Counter: store, Limit: 100, Window: time.Minute, StoreTimeout: time.Minute,
+		Counter: CounterStore(store), Limit: 100, Window: time.Minute, StoreTimeout: time.Minute,
 		BreakerFailures: 1, BreakerCooldown: time.Second,
 		Logger: slog.New(slog.DiscardHandler),
 	}, clock.Now)
@@ -223,7 +223,7 @@ func TestOpenBreakerFailsOpenOrClosed(t *testing.T) {
 		store := &switchable{err: errors.New("connection refused")}
 		m := &Metrics{}
 		app := newApp(fiberHandler(Config{
-			Counter: store, Limit: 100, Window: time.Minute, FailClosed: failClosed,
+			Counter: CounterStore(store), Limit: 100, Window: time.Minute, FailClosed: failClosed,
 			BreakerFailures: 3, BreakerCooldown: time.Second, Metrics: m,
 			Logger: slog.New(slog.DiscardHandler),
 		}, clock.Now), nil)
@@ -265,7 +265,7 @@ func TestOpenBreakerFailsOpenOrClosed(t *testing.T) {
 func breakerApp(threshold int) (app *fiber.App, store *switchable, m *Metrics) {
 	store, m = &switchable{}, &Metrics{}
 	app = newApp(fiberHandler(Config{
-		Counter: store, Limit: 100, Window: time.Minute,
+		Counter: CounterStore(store), Limit: 100, Window: time.Minute,
 		BreakerFailures: threshold, Metrics: m, Logger: slog.New(slog.DiscardHandler),
 	}, newFakeClock().Now), nil)
 	return app, store, m
@@ -338,7 +338,7 @@ func TestFallbackDecidesWhileTheStoreFails(t *testing.T) {
 	logs := newLogRecorder()
 	down := errors.New("down")
 	app := newApp(RateLimitShared(Config{
-		Counter: &fakeCounter{err: down}, Limit: 100, Window: time.Minute,
+		Counter: CounterStore(&fakeCounter{err: down}), Limit: 100, Window: time.Minute,
 		Fallback: NewMemoryCounter(), FallbackLimit: 2, Metrics: m,
 		Logger: logs.logger(),
 	}), nil)
@@ -392,7 +392,7 @@ func TestFailingFallbackFailsOpenOrClosed(t *testing.T) {
 	for _, failClosed := range []bool{false, true} {
 		m := &Metrics{}
 		app := newApp(RateLimitShared(Config{
-			Counter: &fakeCounter{err: errors.New("down")}, Limit: 1, Window: time.Minute,
+			Counter: CounterStore(&fakeCounter{err: errors.New("down")}), Limit: 1, Window: time.Minute,
 			Fallback: broken, FailClosed: failClosed, Metrics: m,
 			Logger: slog.New(slog.DiscardHandler),
 		}), nil)
@@ -417,7 +417,7 @@ func TestFailingFallbackFailsOpenOrClosed(t *testing.T) {
 func TestMetricsCountEachDecision(t *testing.T) {
 	m := &Metrics{}
 	fc := &fakeCounter{}
-	app := newApp(RateLimitShared(Config{Counter: fc, Limit: 2, Window: time.Minute, Metrics: m}), nil)
+	app := newApp(RateLimitShared(Config{Counter: CounterStore(fc), Limit: 2, Window: time.Minute, Metrics: m}), nil)
 	for range 5 {
 		get(t, app, "acme")
 	}
@@ -508,20 +508,20 @@ func keep(pad *[1024]byte) { pad[0] = 1 }
 // ContextTimeoutEnabled (which put the context's).
 var silentStores = []struct {
 	name    string
-	counter func(t *testing.T) Counter
+	counter func(t *testing.T) store.Store
 }{
-	{"Counter that returns when its context ends", func(*testing.T) Counter {
-		return &blockingStore{release: make(chan struct{})}
+	{"Counter that returns when its context ends", func(*testing.T) store.Store {
+		return CounterStore(&blockingStore{release: make(chan struct{})})
 	}},
-	{"RedisCounter on a black hole", func(t *testing.T) Counter {
+	{"RedisCounter on a black hole", func(t *testing.T) store.Store {
 		return silentRedis(t, redis.Options{})
 	}},
-	{"RedisCounter on a black hole, ContextTimeoutEnabled", func(t *testing.T) Counter {
+	{"RedisCounter on a black hole, ContextTimeoutEnabled", func(t *testing.T) store.Store {
 		return silentRedis(t, redis.Options{ContextTimeoutEnabled: true})
 	}},
 	// Timeouts of -2 make go-redis put no deadline on the socket at all,
 	// the context's neither.
-	{"RedisCounter on a black hole, ContextTimeoutEnabled, timeouts -2", func(t *testing.T) Counter {
+	{"RedisCounter on a black hole, ContextTimeoutEnabled, timeouts -2", func(t *testing.T) store.Store {
 		return silentRedis(t, redis.Options{ContextTimeoutEnabled: true, ReadTimeout: -2, WriteTimeout: -2})
 	}},
 }
@@ -679,11 +679,11 @@ type twoNodes struct {
 	down bool
 }
 
-var _ Store = (*twoNodes)(nil)
+var _ store.Store = (*twoNodes)(nil)
 
 // Attach says that the store's keys live on two servers.
-func (n *twoNodes) Attach(Request) (StoreInfo, error) {
-	return StoreInfo{Features: store.All, Server: func(r Request) (int, string) { return n.nodeOf(r.Key()) }}, nil
+func (n *twoNodes) Attach(*store.Budget, bool) (store.Info, error) {
+	return store.Info{Features: store.All, Server: func(key []byte) (int, string) { return n.nodeOf(string(key)) }}, nil
 }
 
 func (n *twoNodes) nodeOf(key string) (int, string) {
@@ -700,15 +700,15 @@ func (n *twoNodes) Incr(ctx context.Context, key string, window time.Duration) (
 	return n.switchable.Incr(ctx, key, window)
 }
 
-func (n *twoNodes) Take(ctx context.Context, r Request) (Answer, error) {
-	c, err := n.Incr(ctx, r.Key(), r.Window)
-	a := Answer{Allowed: c <= r.Limit}
-	a.Counts[0] = store.Count{N: c, Fits: a.Allowed, Left: r.Window, Length: r.Window}
-	return a, err
+func (n *twoNodes) Take(ctx context.Context, r *store.Request, res *store.Result) error {
+	c, err := n.Incr(ctx, string(r.Key), r.Window)
+	res.Allowed = c <= r.Limit
+	res.Counts[0] = store.Count{N: c, Fits: res.Allowed, Left: r.Window, Length: r.Window}
+	return err
 }
 
-func (n *twoNodes) Give(context.Context, Request, store.Marks) error { return nil }
-func (n *twoNodes) Reset(context.Context, Request) error             { return nil }
+func (n *twoNodes) Give(context.Context, *store.Request, store.Marks) error { return nil }
+func (n *twoNodes) Reset(context.Context, *store.Request) error             { return nil }
 
 // Each node of a counter has a breaker of its own: the failures of one
 // node open its breaker alone, and the other node's tenants are still
@@ -797,7 +797,7 @@ func TestAbandonedProbeLeavesTheBreakerToTheNext(t *testing.T) {
 	store := &switchable{err: errors.New("connection refused")}
 	m := &Metrics{}
 	l := newLimiter(Options{
-		Counter: store, Limit: 100, Window: time.Minute, BreakerFailures: 1, BreakerCooldown: time.Second,
+		Counter: CounterStore(store), Limit: 100, Window: time.Minute, BreakerFailures: 1, BreakerCooldown: time.Second,
 		Logger: slog.New(slog.DiscardHandler), Metrics: m,
 	}, clock.Now)
 	l.Take(context.Background(), "acme") // opens it
@@ -825,8 +825,8 @@ func TestAbandonedProbeLeavesTheBreakerToTheNext(t *testing.T) {
 func TestFallbackCallThatTheRequestEndsIsNotLogged(t *testing.T) {
 	rec := newLogRecorder()
 	l := NewLimiter(Options{
-		Counter: &switchable{err: errors.New("connection refused")}, Limit: 10, Window: time.Minute,
-		Fallback: &blockingStore{release: make(chan struct{})}, Logger: rec.logger(),
+		Counter: CounterStore(&switchable{err: errors.New("connection refused")}), Limit: 10, Window: time.Minute,
+		Fallback: CounterStore(&blockingStore{release: make(chan struct{})}), Logger: rec.logger(),
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()

@@ -58,13 +58,13 @@ func (l *Limiter) lacks(what string, need store.Features, counterOnly bool) erro
 	return nil
 }
 
-// lackErr says that what needs the store of field, c, to decide missing,
-// which it does not: a Counter that is not a Store counts by Incr alone.
-func lackErr(what, field string, c Counter, missing store.Features) error {
-	if _, ok := c.(Store); !ok {
-		return fmt.Errorf("%s %s to be a Store; %T counts by Incr alone, in fixed windows at a cost of 1", what, field, c)
+// lackErr says that what needs the store of field, s, to decide missing,
+// which it does not.
+func lackErr(what, field string, s store.Store, missing store.Features) error {
+	if c, ok := s.(counterStore); ok {
+		return fmt.Errorf("%s %s to decide %v; CounterStore(%T) counts by Incr alone, in fixed windows at a cost of 1", what, field, missing, c.c)
 	}
-	return fmt.Errorf("%s %s to decide %v; %T does not declare it in StoreInfo.Features", what, field, missing, c)
+	return fmt.Errorf("%s %s to decide %v; %T does not declare it in store.Info.Features", what, field, missing, s)
 }
 
 // needs is what the quotas of s need of a store; 0 for none.

@@ -18,8 +18,8 @@ type featureStore struct {
 	f store.Features
 }
 
-func (s featureStore) Attach(r Request) (StoreInfo, error) {
-	info, err := s.MemoryCounter.Attach(r)
+func (s featureStore) Attach(b *store.Budget, plans bool) (store.Info, error) {
+	info, err := s.MemoryCounter.Attach(b, plans)
 	info.Features = s.f
 	return info, err
 }
@@ -32,24 +32,24 @@ func TestNewLimiterRefusesWhatAStoreDoesNotDecide(t *testing.T) {
 	hour := Quota{Name: "hour", Limit: 50, Window: time.Hour}
 	for _, c := range []struct {
 		name  string
-		opts  func(s Counter) Options
+		opts  func(s store.Store) Options
 		field string // of the store that lacks it
 		need  store.Features
 		msg   string // the panic starts with it
 	}{
-		{"sliding window", func(s Counter) Options { return Options{Counter: s, Algorithm: SlidingWindow} },
+		{"sliding window", func(s store.Store) Options { return Options{Counter: s, Algorithm: SlidingWindow} },
 			"Counter", store.SlidingWindows, "ratelimit: Algorithm: sliding window needs Counter"},
-		{"token bucket", func(s Counter) Options { return Options{Counter: s, Algorithm: TokenBucket} },
+		{"token bucket", func(s store.Store) Options { return Options{Counter: s, Algorithm: TokenBucket} },
 			"Counter", store.TokenBuckets, "ratelimit: Algorithm: token bucket needs Counter"},
-		{"in flight", func(s Counter) Options { return Options{Counter: s, Algorithm: InFlight} },
+		{"in flight", func(s store.Store) Options { return Options{Counter: s, Algorithm: InFlight} },
 			"Counter", store.Slots, "ratelimit: Algorithm: in flight needs Counter"},
-		{"quotas by window", func(s Counter) Options { return Options{Counter: s, Quotas: []Quota{hour}} },
+		{"quotas by window", func(s store.Store) Options { return Options{Counter: s, Quotas: []Quota{hour}} },
 			"Counter", store.Quotas, "ratelimit: Quotas need Counter"},
-		{"calendar quotas", func(s Counter) Options { return Options{Counter: s, Quotas: []Quota{month}} },
+		{"calendar quotas", func(s store.Store) Options { return Options{Counter: s, Quotas: []Quota{month}} },
 			"Counter", store.Calendars, "ratelimit: Quotas need Counter"},
-		{"leases", func(s Counter) Options { return Options{Counter: s, Leases: true} },
+		{"leases", func(s store.Store) Options { return Options{Counter: s, Leases: true} },
 			"Counter", store.Costs | store.GiveBack, "ratelimit: Leases need Counter"},
-		{"a fallback's sliding window", func(s Counter) Options {
+		{"a fallback's sliding window", func(s store.Store) Options {
 			return Options{Algorithm: SlidingWindow, Fallback: s, FallbackLimit: 10}
 		}, "Fallback", store.SlidingWindows, "ratelimit: Algorithm: sliding window needs Fallback"},
 	} {
@@ -61,8 +61,8 @@ func TestNewLimiterRefusesWhatAStoreDoesNotDecide(t *testing.T) {
 			}
 			msg := panicOf(func() { NewLimiter(opts(store.All &^ c.need)) })
 			if !strings.HasPrefix(msg, c.msg+" to decide "+c.need.String()+";") ||
-				!strings.Contains(msg, "ratelimit.featureStore") || !strings.Contains(msg, "StoreInfo.Features") {
-				t.Errorf("a store without %v: panic %q; want %q to decide %[1]v; naming ratelimit.featureStore and StoreInfo.Features",
+				!strings.Contains(msg, "ratelimit.featureStore") || !strings.Contains(msg, "store.Info.Features") {
+				t.Errorf("a store without %v: panic %q; want %q to decide %[1]v; naming ratelimit.featureStore and store.Info.Features",
 					c.need, msg, c.msg)
 			}
 			if msg := panicOf(func() { NewLimiter(opts(c.need)) }); msg != "no panic" {
@@ -112,8 +112,8 @@ func TestRequestsAStoreDoesNotDecideFailWithoutReachingIt(t *testing.T) {
 		{"SkipFailedRequests", panicOf(func() { FiberMiddleware(lim, Config{SkipFailedRequests: true}) })},
 		{"MaxDelay", panicOf(func() { HTTPMiddleware(bucket, HTTPConfig{MaxDelay: time.Second}) })},
 	} {
-		if !strings.HasPrefix(c.msg, "ratelimit: "+c.field+": ") || !strings.Contains(c.msg, "StoreInfo.Features") {
-			t.Errorf("a middleware's %s on a store without it: panic %q; want one naming %[1]s and StoreInfo.Features", c.field, c.msg)
+		if !strings.HasPrefix(c.msg, "ratelimit: "+c.field+": ") || !strings.Contains(c.msg, "store.Info.Features") {
+			t.Errorf("a middleware's %s on a store without it: panic %q; want one naming %[1]s and store.Info.Features", c.field, c.msg)
 		}
 	}
 }

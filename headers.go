@@ -21,7 +21,7 @@ import (
 //   - Retry-After on a refusal.
 //
 // Several limiters may decide one request (a global one, then a route's):
-// plan decides what each writes, and SetHeaders and SetFastHTTPHeaders
+// planFields decides what each writes, and SetHeaders and SetFastHTTPHeaders
 // only write it.
 
 // Header names in canonical form (fasthttp's and net/http's agree), so
@@ -50,7 +50,7 @@ func (d *Decision) figures() (remaining, reset int64) {
 // FailClosed, nor one whose cost passes the limit.
 func (d *Decision) retryAfter() bool { return !d.Allowed && d.By != ByNone && d.Remaining >= 0 }
 
-// The fields a Decision writes, in the order plan decides them.
+// The fields a Decision writes, in the order planFields decides them.
 const (
 	fLimit = iota
 	fRemaining
@@ -67,9 +67,9 @@ var (
 		[]byte(hPolicy), []byte(hRateLimit), []byte(hRetryAfter)}
 )
 
-// fieldValues is what plan decided a Decision writes: the fields it sets
+// fieldValues is what planFields decided a Decision writes: the fields it sets
 // (their bits in set), each a constant of the policy's (its bit also in
-// fixed) or the bytes [at[i], end[i]) of the buffer that plan appended
+// fixed) or the bytes [at[i], end[i]) of the buffer that planFields appended
 // to. It holds no pointer, so that the buffer can stay on its writer's
 // stack.
 type fieldValues struct {
@@ -91,10 +91,10 @@ func (v *fieldValues) constant(i uint, p *policyHeaders) (b []byte, s string, ok
 	return p.policyItemBytes, p.policyItem, true
 }
 
-// plan decides the fields that d writes into a response, appending the
+// planFields decides the fields that d writes into a response, appending the
 // values it formats to buf, and returns buf. earlier returns the value of
 // field i that an earlier limiter wrote into the same response, empty if
-// none; plan reads only those it needs. This is the whole rule for several
+// none; planFields reads only those it needs. This is the whole rule for several
 // limiters on one request: each appends its item to RateLimit-Policy and
 // RateLimit, while X-RateLimit-* and Retry-After report the most
 // restrictive of them, the fewest requests left and of those the latest
@@ -106,7 +106,7 @@ func (v *fieldValues) constant(i uint, p *policyHeaders) (b []byte, s string, ok
 // says (headerfield.InFlight), and without it they count as a rate's.
 // When nothing counted the request, only the limit and the policy are
 // known. A limiter in shadow mode writes nothing.
-func plan[T string | []byte](d *Decision, buf []byte, earlier func(i int) T) (fieldValues, []byte) {
+func planFields[T string | []byte](d *Decision, buf []byte, earlier func(i int) T) (fieldValues, []byte) {
 	p := d.policy
 	if p == nil || p.shadow {
 		return fieldValues{}, buf // the zero Decision, or nothing to write
@@ -153,7 +153,7 @@ func (d *Decision) appendUsualItem(b []byte) (_ []byte, r, rEnd, t int) {
 	return appendCount(b, window.CeilDiv(d.Reset, time.Second)), r, rEnd, t
 }
 
-// planAll is plan for any decision.
+// planAll is planFields for any decision.
 func planAll[T string | []byte](d *Decision, buf []byte, earlier func(i int) T) (fieldValues, []byte) {
 	var v fieldValues
 	p := d.policy
@@ -261,7 +261,7 @@ func (d *Decision) SetFastHTTPHeaders(h *fasthttp.ResponseHeader) {
 		d.setAnyFastHTTPHeaders(h)
 		return
 	}
-	// plan's usual path, written out: the fields in plan's order.
+	// planFields's usual path, written out: the fields in planFields' order.
 	var buf [128]byte
 	item, r, rEnd, t := d.appendUsualItem(buf[:0])
 	h.SetCanonical(fieldNameBytes[fLimit], d.policy.limitBytes)
@@ -285,7 +285,7 @@ func (d *Decision) setAnyFastHTTPHeaders(h *fasthttp.ResponseHeader) {
 
 func (d *Decision) setFastHTTPHeaders(h *fasthttp.ResponseHeader, buf []byte) {
 	if d.policy == nil || d.policy.shadow {
-		return // as plan: nothing to write
+		return // as planFields: nothing to write
 	}
 	// planAll, not plan: SetFastHTTPHeaders has found that plan's short
 	// path does not apply, and plan would read the earlier fields again.
@@ -313,7 +313,7 @@ func (d *Decision) setFastHTTPHeaders(h *fasthttp.ResponseHeader, buf []byte) {
 // request.
 func (d *Decision) SetHeaders(h http.Header) {
 	var buf [256]byte
-	v, b := plan(d, buf[:0], func(i int) string { return first(h[fieldNames[i]]) })
+	v, b := planFields(d, buf[:0], func(i int) string { return first(h[fieldNames[i]]) })
 	if v.set == 0 {
 		return
 	}

@@ -50,7 +50,7 @@ func TestPlanUsualIsPlanAll(t *testing.T) {
 				if !d.usual() {
 					t.Fatalf("%+v is not usual", f)
 				}
-				v, b := plan(&d, nil, none)
+				v, b := planFields(&d, nil, none)
 				wv, wb := planAll(&d, nil, none)
 				if v != wv || string(b) != string(wb) {
 					t.Errorf("name %q, limit %d, %+v: plan %+v %q, planAll %+v %q", name, limit, f, v, b, wv, wb)
@@ -91,7 +91,7 @@ func TestPlanUsualIsPlanAll(t *testing.T) {
 			}
 			return ""
 		}
-		v, b := plan(&usual, nil, earlier)
+		v, b := planFields(&usual, nil, earlier)
 		wv, wb := planAll(&usual, nil, earlier)
 		if v != wv || string(b) != string(wb) {
 			t.Errorf("over an earlier %s: plan %+v %q, planAll %+v %q", fieldNames[i], v, b, wv, wb)

@@ -51,7 +51,7 @@ type HTTPConfig struct {
 
 	// Cost returns how many units of the budget a request costs, as
 	// Config.Cost does; setup panics when the Limiter cannot count costs
-	// (its Counter or Fallback counts by Incr alone).
+	// (its Counter or Fallback is a CounterStore).
 	//
 	// Optional. Default: every request costs 1
 	Cost func(r *http.Request) int
@@ -78,7 +78,7 @@ type HTTPConfig struct {
 	// handler has returned: only requests that succeed spend the budget.
 	// The status is the one the next handler wrote, 200 when it wrote a
 	// body without WriteHeader or wrote nothing, as net/http answers. It
-	// needs Counter (and Fallback) to be a Store, and HTTPMiddleware
+	// needs stores that give back (not a CounterStore), and HTTPMiddleware
 	// panics for an InFlight Algorithm, whose slots
 	// every request gives back anyway.
 	//

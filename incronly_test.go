@@ -7,15 +7,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatewaykit/ratelimit/store"
 	"github.com/gofiber/fiber/v2"
 )
 
 // A Counter that counts by Incr alone gets fixed windows of cost 1, and
 // everything else is refused with a message that says which field needs a
-// Store: once, after one "ratelimit: ", never "ratelimit: Cost: ratelimit:".
+// store that decides it: once, after one "ratelimit: ", never "ratelimit: Cost: ratelimit:".
 func TestIncrOnlyCounterRefusalsNameEachFieldOnce(t *testing.T) {
 	month := Quota{Name: "month", Limit: 10, Calendar: CalendarMonth}
-	incrOnly := func() Counter { return &fakeCounter{} }
+	incrOnly := func() store.Store { return CounterStore(&fakeCounter{}) }
 	base := func() Options { return Options{Limit: 5, Window: time.Minute, Counter: incrOnly()} }
 	with := func(f func(*Options)) Options { o := base(); f(&o); return o }
 	cases := []struct {
@@ -81,8 +82,8 @@ func TestIncrOnlyCounterRefusalsNameEachFieldOnce(t *testing.T) {
 			if n := strings.Count(msg, c.field+":"); n > 1 {
 				t.Errorf("%q names %s %d times", msg, c.field, n)
 			}
-			if !strings.Contains(msg, "Store") || !strings.Contains(msg, "*ratelimit.fakeCounter") {
-				t.Errorf("%q does not say that the field needs a Store, and which counter it has", msg)
+			if !strings.Contains(msg, " to decide ") || !strings.Contains(msg, "CounterStore(*ratelimit.fakeCounter) counts by Incr alone") {
+				t.Errorf("%q does not say what the field needs a store to decide, and which counter, by Incr alone, it has", msg)
 			}
 		})
 	}

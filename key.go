@@ -49,36 +49,3 @@ func appendAddrKey(dst []byte, prefix string, addr netip.Addr, v6Bits int, algo 
 func appendProbeKey(dst []byte, prefix string, algo Algorithm) []byte {
 	return keys.AppendProbe(dst, prefix, algo == SlidingWindow)
 }
-
-// Key returns the key a store counts r under. It is "rl:<tenant>", or
-// "rl:<name>#<tenant>" for a named limiter, and in braces for a sliding
-// window; the package doc lists every form.
-func (r *Request) Key() string {
-	var buf [maxKeyLen]byte
-	return string(r.appendKey(buf[:0]))
-}
-
-// appendKey appends r's key to dst, which a caller keeps on its stack.
-func (r *Request) appendKey(dst []byte) []byte {
-	if r.probe || r.key.byAddr || r.key.prefix == "" {
-		return r.appendOtherKey(dst)
-	}
-	return appendKey(dst, r.key.prefix, r.Tenant, r.Algorithm)
-}
-
-// appendOtherKey is appendKey for a probe's key, an address's, or a
-// request of its own (no limiter's prefix): apart, so that the usual key's
-// code stays short.
-func (r *Request) appendOtherKey(dst []byte) []byte {
-	prefix := r.key.prefix
-	if prefix == "" {
-		prefix = unnamedPrefix
-	}
-	switch {
-	case r.probe:
-		return appendProbeKey(dst, prefix, r.Algorithm)
-	case r.key.byAddr:
-		return appendAddrKey(dst, prefix, r.key.addr, int(r.key.v6Bits), r.Algorithm)
-	}
-	return appendKey(dst, prefix, r.Tenant, r.Algorithm)
-}

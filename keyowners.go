@@ -2,8 +2,11 @@ package ratelimit
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // Several limiters may share one counter, a global limit and a stricter one
@@ -43,21 +46,18 @@ func (b budget) String() string {
 	return s
 }
 
-// claim records that the limiter r describes (see Store.Attach) counts
-// under its prefix with its budget. When another already does with a
-// different budget, it records nothing and returns an error that says so.
-func (o *keyOwners) claim(r *Request) error {
-	s, err := r.quotaSet()
-	if err != nil {
-		return err
-	}
-	b := budget{int(r.Limit), r.Window, r.Algorithm, r.Burst, r.plans, s.signature()}
+// claim records that the limiter of budget r, with PlanFor when plans
+// (see store.Store's Attach), counts under its prefix with its budget.
+// When another already does with a different budget, it records nothing
+// and returns an error that says so.
+func (o *keyOwners) claim(r *store.Budget, plans bool) error {
+	b := budget{int(r.Limit), r.Window, r.Algorithm, r.Burst, plans, signature(r.Quotas)}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	prefix := r.key.prefix
+	prefix := r.Prefix
 	if prev, ok := o.budgets[prefix]; ok && prev != b {
 		name := ""
-		if prefix != "" {
+		if prefix != unnamedPrefix {
 			name = r.Name
 		}
 		return fmt.Errorf("ratelimit: Name %q: another limiter counts in the same keys of this Counter "+
@@ -68,4 +68,14 @@ func (o *keyOwners) claim(r *Request) error {
 	}
 	o.budgets[prefix] = b
 	return nil
+}
+
+// signature is what two limiters sharing keys must agree on of their
+// quotas: each, in order.
+func signature(qs []store.Quota) string {
+	var b strings.Builder
+	for _, q := range qs {
+		fmt.Fprintf(&b, "%s=%d/%v%v;", q.Name, q.Limit, q.Window, q.Calendar)
+	}
+	return b.String()
 }

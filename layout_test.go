@@ -24,8 +24,11 @@ import (
 // Limiter.Settle), and the eight of the sequence every middleware runs,
 // which a module of its own (fiberv3, a gRPC interceptor) builds on:
 // Middleware and its four methods, MiddlewareConfig, NewMiddleware,
-// Limiter.TenantOf (90: two had gone to package store meanwhile).
-const maxExportedNames = 90
+// Limiter.TenantOf (90: two had gone to package store meanwhile); 82
+// since the store's contract (Store, Request, Answer, StoreInfo and their
+// methods) lives in package store, CounterStore being the root's one new
+// name.
+const maxExportedNames = 82
 
 // parsePackage parses the package's own files, its tests left out, with
 // their comments.
@@ -107,20 +110,20 @@ func TestExportedNames(t *testing.T) {
 // Every file of the library keeps to one concern: no more than 500 lines,
 // but for the test scaffolding under internal/testkit. The root package's
 // own code is the public faces, the Limiter, the doors and the headers,
-// and the one Store in front of a Store, lease.go, which names the
-// package's Request and Answer and so cannot live under internal/ (its
-// blocks do): 5,500 lines until leases, 5,800 since, 6,150 since the
+// and the one store in front of a store, lease.go, which speaks the
+// limiter's own requests and so lives beside them (its blocks live under
+// internal/): 5,500 lines until leases, 5,800 since, 6,150 since the
 // fallback counts Wait's turns and charges the store what it admitted
 // (their tables are under internal/: turns, owed), 6,175 since a store
 // declares its features and the limiter checks each option against them
 // (features.go; the Counter adapter lost its own checks to it), 6,210
 // since a request the store refuses spends what its tenant's block took
 // in meanwhile (lease.go), 6,285 since the three middlewares run one
-// sequence, Middleware, that other modules build on (middleware.go). The
-// seam's types in a package of their own, as database/sql/driver's are,
-// take it back down.
+// sequence, Middleware, that other modules build on (middleware.go), and
+// 6,090 since the seam's types live in a package of their own, store, as
+// database/sql/driver's do.
 func TestFileSizes(t *testing.T) {
-	const maxLines, maxRoot = 500, 6285
+	const maxLines, maxRoot = 500, 6090
 	root := 0
 	err := filepath.WalkDir(".", func(path string, e os.DirEntry, err error) error {
 		if err != nil {

@@ -19,8 +19,8 @@ import (
 // blocks are internal/lease's. Everything else passes through: cold
 // tenants, reads (Usage), waiting requests, InFlight, Ping.
 type leaseStore struct {
-	Store
-	table   *lease.Table[Request] // a hot key's entry keeps its last claim's Request, to give back with
+	store.Store
+	table   *lease.Table[leaseReq] // a hot key's entry keeps its last claim's request, to give back with
 	metrics *Metrics
 	now     func() time.Time // the limiter's clock, for give-backs of idle blocks
 	timeout time.Duration    // a give-back's wait for the store
@@ -43,15 +43,23 @@ const (
 	storeTransacts
 )
 
-func newLeaseStore(s Store, m *Metrics, now func() time.Time, timeout time.Duration) *leaseStore {
-	t := lease.NewTable[Request]()
+// leaseReq is what a hot key's entry keeps of its last claim, to give an
+// idle block back with: the budget, the tenant and the key.
+type leaseReq struct {
+	budget *store.Budget
+	tenant string
+	key    string
+}
+
+func newLeaseStore(s store.Store, m *Metrics, now func() time.Time, timeout time.Duration) *leaseStore {
+	t := lease.NewTable[leaseReq]()
 	t.Expired = func(n int64) { m.leased(leaseExpired, n) }
 	return &leaseStore{Store: s, table: t, metrics: m, now: now, timeout: timeout}
 }
 
 // Attach attaches the limiter to the store behind.
-func (s *leaseStore) Attach(r Request) (StoreInfo, error) {
-	info, err := s.Store.Attach(r)
+func (s *leaseStore) Attach(b *store.Budget, plans bool) (store.Info, error) {
+	info, err := s.Store.Attach(b, plans)
 	if !info.Local {
 		s.slack = time.Millisecond
 	}
@@ -61,35 +69,32 @@ func (s *leaseStore) Attach(r Request) (StoreInfo, error) {
 // leased reports whether r may be decided from a block: a request that
 // takes, now, from a window or a bucket (leasable), of a store that
 // decides.
-func (s *leaseStore) leased(r *Request) bool {
+func (s *leaseStore) leased(r *store.Request) bool {
 	return leasable(r) && s.state.Load() == storeDecides
 }
 
-func leasable(r *Request) bool {
-	return r.Cost > 0 && r.Delay == 0 && r.Algorithm != InFlight && !r.probe
+func leasable(r *store.Request) bool {
+	return r.Cost > 0 && r.Delay == 0 && r.Algorithm != InFlight
 }
 
-// spend decides r, whose key is key, from its tenant's block when it
-// holds r's cost, without the store: the Limiter asks this before its
+// spend decides r from its tenant's block into res when the block holds
+// r's cost, without the store: the Limiter asks this before its
 // over-limit cache and its breaker, which a decision from a block has
 // nothing to do with. holds says that the block holds part of r's cost:
 // the store may then allow r, asked for the rest, where the over-limit
 // cache would refuse it.
-func (s *leaseStore) spend(key []byte, r *Request) (a Answer, spent, holds bool) {
-	if !s.leased(r) {
-		return a, false, false
+func (s *leaseStore) spend(r *request, res *store.Result) (spent, holds bool) {
+	if !s.leased(&r.Request) {
+		return false, false
 	}
-	e := s.table.Lookup(key)
+	e := s.table.Lookup(r.Key)
 	if e == nil {
-		return a, false, false
+		return false, false
 	}
-	c, err := r.call()
-	if err != nil {
-		return a, false, false
-	}
-	ls, n := c.Limits()
+	ls, n := window.Limits(r.Budget)
 	st, spent, held := e.Spend(r.Now.UnixNano(), r.Cost, ls[:n])
-	return answerOf(&st, n), spent, held > 0
+	answer(res, &st, n)
+	return spent, held > 0
 }
 
 // Take decides r: from its tenant's block when the tenant is hot here,
@@ -98,151 +103,150 @@ func (s *leaseStore) spend(key []byte, r *Request) (a Answer, spent, holds bool)
 // claim is refused. Nothing is claimed before the store has answered a
 // request as a store that decides, not by a transaction: a claim that a
 // transaction refused would stay counted, a whole block of it.
-func (s *leaseStore) Take(ctx context.Context, r Request) (Answer, error) {
-	if !leasable(&r) {
-		return s.direct(ctx, &r, nil, 0)
+func (s *leaseStore) Take(ctx context.Context, r *store.Request, res *store.Result) error {
+	if !leasable(r) {
+		return s.direct(ctx, r, res, nil, 0)
 	}
-	var buf [maxKeyLen]byte
 	now := r.Now.UnixNano()
-	key := r.appendKey(buf[:0])
-	var e *lease.Entry[Request]
+	var e *lease.Entry[leaseReq]
 	if s.state.Load() == storeDecides {
-		e = s.table.Hot(key, r.Cost, now)
+		e = s.table.Hot(r.Key, r.Cost, now)
 	}
 	if e == nil {
 		// Cold, or asked before the store's first answer: a block may
 		// be claimed while it is on its way.
-		a, err := s.direct(ctx, &r, nil, 0)
-		return s.refused(ctx, key, nil, &r, a, err)
+		err := s.direct(ctx, r, res, nil, 0)
+		return s.refused(ctx, nil, r, res, err)
 	}
-	c, err := r.call()
-	if err != nil {
-		return Answer{}, err
-	}
-	ls, n := c.Limits()
+	ls, n := window.Limits(r.Budget)
 	for first := true; ; first = false {
 		st := e.Next(now, r.Cost, ls[:n], first)
 		switch {
 		case st.Spent:
-			return answerOf(&st, n), nil
+			answer(res, &st, n)
+			return nil
 		case st.Wait != nil:
 			select {
 			case <-st.Wait:
 				continue
 			case <-ctx.Done(): // the request's doing: not the store's failure
-				return Answer{}, fmt.Errorf("%w (%w)", ErrContextDone, ctx.Err())
+				return fmt.Errorf("%w (%w)", ErrContextDone, ctx.Err())
 			}
 		case st.Claim > 0:
-			if a, ok, err := s.claim(ctx, e, &r, st.Claim, ls[:n]); ok || err != nil {
-				return a, err
+			if ok, err := s.claim(ctx, e, r, res, st.Claim, ls[:n]); ok || err != nil {
+				return err
 			}
 		}
-		a, err := s.topUp(ctx, &r, e, n)
-		return s.refused(ctx, key, e, &r, a, err)
+		err := s.topUp(ctx, r, res, e, n)
+		return s.refused(ctx, e, r, res, err)
 	}
 }
 
-// refused decides r, which the store refused (a; err: it failed), from
-// its tenant's block e (nil: the one key names, hot since) when units came
-// into it while r was on its way, or by the store once more when units of
-// an idle block were on their way back to it (see lease.Entry.Refused).
-func (s *leaseStore) refused(ctx context.Context, key []byte, e *lease.Entry[Request], r *Request, a Answer, err error) (Answer, error) {
-	if err != nil || a.Allowed || a.byTransaction { // (a transaction's refusal stays counted)
-		return a, err
+// refused decides r, which the store refused into res (err: it failed),
+// from its tenant's block e (nil: the one of r's key, hot since) when
+// units came into it while r was on its way, or by the store once more
+// when units of an idle block were on their way back to it (see
+// lease.Entry.Refused).
+func (s *leaseStore) refused(ctx context.Context, e *lease.Entry[leaseReq], r *store.Request, res *store.Result, err error) error {
+	if err != nil || res.Allowed || res.Counted { // (a transaction's refusal stays counted)
+		return err
 	}
 	if e == nil {
-		if e = s.table.Lookup(key); e == nil {
-			return a, nil
+		if e = s.table.Lookup(r.Key); e == nil {
+			return nil
 		}
 	}
-	c, err := r.call()
-	if err != nil {
-		return a, nil
-	}
-	ls, n := c.Limits()
+	ls, n := window.Limits(r.Budget)
 	st, again := e.Refused(r.Now.UnixNano(), r.Cost, ls[:n], ctx.Done())
 	switch {
 	case st.Spent:
-		return answerOf(&st, n), nil
+		answer(res, &st, n)
 	case again:
-		if b, err := s.direct(ctx, r, e, n); err == nil {
-			return b, nil
+		var counts [maxQuotas + 1]store.Count
+		b := store.Result{Counts: counts[:n]}
+		if err := s.direct(ctx, r, &b, e, n); err == nil {
+			res.Allowed, res.Expired, res.Counted = b.Allowed, b.Expired, b.Counted
+			copy(res.Counts, b.Counts)
 		}
 	}
-	return a, nil
+	return nil
 }
 
 // topUp decides r by the store behind, asking it only what r's tenant's
 // block lacks of r's cost when the block holds some of it (see
 // lease.Entry.Hold).
-func (s *leaseStore) topUp(ctx context.Context, r *Request, e *lease.Entry[Request], n int) (Answer, error) {
+func (s *leaseStore) topUp(ctx context.Context, r *store.Request, res *store.Result, e *lease.Entry[leaseReq], n int) error {
 	held, marks := e.Hold(r.Now.UnixNano(), r.Cost)
 	if held == 0 {
-		return s.direct(ctx, r, e, n)
+		return s.direct(ctx, r, res, e, n)
 	}
-	rest := *r
-	rest.Cost -= held
-	a, err := s.direct(ctx, &rest, e, n)
-	if (err != nil || !a.Allowed) && !e.Give(r.Now.UnixNano(), held, &marks, n) {
-		s.giveBack(*r, held, marks) // its block is gone: to the store
+	r.Cost -= held // the rest, asked of the store; r is as it was after
+	err := s.direct(ctx, r, res, e, n)
+	r.Cost += held
+	if (err != nil || !res.Allowed) && !e.Give(r.Now.UnixNano(), held, &marks, n) {
+		s.giveBack(reqOf(r), held, marks) // its block is gone: to the store
 	}
-	return a, err
+	return err
 }
 
-// direct decides r by the store behind, and tells e (nil: none) what it
-// said.
-func (s *leaseStore) direct(ctx context.Context, r *Request, e *lease.Entry[Request], n int) (Answer, error) {
-	a, err := s.Store.Take(ctx, *r)
-	if err != nil {
-		return a, err
+// direct decides r by the store behind, into res, and tells e (nil: none)
+// what it said.
+func (s *leaseStore) direct(ctx context.Context, r *store.Request, res *store.Result, e *lease.Entry[leaseReq], n int) error {
+	if err := s.Store.Take(ctx, r, res); err != nil {
+		return err
 	}
-	if a.byTransaction {
+	if res.Counted {
 		s.state.Store(storeTransacts)
 	} else if s.state.Load() == storeUnknown {
 		s.state.CompareAndSwap(storeUnknown, storeDecides)
 	}
 	if e != nil {
-		res := resultOf(&a)
-		e.Learn(r.Now.UnixNano(), &res, n)
+		e.Learn(r.Now.UnixNano(), res, n)
 	}
-	return a, nil
+	return nil
 }
 
 // claim claims a block of size units for r's tenant, r's cost included,
-// and decides r from it: ok false when the store refused the block (or
-// counts by transactions), which then decides r on its own.
-func (s *leaseStore) claim(ctx context.Context, e *lease.Entry[Request], r *Request, size int64, ls []window.Limit) (Answer, bool, error) {
-	c := *r
-	c.Cost = size
-	a, err := s.Store.Take(ctx, c)
-	var res *window.Result
-	if err == nil && !a.byTransaction {
-		rr := resultOf(&a)
-		res = &rr
+// and decides r from it into res: ok false when the store refused the
+// block (or counts by transactions), which then decides r on its own.
+func (s *leaseStore) claim(ctx context.Context, e *lease.Entry[leaseReq], r *store.Request, res *store.Result, size int64, ls []window.Limit) (bool, error) {
+	cost := r.Cost
+	r.Cost = size // the block; r is as it was after
+	err := s.Store.Take(ctx, r, res)
+	r.Cost = cost
+	var claimed *store.Result
+	if err == nil && !res.Counted {
+		claimed = res
 	}
-	st := e.Claimed(r.Now.UnixNano(), size, r.Cost, ls, res, s.slack, c)
+	st := e.Claimed(r.Now.UnixNano(), size, r.Cost, ls, claimed, s.slack, reqOf(r))
 	switch {
 	case err != nil:
-		return Answer{}, false, err
-	case a.byTransaction:
+		return false, err
+	case res.Counted:
 		// The store stopped deciding (its scripts refused since): the
 		// block was counted whether it fit or not, and is not spent.
 		s.state.Store(storeTransacts)
-		if a.Allowed {
+		if res.Allowed {
 			s.metrics.leased(leaseExpired, size)
 		}
-		return Answer{}, false, nil
+		return false, nil
 	case !st.Spent:
-		return Answer{}, false, nil
+		return false, nil
 	}
 	s.metrics.leased(leaseBlocks, 1)
 	e.Arm(func() { s.idle(e) })
-	return answerOf(&st, len(ls)), true, nil
+	answer(res, &st, len(ls))
+	return true, nil
+}
+
+// reqOf is what an entry keeps of r, a claim's request.
+func reqOf(r *store.Request) leaseReq {
+	return leaseReq{budget: r.Budget, tenant: r.Tenant, key: string(r.Key)}
 }
 
 // idle gives back to the store what is left of e's block when nothing was
 // spent from it for lease.IdleAfter, while its windows last.
-func (s *leaseStore) idle(e *lease.Entry[Request]) {
+func (s *leaseStore) idle(e *lease.Entry[leaseReq]) {
 	give, marks, r := e.Idle(s.now().UnixNano())
 	if give > 0 {
 		s.giveBack(r, give, marks)
@@ -253,12 +257,12 @@ func (s *leaseStore) idle(e *lease.Entry[Request]) {
 // giveBack gives units of a block of r's tenant, whose windows marks
 // name, back to the store while those windows last: units the store
 // cannot take back, it failing, are counted expired.
-func (s *leaseStore) giveBack(r Request, units int64, marks store.Marks) {
+func (s *leaseStore) giveBack(r leaseReq, units int64, marks store.Marks) {
 	now := s.now()
-	r.Cost, r.Now, r.Deadline = units, now, now.Add(s.timeout)
+	g := store.Request{Budget: r.budget, Key: []byte(r.key), Tenant: r.tenant, Cost: units, Now: now, Deadline: now.Add(s.timeout)}
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
-	if err := s.giveToStore(ctx, r, marks); err != nil {
+	if err := s.giveToStore(ctx, &g, marks); err != nil {
 		s.metrics.leased(leaseExpired, units)
 		return
 	}
@@ -267,10 +271,9 @@ func (s *leaseStore) giveBack(r Request, units int64, marks store.Marks) {
 
 // Give gives back into the block a decision was made from while it
 // lasts (a negative cost charges it), else to the store behind.
-func (s *leaseStore) Give(ctx context.Context, r Request, marks store.Marks) error {
+func (s *leaseStore) Give(ctx context.Context, r *store.Request, marks store.Marks) error {
 	if r.Cost != 0 && r.Algorithm != InFlight {
-		var buf [maxKeyLen]byte
-		e := s.table.Lookup(r.appendKey(buf[:0]))
+		e := s.table.Lookup(r.Key)
 		if e != nil && e.Give(r.Now.UnixNano(), r.Cost, &marks, 1+len(r.Quotas)) {
 			return nil
 		}
@@ -281,7 +284,7 @@ func (s *leaseStore) Give(ctx context.Context, r Request, marks store.Marks) err
 // giveToStore is the store behind's Give of r in the windows marks
 // name, whose bucket mark may name a block: a bucket has no windows, and
 // the store knows no blocks.
-func (s *leaseStore) giveToStore(ctx context.Context, r Request, marks store.Marks) error {
+func (s *leaseStore) giveToStore(ctx context.Context, r *store.Request, marks store.Marks) error {
 	if r.Algorithm == TokenBucket && marks[0] != noWindow {
 		marks[0] = 0
 	}
@@ -289,25 +292,16 @@ func (s *leaseStore) giveToStore(ctx context.Context, r Request, marks store.Mar
 }
 
 // Reset drops this replica's block of r's tenant, then resets the store.
-func (s *leaseStore) Reset(ctx context.Context, r Request) error {
-	var buf [maxKeyLen]byte
-	if e := s.table.Lookup(r.appendKey(buf[:0])); e != nil {
+func (s *leaseStore) Reset(ctx context.Context, r *store.Request) error {
+	if e := s.table.Lookup(r.Key); e != nil {
 		e.Drop()
 	}
 	return s.Store.Reset(ctx, r)
 }
 
-// answerOf is the Answer of a request decided from a block.
-func answerOf(st *lease.Step, n int) (a Answer) {
-	a.Allowed = st.Spent
-	for i := range n {
-		a.Counts[i] = st.Counts[i]
-	}
-	return a
-}
-
-// resultOf is a as the window arithmetic has it.
-func resultOf(a *Answer) (r window.Result) {
-	r.Allowed, r.Counts = a.Allowed, a.Counts
-	return r
+// answer writes into res the decision of a request from a block, of n
+// limits.
+func answer(res *store.Result, st *lease.Step, n int) {
+	res.Allowed, res.Expired, res.Counted = st.Spent, 0, false
+	copy(res.Counts, st.Counts[:n])
 }

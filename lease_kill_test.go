@@ -48,7 +48,7 @@ func leaseKillClient(kind, target string) (redis.UniversalClient, error) {
 // request and ends on its own clock; failing closed, so that a store
 // error never passes for an allowed request, and with a StoreTimeout that
 // is about counting, not time, under -race on a busy machine.
-func leaseKillOptions(limit int, w time.Duration, c Counter) Options {
+func leaseKillOptions(limit int, w time.Duration, c store.Store) Options {
 	return Options{Limit: limit, Window: w, Counter: c, Leases: true, FailClosed: true,
 		StoreTimeout: 5 * time.Second, Metrics: &Metrics{}, Logger: newLogRecorder().logger()}
 }
@@ -308,29 +308,29 @@ var errLeaseKillHeld = errors.New("the replica holds its block until it is kille
 // unspent, until the SIGKILL. The child's requests of its tenant cost 1
 // each, so the claim is the first Take of a greater cost.
 type leaseKillStore struct {
-	Store
+	store.Store
 	tenant  string // whose units counted counts (not Ping's probe)
 	held    atomic.Bool
 	counted atomic.Int64 // units of the tenant the store allowed
 	claimed atomic.Int64 // the claim's size
 }
 
-func (s *leaseKillStore) Take(ctx context.Context, r Request) (Answer, error) {
+func (s *leaseKillStore) Take(ctx context.Context, r *store.Request, res *store.Result) error {
 	if s.held.Load() {
-		return Answer{}, errLeaseKillHeld
+		return errLeaseKillHeld
 	}
-	a, err := s.Store.Take(ctx, r)
-	if err == nil && a.Allowed && r.Tenant == s.tenant {
+	err := s.Store.Take(ctx, r, res)
+	if err == nil && res.Allowed && r.Tenant == s.tenant {
 		s.counted.Add(r.Cost)
 		if r.Cost > 1 {
 			s.claimed.Store(r.Cost)
 			s.held.Store(true)
 		}
 	}
-	return a, err
+	return err
 }
 
-func (s *leaseKillStore) Give(ctx context.Context, r Request, marks store.Marks) error {
+func (s *leaseKillStore) Give(ctx context.Context, r *store.Request, marks store.Marks) error {
 	if s.held.Load() {
 		return errLeaseKillHeld
 	}

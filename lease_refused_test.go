@@ -20,7 +20,7 @@ type holdNth struct {
 	open    chan struct{}
 }
 
-func (h *holdNth) Take(ctx context.Context, r Request) (Answer, error) {
+func (h *holdNth) Take(ctx context.Context, r *store.Request, res *store.Result) error {
 	h.mu.Lock()
 	h.calls++
 	held := h.calls == h.n
@@ -29,7 +29,7 @@ func (h *holdNth) Take(ctx context.Context, r Request) (Answer, error) {
 		close(h.entered)
 		<-h.open
 	}
-	return h.MemoryCounter.Take(ctx, r)
+	return h.MemoryCounter.Take(ctx, r, res)
 }
 
 // A request the store refuses because a block was claimed while it was
@@ -70,7 +70,7 @@ func heldRefusalSpendsTheBlock(t *testing.T, held, limit int) {
 			t.Fatalf("request %d: refused; want allowed", i)
 		}
 	}
-	heldAnswer := make(chan Answer)
+	heldAnswer := make(chan *store.Result)
 	go func() { heldAnswer <- take() }()
 	<-h.entered
 	for i := held + 1; i <= limit; i++ {
@@ -101,19 +101,19 @@ type holdGive struct {
 	refused       chan struct{}
 }
 
-func (h *holdGive) Take(ctx context.Context, r Request) (Answer, error) {
-	a, err := h.MemoryCounter.Take(ctx, r)
+func (h *holdGive) Take(ctx context.Context, r *store.Request, res *store.Result) error {
+	err := h.MemoryCounter.Take(ctx, r, res)
 	select {
 	case <-h.entered:
-		if err == nil && !a.Allowed {
+		if err == nil && !res.Allowed {
 			h.refusal.Do(func() { close(h.refused) })
 		}
 	default:
 	}
-	return a, err
+	return err
 }
 
-func (h *holdGive) Give(ctx context.Context, r Request, marks store.Marks) error {
+func (h *holdGive) Give(ctx context.Context, r *store.Request, marks store.Marks) error {
 	held := false
 	h.once.Do(func() { held = true })
 	if held {
@@ -144,7 +144,7 @@ func TestLeasesARefusalWaitsForAnIdleBlocksGiveBack(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the block of the ninth request was not given back in 10 s: the test no longer makes the tenant hot")
 	}
-	tenth := make(chan Answer)
+	tenth := make(chan *store.Result)
 	go func() { tenth <- take() }()
 	<-h.refused // by the store, which counts the unit on its way back
 	close(h.open)
@@ -157,17 +157,16 @@ func TestLeasesARefusalWaitsForAnIdleBlocksGiveBack(t *testing.T) {
 }
 
 // leaseTaker returns a function that Takes from s, at clock's time, a
-// request of tenant "t" at a cost of 1 and a limit of limit a minute. It
-// may be called from any goroutine.
-func leaseTaker(t *testing.T, s Store, clock *fakeClock, limit int64) func() Answer {
-	r := Request{Tenant: "t", Name: "default", Algorithm: FixedWindow, Cost: 1, Limit: limit, Window: time.Minute}
-	return func() Answer {
-		r := r
-		r.Now = clock.Now()
-		a, err := s.Take(context.Background(), r)
-		if err != nil {
+// request of tenant "t" (key "rl:t") at a cost of 1 and a limit of limit
+// a minute. It may be called from any goroutine.
+func leaseTaker(t *testing.T, s store.Store, clock *fakeClock, limit int64) func() *store.Result {
+	b := &store.Budget{Prefix: "rl:", Name: "default", Algorithm: store.FixedWindow, Limit: limit, Window: time.Minute}
+	return func() *store.Result {
+		r := store.Request{Budget: b, Key: []byte("rl:t"), Tenant: "t", Cost: 1, Now: clock.Now()}
+		res := &store.Result{Counts: make([]store.Count, 1+len(b.Quotas))}
+		if err := s.Take(context.Background(), &r, res); err != nil {
 			t.Errorf("Take: %v", err)
 		}
-		return a
+		return res
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatewaykit/ratelimit/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -196,10 +197,9 @@ func TestLeasesReset(t *testing.T) {
 func TestLeasesGiveBackAndExpire(t *testing.T) {
 	lim, clock := hotLimiter(t, Options{Limit: 1000, Window: time.Minute})
 	m := lim.opts.Metrics
-	var buf [maxKeyLen]byte
-	r := lim.base
-	r.Tenant = "hot"
-	e := lim.leases.table.Lookup(r.appendKey(buf[:0]))
+	r := lim.newRequest("hot", clock.Now())
+	e := lim.leases.table.Lookup(r.Key)
+	r.free()
 	if e == nil {
 		t.Fatal("the hot tenant has no entry")
 	}
@@ -337,13 +337,12 @@ func TestLeasesCosts(t *testing.T) {
 			t.Fatalf("%d allowed, %d blocks claimed; want from blocks, at most 20, at least 18 (3 replicas × 4 units held)", first, blocks)
 		}
 		for _, l := range lims {
-			r := l.base
-			r.Tenant = tenant
-			var buf [maxKeyLen]byte
-			if e := l.leases.table.Lookup(r.appendKey(buf[:0])); e != nil {
+			r := l.newRequest(tenant, time.Now())
+			if e := l.leases.table.Lookup(r.Key); e != nil {
 				l.leases.idle(e)
 				l.leases.idle(e)
 			}
+			r.free()
 		}
 		if second := burst(); first+second != 20 {
 			t.Fatalf("%d allowed, then %d once the blocks were given back; want 20 in all", first, second)
@@ -413,12 +412,12 @@ type claimGate struct {
 	once     sync.Once
 }
 
-func (g *claimGate) Take(ctx context.Context, r Request) (Answer, error) {
+func (g *claimGate) Take(ctx context.Context, r *store.Request, res *store.Result) error {
 	if r.Cost > 1 {
 		g.once.Do(func() { close(g.claiming) })
 		<-g.open
 	}
-	return g.MemoryCounter.Take(ctx, r)
+	return g.MemoryCounter.Take(ctx, r, res)
 }
 
 // A request that waits for its tenant's claim in flight and whose context

@@ -30,11 +30,10 @@ import (
 type Limiter struct {
 	opts Options
 
-	// The stores: Options.Counter and Options.Fallback as Stores (a
-	// Counter that counts by Incr alone made one, see counterStore), what
-	// the first said of itself, and what each decides (features.go).
-	store, fallback            Store
-	info                       StoreInfo
+	// The stores: Options.Counter and Options.Fallback, what the first
+	// said of itself, and what each decides (features.go).
+	store, fallback            store.Store
+	info                       store.Info
 	features, fallbackFeatures store.Features
 
 	// leases is store, with Options.Leases; else nil.
@@ -55,7 +54,7 @@ type Limiter struct {
 
 	// What the fallback admitted, owed to the store (see chargeOwed); nil
 	// where usage is.
-	owed *owed.Table[Request, under]
+	owed *owed.Table[owedReq, under]
 
 	// The turns reserved on the store and not started, for the fallback
 	// of a TokenBucket; nil where usage is, or for another algorithm.
@@ -80,9 +79,12 @@ type Limiter struct {
 	quotas     *quotaSet
 	planQuotas planQuotas
 
-	// base is every Request's start: the limiter's algorithm, main limit,
-	// quotas and key prefix, at a cost of 1.
-	base Request
+	// The limiter's own plan, its plans of PlanFor, and Ping's (a limit
+	// of 1); the start of its keys.
+	own    *plan
+	plans  planCache
+	probe  *plan
+	prefix string
 
 	wiring door.Wiring
 
@@ -123,12 +125,13 @@ func newLimiter(opts Options, now func() time.Time) *Limiter {
 	if opts.Fallback != nil {
 		l.quotas = l.quotas.withFallback(l.fallbackLimit)
 	}
-	l.base = Request{Algorithm: opts.Algorithm, Cost: 1, Name: l.policy.policy, Limit: int64(opts.Limit),
-		Window: opts.Window, key: keyOf{prefix: keyPrefix(opts.Name), v6Bits: uint8(opts.IPv6Prefix)}}
+	l.prefix = cmp.Or(keyPrefix(opts.Name), unnamedPrefix)
+	var burst int64
 	if opts.Algorithm == TokenBucket {
-		l.base.Burst = int64(cmp.Or(opts.Burst, opts.Limit))
+		burst = int64(cmp.Or(opts.Burst, opts.Limit))
 	}
-	l.base.setQuotas(l.quotas)
+	l.own = l.newPlan(int64(opts.Limit), opts.Window, burst, l.quotas)
+	l.probe = l.planAt(1, time.Millisecond, burst, l.quotas.probeSet())
 	l.attach()
 	if opts.Metrics != nil && !opts.Metrics.attached.CompareAndSwap(false, true) {
 		panic("ratelimit: Metrics is already used by another limiter")
@@ -141,7 +144,7 @@ func newLimiter(opts Options, now func() time.Time) *Limiter {
 	if !l.info.Local && l.fallback != nil && opts.Algorithm != InFlight {
 		l.usage = newUsageMemory(keysBound(opts.Fallback), opts.Metrics)
 		if l.features.Has(store.GiveBack) { // a store that cannot give back cannot be charged
-			l.owed = owed.New[Request, under](keysBound(opts.Fallback), opts.Metrics.owedChanged)
+			l.owed = owed.New[owedReq, under](keysBound(opts.Fallback), opts.Metrics.owedChanged)
 		}
 		if opts.Algorithm == TokenBucket {
 			l.turns = turns.New(keysBound(opts.Fallback))
@@ -161,45 +164,32 @@ func newLimiter(opts Options, now func() time.Time) *Limiter {
 	return l
 }
 
-// attach makes Stores of Options.Counter and Options.Fallback, attaches
-// the limiter to each (Store.Attach), panicking with its refusal, and
-// refuses the options a store cannot serve (features.go).
+// attach attaches the limiter to Options.Counter and Options.Fallback
+// (Store.Attach), panicking with a store's refusal, and refuses the
+// options a store cannot serve (features.go).
 func (l *Limiter) attach() {
 	opts := &l.opts
-	l.store = asStore(opts.Counter)
+	l.store = opts.Counter
 	if opts.Fallback != nil {
-		l.fallback = asStore(opts.Fallback)
+		l.fallback = opts.Fallback
 	}
 	if opts.Leases {
 		l.leases = newLeaseStore(l.store, opts.Metrics, l.clock.mono, opts.StoreTimeout)
 		l.store = l.leases
 	}
-	r := l.base
-	r.probe, r.plans = true, opts.PlanFor != nil
-	info, err := l.store.Attach(r)
+	info, err := l.store.Attach(&l.own.Budget, opts.PlanFor != nil)
 	if err != nil {
 		panic(err.Error())
 	}
 	l.info, l.features = info, info.Features
 	if l.fallback != nil {
-		r.Limit = int64(opts.FallbackLimit)
-		r.setQuotas(l.quotas.fallbackSet())
-		info, err := l.fallback.Attach(r)
+		info, err := l.fallback.Attach(&l.own.fallback.Budget, opts.PlanFor != nil)
 		if err != nil {
 			panic(err.Error())
 		}
 		l.fallbackFeatures = info.Features
 	}
 	l.checkFeatures()
-}
-
-// asStore is c as a Store: c itself, or, for a Counter that counts by
-// Incr alone, a Store that counts with it (see counterStore).
-func asStore(c Counter) Store {
-	if s, ok := c.(Store); ok {
-		return s
-	}
-	return counterStore{c}
 }
 
 // Take counts one request of tenant and decides it. tenant "" is a request
@@ -221,8 +211,8 @@ func (l *Limiter) Take(ctx context.Context, tenant string) (d Decision) {
 // allowed when n fits in what is left, and a refused one spends nothing. A
 // cost above the limit is refused at once, without asking the counter. A
 // cost below 1 is the gateway's mistake: it counts as 1, and is logged. A
-// cost above 1 needs Options.Counter to be a Store; with a Counter that
-// counts by Incr alone, such a request is decided as a counter failure.
+// cost above 1 needs a store that decides costs; with a CounterStore,
+// such a request is decided as a counter failure.
 func (l *Limiter) TakeN(ctx context.Context, tenant string, n int) (d Decision) {
 	l.take(ctx, &d, tenant, n)
 	return d
@@ -249,9 +239,9 @@ func (l *Limiter) TakeAddrN(ctx context.Context, addr netip.Addr, n int) (d Deci
 // takeAddr is TakeAddrN into d, for Middleware, which keeps its Decision
 // on its caller's stack.
 func (l *Limiter) takeAddr(ctx context.Context, d *Decision, addr netip.Addr, cost int) {
-	r := l.base
-	r.Now, r.key.addr, r.key.byAddr = l.clock.mono(), addr, true
-	l.takeAny(ctx, d, &r, cost)
+	r := l.newAddrRequest(addr, l.clock.mono())
+	l.takeAny(ctx, d, r, cost)
+	r.free()
 }
 
 // take decides into d the request of tenant, of cost. It fills d in
@@ -264,24 +254,24 @@ func (l *Limiter) takeAddr(ctx context.Context, d *Decision, addr netip.Addr, co
 // that calls for every rare case is long, and the code of one request had
 // outgrown the instruction cache: takeAny keeps those calls away.
 func (l *Limiter) take(ctx context.Context, d *Decision, tenant string, cost int) {
-	r := l.base
-	r.Tenant, r.Now = tenant, l.clock.mono()
-	if !l.info.Local || cost != 1 || l.opts.PlanFor != nil || r.set != nil || r.Algorithm == InFlight {
-		l.takeAny(ctx, d, &r, cost)
+	r := l.newRequest(tenant, l.clock.mono())
+	defer r.free()
+	if !l.info.Local || cost != 1 || l.opts.PlanFor != nil || l.quotas != nil || l.opts.Algorithm == InFlight {
+		l.takeAny(ctx, d, r, cost)
 		return
 	}
 	// Nothing to time or break: a local store never waits.
-	a, err := l.store.Take(ctx, r)
-	if err != nil {
-		l.failed(ctx, d, &r, err)
+	res := r.result()
+	if err := l.store.Take(ctx, &r.Request, res); err != nil {
+		l.failed(ctx, d, r, err)
 		return
 	}
-	l.counted(d, &l.policy, ByCounter, &r, &a, nil)
-	l.decided(d, &r)
+	l.counted(d, &l.policy, ByCounter, r, res, nil)
+	l.decided(d, r)
 }
 
 // takeAny is take for any request, r holding the limiter's own budget.
-func (l *Limiter) takeAny(ctx context.Context, d *Decision, r *Request, cost int) {
+func (l *Limiter) takeAny(ctx context.Context, d *Decision, r *request, cost int) {
 	if r.Algorithm == InFlight {
 		r.Slot = slotSeq.Add(1)
 	}
@@ -291,10 +281,10 @@ func (l *Limiter) takeAny(ctx context.Context, d *Decision, r *Request, cost int
 	if l.opts.PlanFor != nil {
 		l.planned(r)
 	}
-	if r.set != nil && r.set.calendar {
+	if r.set() != nil && r.set().calendar {
 		r.Now = l.clock.Now() // a calendar period follows the wall clock
 	}
-	if r.Cost > r.most() || r.set != nil && r.set.neverFits(r.Cost) {
+	if r.Cost > r.Most() || r.set() != nil && r.set().neverFits(r.Cost) {
 		// It never fits: no need to ask.
 		l.neverFits(d, r)
 		l.decided(d, r)
@@ -309,22 +299,18 @@ func (l *Limiter) takeAny(ctx context.Context, d *Decision, r *Request, cost int
 		l.takeFromStore(ctx, d, r)
 		return
 	}
-	a, err := l.store.Take(ctx, *r)
-	if err != nil {
+	res := r.result()
+	if err := l.store.Take(ctx, &r.Request, res); err != nil {
 		l.failed(ctx, d, r, err)
 		return
 	}
-	l.counted(d, &l.policy, ByCounter, r, &a, nil)
+	l.counted(d, &l.policy, ByCounter, r, res, nil)
 	l.decided(d, r)
 }
 
-// slotSeq names the slots of the process's requests in flight, one number
-// each.
-var slotSeq atomic.Uint64
-
 // setCost sets r's cost to cost, a request's cost other than 1: one below
 // 1 is the gateway's mistake, logged, and counts as 1.
-func (l *Limiter) setCost(r *Request, cost int) {
+func (l *Limiter) setCost(r *request, cost int) {
 	if cost < 1 {
 		l.mistakes.Record(slog.LevelError, "ratelimit: a request's cost is below 1; it counts as 1",
 			slog.String("tenant", logTenant(r.Tenant)), slog.Int("cost", cost))
@@ -344,16 +330,16 @@ func (l *Limiter) badCostAfter(tenant string, cost int) {
 // planned sets r to its tenant's plan. A plan that cannot be (or a
 // PlanFor that panics) is the gateway's mistake: it is logged, and r
 // keeps the limiter's own budget, so that no bad plan means unlimited.
-func (l *Limiter) planned(r *Request) {
+func (l *Limiter) planned(r *request) {
 	if err := l.plan(r); err != nil {
 		l.badPlans.Record(slog.LevelError, "ratelimit: PlanFor gave no valid plan; the request is decided by the limiter's own Limit, Window and Quotas",
 			slog.String("tenant", logTenant(r.Tenant)), slog.Any("err", err))
 	}
 }
 
-// plan sets r's limit, window and quotas to its tenant's plan, or
-// returns why it cannot, leaving r as it was.
-func (l *Limiter) plan(r *Request) error {
+// plan sets r's budget to its tenant's plan, or returns why it cannot,
+// leaving r as it was.
+func (l *Limiter) plan(r *request) error {
 	p, err := l.planFor(r.Tenant)
 	if err != nil {
 		return err
@@ -361,16 +347,17 @@ func (l *Limiter) plan(r *Request) error {
 	if p.Limit == 0 && p.Window == 0 && p.Quotas == nil && p.Burst == 0 {
 		return nil
 	}
-	if err := p.check(r.Algorithm); err != nil {
+	if err := p.check(l.opts.Algorithm); err != nil {
 		return err
 	}
-	if len(p.Quotas) > 0 && r.Algorithm == InFlight {
+	if len(p.Quotas) > 0 && l.opts.Algorithm == InFlight {
 		return errors.New("ratelimit: Plan.Quotas: an InFlight limiter has no quotas")
 	}
+	set := l.quotas
 	if p.Quotas != nil && len(p.Quotas) == 0 {
-		r.setQuotas(nil)
+		set = nil
 	} else if p.Quotas != nil {
-		s, err := l.planQuotas.get(p.Quotas, func() (*quotaSet, error) {
+		set, err = l.planQuotas.get(p.Quotas, func() (*quotaSet, error) {
 			s, err := newQuotaSet("Plan.Quotas", p.Quotas, l.policy.policy)
 			if err == nil && s != nil {
 				if lack := l.lacks("Plan.Quotas need", s.needs(), false); lack != nil {
@@ -385,18 +372,13 @@ func (l *Limiter) plan(r *Request) error {
 		if err != nil {
 			return err
 		}
-		r.setQuotas(s)
 	}
-	if p.Limit != 0 {
-		r.Limit = int64(p.Limit)
-	}
-	if p.Window != 0 {
-		r.Window = p.Window
-	}
-	if r.Algorithm == TokenBucket {
+	k := planKey{limit: cmp.Or(int64(p.Limit), l.own.Limit), window: cmp.Or(p.Window, l.own.Window), set: set}
+	if l.opts.Algorithm == TokenBucket {
 		// The plan's Burst, else Options.Burst, else the plan's Limit.
-		r.Burst = int64(cmp.Or(p.Burst, l.opts.Burst, p.Limit, l.opts.Limit))
+		k.burst = int64(cmp.Or(p.Burst, l.opts.Burst, p.Limit, l.opts.Limit))
 	}
+	r.setPlan(l.plans.get(k, l.newPlan))
 	return nil
 }
 

@@ -12,10 +12,10 @@ import (
 	"github.com/gatewaykit/ratelimit/store"
 )
 
-// MemoryCounter is a Store that lives in the process: the zero-dependency
+// MemoryCounter is a store that lives in the process: the zero-dependency
 // default, right for a single replica. Its windows behave like
 // RedisCounter's, fixed or sliding (see Algorithm), and it decides
-// everything a Store does: costs, quotas, InFlight, giving back, Usage and
+// everything a store may: costs, quotas, InFlight, giving back, Usage and
 // Reset, each request in one step. It counts on the Limiter's clock
 // (Request.Now); a sliding window is aligned on multiples of its length
 // on that clock.
@@ -52,7 +52,7 @@ type MemoryCounter struct {
 	now func() time.Time
 }
 
-var _ Store = (*MemoryCounter)(nil)
+var _ store.Store = (*MemoryCounter)(nil)
 
 // A MemoryOption configures the MemoryCounter that NewMemoryCounter
 // returns: MaxKeys. The zero MemoryOption changes nothing.
@@ -126,7 +126,7 @@ func (m *MemoryCounter) Evicted() uint64 { return m.engine.Evicted() }
 
 // keysBound is the most keys c holds when it is a MemoryCounter (its
 // MaxKeys), else the default bound of one.
-func keysBound(c Counter) int {
+func keysBound(c store.Store) int {
 	if m, ok := c.(*MemoryCounter); ok {
 		return m.engine.Bound()
 	}
@@ -161,73 +161,48 @@ func (m *MemoryCounter) Incr(_ context.Context, key string, window time.Duration
 	return n, nil
 }
 
-// Attach claims r's keys for its limiter: two limiters with the same Name
+// Attach claims b's keys for its limiter: two limiters with the same Name
 // (or none) count in the same keys, so they must agree on the budget. A
 // MemoryCounter is local, called without deadline or breaker.
-func (m *MemoryCounter) Attach(r Request) (StoreInfo, error) {
-	return StoreInfo{Features: store.All, Local: true}, m.owners.claim(&r)
+func (m *MemoryCounter) Attach(b *store.Budget, plans bool) (store.Info, error) {
+	return store.Info{Features: store.All, Local: true}, m.owners.claim(b, plans)
 }
 
-// Take decides r in one step. A live window costs no allocation: the key
-// is built on the stack, and the engine copies it only into a new window.
-func (m *MemoryCounter) Take(_ context.Context, r Request) (a Answer, err error) {
+// Take decides r in one step. A live window costs no allocation: the
+// engine copies the key only into a new window.
+func (m *MemoryCounter) Take(_ context.Context, r *store.Request, res *store.Result) error {
 	if len(r.Quotas) != 0 || r.Algorithm == InFlight || r.Cost == 0 {
-		return m.take(&r)
+		return m.take(r, res)
 	}
-	// The usual request: one window, without an engine call's arguments
-	// to build.
-	var buf [maxKeyLen]byte
-	st := &a.Counts[0]
+	// The usual request: one window, in the engine's shortest path.
+	st := &res.Counts[0]
+	var err error
 	if r.Algorithm == TokenBucket {
 		b := window.NewBucket(r.Limit, r.Window, r.Burst)
-		err = m.engine.TakeBucket(r.appendKey(buf[:0]), b, r.Cost, r.Delay, memstore.Nanos(r.Now), st)
-		a.Allowed = st.Fits
-		return a, memoryError(err)
+		err = m.engine.TakeBucket(r.Key, b, r.Cost, r.Delay, memstore.Nanos(r.Now), st)
+	} else {
+		err = m.engine.TakeWindow(r.Key, r.Algorithm, r.Cost, r.Limit, r.Window, memstore.Nanos(r.Now), st)
 	}
-	if err := m.engine.TakeWindow(r.appendKey(buf[:0]), r.Algorithm, r.Cost, r.Limit, r.Window, memstore.Nanos(r.Now), st); err != nil {
-		return Answer{}, memoryError(err)
-	}
-	a.Allowed = st.Fits
-	return a, nil
+	res.Allowed = st.Fits
+	return memoryError(err)
 }
 
 // take is Take for a request with quotas, of slots in flight, or a read.
-func (m *MemoryCounter) take(r *Request) (a Answer, err error) {
-	var buf [maxKeyLen]byte
-	key := r.appendKey(buf[:0])
-	c, err := r.call()
-	if err != nil {
-		return a, err
-	}
-	var res window.Result
+func (m *MemoryCounter) take(r *store.Request, res *store.Result) error {
 	if r.Cost == 0 {
-		err = m.engine.Read(key, &c, &res)
-	} else {
-		err = m.engine.Take(key, &c, &res)
+		return memoryError(m.engine.Read(r, res))
 	}
-	if err != nil {
-		return a, memoryError(err)
-	}
-	a.fill(&res, c.Quotas)
-	return a, nil
+	return memoryError(m.engine.Take(r, res))
 }
 
-// Give gives back what a Take of r took (see Store).
-func (m *MemoryCounter) Give(_ context.Context, r Request, marks store.Marks) error {
-	var buf [maxKeyLen]byte
-	key := r.appendKey(buf[:0])
-	c, err := r.call()
-	if err != nil {
-		return err
-	}
-	c.Marks = marks
-	return memoryError(m.engine.Give(key, &c))
+// Give gives back what a Take of r took (see store.Store).
+func (m *MemoryCounter) Give(_ context.Context, r *store.Request, marks store.Marks) error {
+	return memoryError(m.engine.Give(r, marks))
 }
 
 // Reset ends r's windows at once.
-func (m *MemoryCounter) Reset(_ context.Context, r Request) error {
-	var buf [maxKeyLen]byte
-	return memoryError(m.engine.Reset(r.appendKey(buf[:0]), r.Now))
+func (m *MemoryCounter) Reset(_ context.Context, r *store.Request) error {
+	return memoryError(m.engine.Reset(r.Key, r.Now))
 }
 
 // memoryError is err as a MemoryCounter returns it.
@@ -236,13 +211,4 @@ func memoryError(err error) error {
 		return errClosed
 	}
 	return err
-}
-
-// fill fills in a from an engine's result for a request whose quotas are
-// quotas: the main limit's count and each quota's.
-func (a *Answer) fill(r *window.Result, quotas []window.Limit) {
-	a.Allowed, a.Expired = r.Allowed, r.Expired
-	for j := range 1 + len(quotas) {
-		a.Counts[j] = r.Counts[j]
-	}
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // The MemoryCounter's table, its bound and its sweeps are the engine's, and
@@ -25,8 +27,10 @@ func TestMemoryCounterClose(t *testing.T) {
 	if _, err := m.Incr(context.Background(), "rl:acme", time.Minute); !errors.Is(err, errClosed) {
 		t.Fatalf("Incr after Close = %v, want errClosed", err)
 	}
-	r := Request{Tenant: "acme", Cost: 1, Name: "default", Limit: 10, Window: time.Minute, Now: time.Now()}
-	if _, err := m.Take(context.Background(), r); !errors.Is(err, errClosed) {
+	b := &store.Budget{Prefix: "rl:", Name: "default", Algorithm: store.FixedWindow, Limit: 10, Window: time.Minute}
+	r := store.Request{Budget: b, Key: []byte("rl:acme"), Tenant: "acme", Cost: 1, Now: time.Now()}
+	res := store.Result{Counts: make([]store.Count, 1+len(b.Quotas))}
+	if err := m.Take(context.Background(), &r, &res); !errors.Is(err, errClosed) {
 		t.Fatalf("Take after Close = %v, want errClosed", err)
 	}
 }

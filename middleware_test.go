@@ -61,7 +61,7 @@ func ExampleNewMiddleware() {
 // Limiter cannot serve.
 func TestNewMiddlewareNamesTheField(t *testing.T) {
 	lim := ratelimit.NewLimiter(ratelimit.Options{Limit: 10, Window: time.Minute})
-	incrOnly := ratelimit.NewLimiter(ratelimit.Options{Limit: 10, Window: time.Minute, Counter: incrCounter{}})
+	incrOnly := ratelimit.NewLimiter(ratelimit.Options{Limit: 10, Window: time.Minute, Counter: ratelimit.CounterStore(incrCounter{})})
 	tenant := func(*job) (string, bool) { return "", false }
 	for _, c := range []struct {
 		name  string

@@ -317,7 +317,7 @@ func TestPlainClientOnAClusterNode(t *testing.T) {
 	for i := 0; here == "" || there == ""; i++ {
 		tenant := "t" + strconv.Itoa(i)
 		var buf [maxKeyLen]byte
-		node, err := cluster.MasterForKey(ctx, string(appendKey(buf[:0], lim.base.key.prefix, tenant, FixedWindow)))
+		node, err := cluster.MasterForKey(ctx, string(appendKey(buf[:0], lim.prefix, tenant, FixedWindow)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatewaykit/ratelimit/store"
 	"github.com/gofiber/fiber/v2"
 	"github.com/redis/go-redis/v9"
 )
@@ -14,7 +15,7 @@ import (
 // Limiters that agree on the budget may share keys, and differently named
 // ones share a counter freely; TestConfigPanics has the cases that panic.
 func TestLimitersSharingACounter(t *testing.T) {
-	for _, c := range []Counter{claimedCounter(""), claimedRedisCounter()} {
+	for _, c := range []store.Store{claimedCounter(""), claimedRedisCounter()} {
 		RateLimitShared(Config{Counter: c, Limit: 10, Window: time.Second}) // the same budget: shared on purpose
 		RateLimitShared(Config{Counter: c, Name: "route", Limit: 2, Window: time.Minute})
 		RateLimitShared(Config{Counter: c, Name: "other", Limit: 3, Window: time.Hour})
@@ -23,7 +24,7 @@ func TestLimitersSharingACounter(t *testing.T) {
 
 // twoLimiterApp is a gateway with a global limiter on every route and a
 // stricter one on /expensive, both on counter.
-func twoLimiterApp(counter Counter, global, route Config) *fiber.App {
+func twoLimiterApp(counter store.Store, global, route Config) *fiber.App {
 	global.Counter, route.Counter = counter, counter
 	app := fiber.New()
 	app.Use(func(c *fiber.Ctx) error {
@@ -64,7 +65,7 @@ func checkHeaders(t *testing.T, what string, resp *http.Response, want wantHeade
 
 // testTwoLimiters spends a global budget of 10 per 10 s and a route's of
 // 2 per minute on one counter: each route request counts once in each.
-func testTwoLimiters(t *testing.T, counter Counter, tenant string, count func(key string) int64) {
+func testTwoLimiters(t *testing.T, counter store.Store, tenant string, count func(key string) int64) {
 	app := twoLimiterApp(counter,
 		Config{Name: "global", Limit: 10, Window: 10 * time.Second},
 		Config{Name: "expensive", Limit: 2, Window: time.Minute})

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // Options configures a Limiter: the budget, the counter, and what happens
@@ -14,11 +16,11 @@ type Options struct {
 	// Counter is the store that counts requests per key. Give every replica
 	// a RedisCounter over the same Redis to share one budget between them;
 	// a MemoryCounter counts for this process only. A store of your own
-	// implements Store (see docs/stores.md); one that implements Counter
-	// alone counts fixed windows of cost 1 and nothing more.
+	// implements store.Store (see docs/stores.md). CounterStore makes one
+	// of a Counter, which counts fixed windows of cost 1 and nothing more.
 	//
 	// Optional. Default: a new MemoryCounter for this limiter alone
-	Counter Counter
+	Counter store.Store
 
 	// Name names the limiter, for its keys and its headers. Several
 	// limiters can share one Counter, a global limit and a stricter one on
@@ -57,8 +59,8 @@ type Options struct {
 	// requests running at once, Window being the lease of each (see
 	// InFlight), or TokenBucket, Limit per Window being its rate and
 	// Burst the most at once (see TokenBucket). All but FixedWindow need
-	// Counter (and Fallback, if set) to be a Store: setup panics for a
-	// Counter that counts by Incr alone.
+	// a store that decides them (and so does Fallback, if set): setup
+	// panics for a CounterStore.
 	//
 	// Optional. Default: FixedWindow
 	Algorithm Algorithm
@@ -105,8 +107,8 @@ type Options struct {
 	// every limit, and a Decision names the one that refused, or when
 	// allowed the one with the fewest units left (Decision.Policy).
 	// PlanFor may give a tenant quotas of its own (Plan.Quotas). Quotas
-	// need Counter and Fallback to be a Store, and on Redis a server that
-	// runs scripts: setup panics for a Counter that counts by Incr alone.
+	// need stores that decide them, and on Redis a server that runs
+	// scripts: setup panics for a CounterStore.
 	// At most 4.
 	//
 	// Optional. Default: nil (the main limit alone)
@@ -200,11 +202,11 @@ type Options struct {
 	// MaxKeys (a store of your own: 1,000,000 keys) and counted in
 	// Metrics; see docs/redis.md for what a sold month needs of Redis
 	// (persistence).
-	// Any Counter will do, but one that counts by Incr alone cannot take
-	// a SlidingWindow or InFlight Algorithm, Quotas or costs (see Counter).
+	// Any store will do, but a CounterStore cannot take a SlidingWindow
+	// or InFlight Algorithm, Quotas or costs.
 	//
 	// Optional. Default: nil (fail open, or closed with FailClosed)
-	Fallback Counter
+	Fallback store.Store
 
 	// FallbackLimit is the budget per window that Fallback enforces on each
 	// replica. Set it to Limit divided by the number of replicas to keep the
@@ -247,7 +249,7 @@ type Options struct {
 	// holds unspent units of the same window, and the units of a replica
 	// that dies holding a block are lost for that window (Metrics count
 	// those that expire). See docs/algorithms.md, "Leases". Not for
-	// InFlight; Counter must be a Store.
+	// InFlight, nor for a CounterStore.
 	//
 	// Optional. Default: false
 	Leases bool

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/gatewaykit/ratelimit/internal/keyed"
+	"github.com/gatewaykit/ratelimit/internal/window"
 	"github.com/gatewaykit/ratelimit/store"
 )
 
@@ -49,9 +50,10 @@ type refusal struct {
 
 func newRefusals() *refusals { return &refusals{keyed.New[refusal](maxRefusals, nil)} }
 
-// refuse reports whether the cache refuses r at now, and then what the
-// store reported, aged to now.
-func (rs *refusals) refuse(key []byte, r *Request, now time.Duration) (Answer, bool) {
+// refuse reports whether the cache refuses r at now, and then writes into
+// res what the store reported, aged to now.
+func (rs *refusals) refuse(r *request, res *store.Result, now time.Duration) bool {
+	key := r.Key
 	s := rs.m.Lock(key)
 	p, ok := s.Get(key, now)
 	if ok && p.under != underOf(r) {
@@ -64,9 +66,9 @@ func (rs *refusals) refuse(key []byte, r *Request, now time.Duration) (Answer, b
 	}
 	s.Unlock()
 	if !ok {
-		return Answer{}, false
+		return false
 	}
-	return e.refuses(r, now)
+	return e.refuses(r, res, now)
 }
 
 // under is the limits an entry of the cache, or of the fallback's memory,
@@ -78,35 +80,38 @@ type under struct {
 	quotas *quotaSet
 }
 
-func underOf(r *Request) under { return under{r.Limit, r.Window, r.Algorithm, r.set} }
+func underOf(r *request) under { return under{r.Limit, r.Window, r.Algorithm, r.set()} }
 
 // refuses reports whether e refuses r at now: while r's cost does not fit
-// in all of its limits, aged to now. A window or period that has ended
-// since asks the store.
-func (e *refusal) refuses(r *Request, now time.Duration) (a Answer, ok bool) {
-	ls, n := r.limits()
+// in all of its limits, aged to now, which it writes into res. A window
+// or period that has ended since asks the store.
+func (e *refusal) refuses(r *request, res *store.Result, now time.Duration) bool {
+	ls, n := window.Limits(r.Budget)
 	all := true
 	for j := range n {
 		st, live := ls[j].Aged(e.counts[j], now-e.at)
 		if !live {
-			return a, false
+			return false
 		}
 		st.Fits = ls[j].Fits(&st, r.Cost)
-		a.Counts[j] = st
+		res.Counts[j] = st
 		all = all && st.Fits
 	}
-	return a, !all
+	res.Allowed = false
+	return !all
 }
 
 // add records the refusal a of r, learned at now. It lasts until its
 // window ends, or for maxRefusalAge at most.
-func (rs *refusals) add(key []byte, r *Request, a *Answer, now time.Duration) {
-	e := refusal{under: underOf(r), at: now, counts: a.Counts}
+func (rs *refusals) add(r *request, a *store.Result, now time.Duration) {
+	key := r.Key
+	e := refusal{under: underOf(r), at: now}
+	copy(e.counts[:], a.Counts)
 	end := now + maxRefusalAge
-	if r.set == nil {
+	if r.set() == nil {
 		// A fixed window refuses until it ends, a sliding one until its
 		// count has fallen to nothing.
-		main := r.main()
+		main := window.Main(r.Budget)
 		end = now + a.Counts[0].Left
 		if r.Algorithm == SlidingWindow {
 			end = now + main.Slide(&a.Counts[0]).Until(0)

@@ -22,7 +22,7 @@ type windowFake struct {
 	calls  int
 }
 
-var _ Store = (*windowFake)(nil)
+var _ store.Store = (*windowFake)(nil)
 
 func newWindowFake(clock *fakeClock) *windowFake {
 	return &windowFake{clock: clock, counts: map[string]int64{}, starts: map[string]time.Time{}}
@@ -46,37 +46,39 @@ func (w *windowFake) Incr(_ context.Context, key string, width time.Duration) (i
 	return w.counts[key], nil
 }
 
-func (w *windowFake) Attach(Request) (StoreInfo, error) { return StoreInfo{Features: store.All}, nil }
+func (w *windowFake) Attach(*store.Budget, bool) (store.Info, error) {
+	return store.Info{Features: store.All}, nil
+}
 
-func (w *windowFake) Take(_ context.Context, r Request) (Answer, error) {
+func (w *windowFake) Take(_ context.Context, r *store.Request, res *store.Result) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.calls++
-	key, now := r.Key(), w.clock.Now()
+	key, now := string(r.Key), w.clock.Now()
 	start := w.window(key, r.Window, now)
 	fits := w.counts[key]+r.Cost <= r.Limit
 	if fits {
 		w.counts[key] += r.Cost
 	}
-	a := Answer{Allowed: fits}
-	a.Counts[0] = store.Count{N: w.counts[key], Fits: fits, Left: start.Add(r.Window).Sub(now), Length: r.Window, Mark: start.UnixNano()}
-	return a, nil
+	res.Allowed = fits
+	res.Counts[0] = store.Count{N: w.counts[key], Fits: fits, Left: start.Add(r.Window).Sub(now), Length: r.Window, Mark: start.UnixNano()}
+	return nil
 }
 
-func (w *windowFake) Give(_ context.Context, r Request, marks store.Marks) error {
+func (w *windowFake) Give(_ context.Context, r *store.Request, marks store.Marks) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	key := r.Key()
+	key := string(r.Key)
 	if w.starts[key].UnixNano() == marks[0] {
 		w.counts[key] -= min(w.counts[key], r.Cost)
 	}
 	return nil
 }
 
-func (w *windowFake) Reset(_ context.Context, r Request) error {
+func (w *windowFake) Reset(_ context.Context, r *store.Request) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	delete(w.starts, r.Key())
+	delete(w.starts, string(r.Key))
 	return nil
 }
 
@@ -203,20 +205,24 @@ func TestOverLimitCacheIsOffForAMemoryCounter(t *testing.T) {
 func TestOverLimitCacheIsBounded(t *testing.T) {
 	r := newRefusals()
 	const keys = 20 * maxRefusals
-	req := &Request{Cost: 1, Limit: 5, Window: time.Hour}
-	refused := &Answer{}
+	req := &request{}
+	req.setPlan(&plan{Budget: store.Budget{Limit: 5, Window: time.Hour}})
+	req.Cost = 1
+	refused := &store.Result{Counts: make([]store.Count, 1)}
 	refused.Counts[0] = store.Count{N: 5, Left: time.Hour, Length: time.Hour}
 	for i := range keys {
-		r.add([]byte("rl:t"+strconv.Itoa(i)), req, refused, 0)
+		req.Key = []byte("rl:t" + strconv.Itoa(i))
+		r.add(req, refused, 0)
 	}
 	if total := r.m.Len(); total > maxRefusals || total < maxRefusals/2 {
 		t.Errorf("%d keys kept after %d refusals, want between %d and %d", total, keys, maxRefusals/2, maxRefusals)
 	}
-	last := []byte("rl:t" + strconv.Itoa(keys-1))
-	if a, ok := r.refuse(last, req, time.Second); !ok || a.Counts[0].Left != time.Hour-time.Second {
+	req.Key = []byte("rl:t" + strconv.Itoa(keys-1)) // the last key added
+	a := &store.Result{Counts: make([]store.Count, 1)}
+	if ok := r.refuse(req, a, time.Second); !ok || a.Counts[0].Left != time.Hour-time.Second {
 		t.Errorf("the last key added: refused %v, left %v; want refused, %v", ok, a.Counts[0].Left, time.Hour-time.Second)
 	}
-	if _, ok := r.refuse(last, req, maxRefusalAge); ok {
+	if ok := r.refuse(req, &store.Result{Counts: make([]store.Count, 1)}, maxRefusalAge); ok {
 		t.Errorf("a refusal outlived maxRefusalAge, %v", maxRefusalAge)
 	}
 }

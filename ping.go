@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 )
 
 // Ping checks that the limiter's store works. A gateway calls it at
@@ -28,18 +27,12 @@ import (
 // docs/redis.md, "Persistence"). A server that does not answer CONFIG
 // GET is not warned of.
 func (l *Limiter) Ping(ctx context.Context) error {
-	r := l.base
-	r.probe, r.Limit, r.Window, r.Now = true, 1, time.Millisecond, l.clock.Now()
-	r.Deadline, _ = ctx.Deadline()
-	if r.Algorithm == InFlight {
-		r.Slot = slotSeq.Add(1)
+	var err error
+	if l.info.Ping != nil {
+		err = l.info.Ping(ctx)
 	}
-	// The quotas' commands too, on keys of the probe's own; at a limit of
-	// 1, a month's key holds 1 until the month ends.
-	r.setQuotas(l.quotas.probeSet())
-	a, err := l.store.Take(ctx, r)
-	if err == nil && a.byTransaction {
-		l.countsByTransaction()
+	if err == nil {
+		err = l.probeStore(ctx)
 	}
 	if m, ok := errors.AsType[misconfigured](err); ok {
 		return fmt.Errorf("ratelimit: the counter failed its check: %w; to fix: %s", err, m.Fix())
@@ -54,10 +47,10 @@ func (l *Limiter) Ping(ctx context.Context) error {
 // warnVolatile says once, at warning level, that the Redis the limiter
 // counts quotas in keeps nothing across a restart, and what to do.
 func (l *Limiter) warnVolatile(ctx context.Context) {
-	if l.quotas == nil && l.opts.PlanFor == nil || l.info.volatile == nil || l.saidVolatile.Load() {
+	if l.quotas == nil && l.opts.PlanFor == nil || l.info.Volatile == nil || l.saidVolatile.Load() {
 		return
 	}
-	servers := l.info.volatile(ctx)
+	servers := l.info.Volatile(ctx)
 	if len(servers) == 0 || !l.saidVolatile.CompareAndSwap(false, true) {
 		return
 	}
@@ -65,4 +58,24 @@ func (l *Limiter) warnVolatile(ctx context.Context) {
 		"so a restart of it gives every tenant its quotas back: a spent month starts again from zero",
 		slog.String("fix", "turn on persistence in Redis: appendonly yes (appendfsync everysec), or RDB snapshots (save 60 1000); see docs/redis.md, Persistence"),
 		slog.Any("servers", servers))
+}
+
+// probeStore takes on the probe's key, of the probe's plan: a limit of 1
+// per millisecond, and the quotas' commands too, on keys of the probe's
+// own (at a limit of 1, a month's key holds 1 until the month ends).
+func (l *Limiter) probeStore(ctx context.Context) error {
+	r := l.newRequest("", l.clock.Now())
+	defer r.free()
+	r.setPlan(l.probe)
+	r.Key = appendProbeKey(r.key[:0], l.prefix, l.opts.Algorithm)
+	r.Deadline, _ = ctx.Deadline()
+	if r.Algorithm == InFlight {
+		r.Slot = slotSeq.Add(1)
+	}
+	res := r.result()
+	err := l.store.Take(ctx, &r.Request, res)
+	if err == nil && res.Counted {
+		l.countsByTransaction()
+	}
+	return err
 }

@@ -3,13 +3,11 @@ package ratelimit
 import (
 	"fmt"
 	"hash/maphash"
-	"strings"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
-	"github.com/gatewaykit/ratelimit/internal/window"
 	"github.com/gatewaykit/ratelimit/store"
 )
 
@@ -94,9 +92,8 @@ type quotaSet struct {
 	// The name of the limiter's own policy, the main limit's.
 	policy string
 
-	// The quotas as a store's engine takes them: [0] beside a fixed
-	// window, [1] beside a sliding one, whose quotas by Window slide too.
-	lims [2][]window.Limit
+	// The quotas as a store takes them (store.Budget.Quotas).
+	quotas []store.Quota
 
 	// The same quotas at a limit of 1, for Limiter.Ping.
 	probe *quotaSet
@@ -144,7 +141,7 @@ func newQuotaSet(field string, qs []Quota, policy string) (*quotaSet, error) {
 			quoted: `"` + q.Name + `"`})
 		s.calendar = s.calendar || q.Calendar != 0
 	}
-	s.lims = s.limits()
+	s.quotas = s.storeQuotas()
 	s.probe = s.scaled(func(int64) int64 { return 1 })
 	return s, nil
 }
@@ -156,20 +153,25 @@ func (s *quotaSet) scaled(scale func(int64) int64) *quotaSet {
 		f.q[i].limit = scale(f.q[i].limit)
 		f.src[i].Limit = int(f.q[i].limit)
 	}
-	f.lims = f.limits()
+	f.quotas = f.storeQuotas()
 	return f
 }
 
-// limits returns s's quotas as a store's engine takes them, beside a
-// fixed window and beside a sliding one.
-func (s *quotaSet) limits() (ls [2][]window.Limit) {
-	for _, kind := range []Algorithm{FixedWindow, SlidingWindow} {
-		for _, q := range s.q {
-			ls[kind] = append(ls[kind], window.Limit{Name: q.name, Limit: q.limit, Window: q.window,
-				Kind: kind, Calendar: q.calendar})
-		}
+// storeQuotas returns s's quotas as a store takes them.
+func (s *quotaSet) storeQuotas() []store.Quota {
+	qs := make([]store.Quota, len(s.q))
+	for i, q := range s.q {
+		qs[i] = store.Quota{Name: q.name, Limit: q.limit, Window: q.window, Calendar: q.calendar}
 	}
-	return ls
+	return qs
+}
+
+// quotasOf is s's quotas as a store takes them; nil for none.
+func (s *quotaSet) quotasOf() []store.Quota {
+	if s == nil {
+		return nil
+	}
+	return s.quotas
 }
 
 // check returns why q cannot be a quota, or nil.
@@ -200,19 +202,6 @@ func (s *quotaSet) withFallback(scale func(int64) int64) *quotaSet {
 	}
 	s.fallback = s.scaled(scale)
 	return s
-}
-
-// signature is what two limiters sharing keys must agree on (see
-// keyOwners): the quotas, in order.
-func (s *quotaSet) signature() string {
-	if s == nil {
-		return ""
-	}
-	var b strings.Builder
-	for _, q := range s.q {
-		fmt.Fprintf(&b, "%s=%d/%v%v;", q.name, q.limit, q.window, q.calendar)
-	}
-	return b.String()
 }
 
 // same reports whether qs is what s was made from.
@@ -293,64 +282,6 @@ func (s *quotaSet) neverFits(cost int64) bool {
 	return false
 }
 
-// requestQuotas keeps the sets made for the Quotas of Requests that no
-// Limiter made (a store's tests, a store in front of another), by the
-// slice they come in.
-var requestQuotas sync.Map // *Quota → *quotaSet
-
-// setQuotas sets r's quotas to s (nil for none).
-func (r *Request) setQuotas(s *quotaSet) {
-	r.set, r.Quotas = s, nil
-	if s != nil {
-		r.Quotas = s.src
-	}
-}
-
-// quotaSet returns r's Quotas, prepared: the Limiter's own set, or one
-// made once for the slice. nil for none.
-func (r *Request) quotaSet() (*quotaSet, error) {
-	if r.set != nil || len(r.Quotas) == 0 {
-		return r.set, nil
-	}
-	p := unsafe.SliceData(r.Quotas)
-	if v, ok := requestQuotas.Load(p); ok {
-		if s := v.(*quotaSet); s.same(r.Quotas) && s.policy == r.Name {
-			return s, nil
-		}
-	}
-	s, err := newQuotaSet("Request.Quotas", r.Quotas, r.Name)
-	if err != nil {
-		return nil, err
-	}
-	requestQuotas.Store(p, s)
-	return s, nil
-}
-
-// call is r as a store's engine takes it: its limits as the window
-// package has them, its quotas prepared.
-func (r *Request) call() (window.Call, error) {
-	c := window.Call{Cost: r.Cost, Slot: r.Slot, Now: r.Now, Delay: r.Delay, Main: r.main()}
-	s, err := r.quotaSet()
-	if s != nil {
-		c.Quotas = s.lims[window.Kind(r.Algorithm)]
-	}
-	return c, err
-}
-
-// main is r's main limit as the window arithmetic has it.
-func (r *Request) main() window.Limit {
-	return window.Limit{Name: r.Name, Limit: r.Limit, Window: r.Window, Kind: r.Algorithm, Burst: r.Burst}
-}
-
-// most is the largest cost r's main limit can ever fit: a bucket's Burst,
-// a window's Limit.
-func (r *Request) most() int64 {
-	if r.Algorithm == TokenBucket {
-		return r.Burst
-	}
-	return r.Limit
-}
-
 // fallbackSet is s at the fallback's budgets; nil for none.
 func (s *quotaSet) fallbackSet() *quotaSet {
 	if s == nil {
@@ -372,4 +303,45 @@ func (s *quotaSet) probeSet() *quotaSet {
 type policyItems struct {
 	lims  [maxQuotas][2]int64
 	items []byte
+}
+
+// planKey is what makes a plan: a budget of limit per window (a bucket's
+// burst), with the quotas set.
+type planKey struct {
+	limit  int64
+	window time.Duration
+	burst  int64
+	set    *quotaSet
+}
+
+// planCache keeps the plans made for PlanFor's budgets, one for each
+// distinct budget, so that a store is asked with the same Budget every
+// time. Reads take no lock.
+type planCache struct {
+	plans atomic.Pointer[map[planKey]*plan] // replaced, never changed
+	mu    sync.Mutex                        // held to replace plans
+}
+
+// get returns the plan of k, made by make when it is new.
+func (c *planCache) get(k planKey, make func(limit int64, window time.Duration, burst int64, set *quotaSet) *plan) *plan {
+	if m := c.plans.Load(); m != nil {
+		if p, ok := (*m)[k]; ok {
+			return p
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	next := map[planKey]*plan{}
+	if m := c.plans.Load(); m != nil {
+		if p, ok := (*m)[k]; ok {
+			return p
+		}
+		if len(*m) < maxPlanQuotas {
+			maps.Copy(next, *m)
+		}
+	}
+	p := make(k.limit, k.window, k.burst, k.set)
+	next[k] = p
+	c.plans.Store(&next)
+	return p
 }

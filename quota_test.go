@@ -432,8 +432,8 @@ func TestQuotaSetup(t *testing.T) {
 		{"a calendar of no kind", Options{Quotas: []Quota{{Name: "q", Limit: 1, Calendar: CalendarYear + 1}}}, "Calendar must be CalendarDay, CalendarWeek, CalendarMonth or CalendarYear, got 5"},
 		{"too many", Options{Quotas: []Quota{{Name: "a", Limit: 1, Calendar: 1}, {Name: "b", Limit: 1, Calendar: 1},
 			{Name: "c", Limit: 1, Calendar: 1}, {Name: "d", Limit: 1, Calendar: 1}, {Name: "e", Limit: 1, Calendar: 1}}}, "at most 4 quotas"},
-		{"a Counter of your own", Options{Counter: &fakeCounter{}, Quotas: []Quota{month}}, "Quotas need Counter to be a Store"},
-		{"a Fallback of your own", Options{Fallback: &fakeCounter{}, Quotas: []Quota{month}}, "Quotas need Fallback to be a Store"},
+		{"a Counter of your own", Options{Counter: CounterStore(&fakeCounter{}), Quotas: []Quota{month}}, "Quotas need Counter to decide calendar quotas; CounterStore(*ratelimit.fakeCounter) counts by Incr alone"},
+		{"a Fallback of your own", Options{Fallback: CounterStore(&fakeCounter{}), Quotas: []Quota{month}}, "Quotas need Fallback to decide calendar quotas; CounterStore(*ratelimit.fakeCounter) counts by Incr alone"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			defer func() {

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/gatewaykit/ratelimit/store"
 	"github.com/gofiber/fiber/v2"
 )
 
@@ -88,8 +89,7 @@ type Config struct {
 
 	// Cost returns how many units of the budget a request costs (see
 	// Limiter.TakeN): an expensive route can cost more than a cheap one.
-	// It needs Counter (and Fallback) to be a Store: setup panics for a
-	// Counter that counts by Incr alone.
+	// It needs stores that decide costs: setup panics for a CounterStore.
 	//
 	// Optional. Default: every request costs 1
 	Cost func(c *fiber.Ctx) int
@@ -112,7 +112,7 @@ type Config struct {
 	// limiter's refusal gives the request back. A cost below 0 is the
 	// gateway's mistake: it is logged, and the request keeps its Cost.
 	// Setup panics for an InFlight Algorithm, which holds slots, not
-	// costs, and when Counter (or Fallback) counts by Incr alone.
+	// costs, and when Counter (or Fallback) is a CounterStore.
 	//
 	// Optional. Default: nil, the cost is Cost's
 	CostAfter func(c *fiber.Ctx) int
@@ -141,7 +141,7 @@ type Config struct {
 
 	// The fields of Options, each with the meaning and default documented
 	// on the Options field of the same name.
-	Counter               Counter                  // where requests count: a MemoryCounter, a RedisCounter or a Store of your own; default: a new MemoryCounter
+	Counter               store.Store              // where requests count: a MemoryCounter, a RedisCounter or a store of your own; default: a new MemoryCounter
 	Name                  string                   // the limiter's keys and policy name; default: ""
 	Limit                 int                      // required: requests per tenant per window, 1 to 2^53
 	Window                time.Duration            // required: the window, 1ms to 24h (longer: a Quota with a Calendar)
@@ -158,7 +158,7 @@ type Config struct {
 	StoreTimeout          time.Duration            // the most a request waits for Counter, 1ms to 1m; default: 100ms
 	BreakerFailures       int                      // failures in a row that open the breaker, at least 1; default: 5
 	BreakerCooldown       time.Duration            // how long the breaker stays open, 1ms to 1h; default: 1s
-	Fallback              Counter                  // decides while Counter fails; default: nil
+	Fallback              store.Store              // decides while Counter fails; default: nil
 	FallbackLimit         int                      // Fallback's budget per replica, 1 to 2^53; default: Limit
 	Metrics               *Metrics                 // counts decisions; default: nil
 	DisableOverLimitCache bool                     // ask Counter even for a tenant already over Limit

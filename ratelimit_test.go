@@ -73,19 +73,21 @@ type ttlFake struct {
 	ttl time.Duration
 }
 
-var _ Store = ttlFake{}
+var _ store.Store = ttlFake{}
 
-func (f ttlFake) Attach(Request) (StoreInfo, error) { return StoreInfo{Features: store.All}, nil }
-
-func (f ttlFake) Take(ctx context.Context, r Request) (Answer, error) {
-	n, err := f.Incr(ctx, r.Key(), r.Window)
-	a := Answer{Allowed: n <= r.Limit}
-	a.Counts[0] = store.Count{N: n, Fits: a.Allowed, Left: f.ttl, Length: r.Window}
-	return a, err
+func (f ttlFake) Attach(*store.Budget, bool) (store.Info, error) {
+	return store.Info{Features: store.All}, nil
 }
 
-func (f ttlFake) Give(context.Context, Request, store.Marks) error { return nil }
-func (f ttlFake) Reset(context.Context, Request) error             { return nil }
+func (f ttlFake) Take(ctx context.Context, r *store.Request, res *store.Result) error {
+	n, err := f.Incr(ctx, string(r.Key), r.Window)
+	res.Allowed = n <= r.Limit
+	res.Counts[0] = store.Count{N: n, Fits: res.Allowed, Left: f.ttl, Length: r.Window}
+	return err
+}
+
+func (f ttlFake) Give(context.Context, *store.Request, store.Marks) error { return nil }
+func (f ttlFake) Reset(context.Context, *store.Request) error             { return nil }
 
 // syncBuffer is a log sink that tests read while handlers may write. Only
 // TestLogLinesCannotBeForged reads text, as what it checks is the text that
@@ -114,7 +116,7 @@ func (b *syncBuffer) lines() []string {
 func TestAllowsUpToTheLimitThenBlocks(t *testing.T) {
 	fc := &fakeCounter{}
 	reached := 0
-	app := newApp(RateLimitShared(Config{Counter: fc, Limit: 3, Window: time.Minute}), &reached)
+	app := newApp(RateLimitShared(Config{Counter: CounterStore(fc), Limit: 3, Window: time.Minute}), &reached)
 
 	for i := 1; i <= 3; i++ {
 		if got := get(t, app, "acme").StatusCode; got != http.StatusOK {
@@ -174,7 +176,7 @@ func TestKeys(t *testing.T) {
 				}
 				return c.Next()
 			})
-			app.Use(RateLimitShared(Config{Counter: fc, Limit: 10, Window: time.Minute, Tenant: tt.tenant}))
+			app.Use(RateLimitShared(Config{Counter: CounterStore(fc), Limit: 10, Window: time.Minute, Tenant: tt.tenant}))
 			app.Get("/", func(c *fiber.Ctx) error { return nil })
 			get(t, app, "")
 			if got := fc.lastKey(); got != tt.want {
@@ -191,7 +193,7 @@ func TestKeyDoesNotAliasRequestBuffers(t *testing.T) {
 	fc := &fakeCounter{}
 	app := fiber.New()
 	app.Use(RateLimitShared(Config{
-		Counter: fc, Limit: 10, Window: time.Minute,
+		Counter: CounterStore(fc), Limit: 10, Window: time.Minute,
 		Tenant: func(c *fiber.Ctx) (string, bool) { return c.Get("X-Tenant"), true },
 	}))
 	app.Get("/", func(c *fiber.Ctx) error { return nil })
@@ -214,7 +216,7 @@ func TestStoreErrorFailsOpen(t *testing.T) {
 	logs := newLogRecorder()
 	reached := 0
 	app := newApp(RateLimitShared(Config{
-		Counter: fc, Limit: 1, Window: time.Minute,
+		Counter: CounterStore(fc), Limit: 1, Window: time.Minute,
 		Logger: logs.logger(),
 	}), &reached)
 
@@ -255,7 +257,7 @@ func TestFailureLogIsThrottledUnderConcurrency(t *testing.T) {
 	logs := newLogRecorder()
 	fc := &fakeCounter{err: errors.New("i/o timeout")}
 	h := newApp(fiberHandler(Config{
-		Counter: fc, Limit: 1, Window: time.Minute,
+		Counter: CounterStore(fc), Limit: 1, Window: time.Minute,
 		Logger: logs.logger(),
 		// Every failure reaches the log's throttle: no breaker opens.
 		BreakerFailures: 1 << 30,
@@ -330,7 +332,7 @@ func TestFailClosed(t *testing.T) {
 	logs := newLogRecorder()
 	reached := 0
 	app := newApp(RateLimitShared(Config{
-		Counter: fc, Limit: 5, Window: time.Minute, FailClosed: true,
+		Counter: CounterStore(fc), Limit: 5, Window: time.Minute, FailClosed: true,
 		Logger: logs.logger(),
 	}), &reached)
 
@@ -358,7 +360,7 @@ func TestCounterReturningNoCountIsAFailure(t *testing.T) {
 		fc := &fakeCounter{result: &n}
 		logs := newLogRecorder()
 		app := newApp(RateLimitShared(Config{
-			Counter: fc, Limit: 5, Window: time.Minute, FailClosed: true,
+			Counter: CounterStore(fc), Limit: 5, Window: time.Minute, FailClosed: true,
 			Logger: logs.logger(),
 		}), nil)
 		if got := get(t, app, "acme").StatusCode; got != http.StatusServiceUnavailable {
@@ -378,7 +380,7 @@ func TestHeaders(t *testing.T) {
 	tests := []struct {
 		name    string
 		cfg     Config
-		counter Counter
+		counter store.Store
 		calls   int // requests made; the headers of the last are checked
 		status  int
 		want    map[string]string // headers of all not listed must be absent
@@ -410,7 +412,7 @@ func TestHeaders(t *testing.T) {
 		},
 		{
 			name: "counter without time left reports the whole window", calls: 4, status: 429,
-			counter: &fakeCounter{},
+			counter: CounterStore(&fakeCounter{}),
 			want: map[string]string{
 				"X-RateLimit-Limit": "3", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "90",
 				"RateLimit-Policy": `"default";q=3;w=90`, "RateLimit": `"default";r=0;t=90`,
@@ -469,7 +471,7 @@ func TestHeaders(t *testing.T) {
 }
 
 func TestPolicyWindowRoundsUp(t *testing.T) {
-	app := newApp(RateLimitShared(Config{Counter: &fakeCounter{}, Limit: 7, Window: 1500 * time.Millisecond}), nil)
+	app := newApp(RateLimitShared(Config{Counter: CounterStore(&fakeCounter{}), Limit: 7, Window: 1500 * time.Millisecond}), nil)
 	if got := get(t, app, "").Header.Get("RateLimit-Policy"); got != `"default";q=7;w=2` {
 		t.Errorf("RateLimit-Policy = %q, want %q", got, `"default";q=7;w=2`)
 	}
@@ -479,7 +481,7 @@ func TestNextSkips(t *testing.T) {
 	fc := &fakeCounter{}
 	reached := 0
 	app := newApp(RateLimitShared(Config{
-		Counter: fc, Limit: 1, Window: time.Minute,
+		Counter: CounterStore(fc), Limit: 1, Window: time.Minute,
 		Next: func(c *fiber.Ctx) bool { return c.Path() == "/healthz" },
 	}), &reached)
 
@@ -529,7 +531,7 @@ func TestErrorHandlerShapesTheRefusal(t *testing.T) {
 		seen = err
 		return c.Status(fiber.StatusTooManyRequests).SendString("custom")
 	}})
-	app.Use(RateLimitShared(Config{Counter: &fakeCounter{}, Limit: 1, Window: time.Minute}))
+	app.Use(RateLimitShared(Config{Counter: CounterStore(&fakeCounter{}), Limit: 1, Window: time.Minute}))
 	app.Get("/", func(c *fiber.Ctx) error { return nil })
 	get(t, app, "")
 	resp := get(t, app, "")
@@ -598,13 +600,13 @@ func TestConfigPanics(t *testing.T) {
 		{"limit past 2^53", Config{Limit: 1<<53 + 1, Window: time.Second}, "Limit"},
 		{"fallback limit past 2^53", Config{Limit: 1, Window: time.Second, Fallback: NewMemoryCounter(), FallbackLimit: 1<<53 + 1}, "FallbackLimit"},
 		{"unknown algorithm", Config{Limit: 1, Window: time.Second, Algorithm: 4}, "Algorithm"},
-		{"a token bucket on a counter of your own", Config{Counter: &fakeCounter{}, Limit: 1, Window: time.Second, Algorithm: TokenBucket}, "Counter"},
-		{"in flight on a counter of your own", Config{Counter: &fakeCounter{}, Limit: 1, Window: time.Second, Algorithm: InFlight}, "Counter"},
+		{"a token bucket on a counter of your own", Config{Counter: CounterStore(&fakeCounter{}), Limit: 1, Window: time.Second, Algorithm: TokenBucket}, "Counter"},
+		{"in flight on a counter of your own", Config{Counter: CounterStore(&fakeCounter{}), Limit: 1, Window: time.Second, Algorithm: InFlight}, "Counter"},
 		{"in flight with quotas", Config{Limit: 1, Window: time.Second, Algorithm: InFlight, Quotas: dayAndMonth(1, 1)}, "Quotas"},
-		{"sliding window on a counter of your own", Config{Counter: &fakeCounter{}, Limit: 1, Window: time.Second, Algorithm: SlidingWindow}, "Counter"},
-		{"sliding window with a fallback of your own", Config{Limit: 1, Window: time.Second, Algorithm: SlidingWindow, Fallback: &fakeCounter{}}, "Fallback"},
-		{"cost on a counter of your own", Config{Counter: &fakeCounter{}, Limit: 1, Window: time.Second, Cost: func(*fiber.Ctx) int { return 2 }}, "Cost"},
-		{"cost with a fallback of your own", Config{Limit: 1, Window: time.Second, Fallback: &fakeCounter{}, Cost: func(*fiber.Ctx) int { return 2 }}, "Fallback"},
+		{"sliding window on a counter of your own", Config{Counter: CounterStore(&fakeCounter{}), Limit: 1, Window: time.Second, Algorithm: SlidingWindow}, "Counter"},
+		{"sliding window with a fallback of your own", Config{Limit: 1, Window: time.Second, Algorithm: SlidingWindow, Fallback: CounterStore(&fakeCounter{})}, "Fallback"},
+		{"cost on a counter of your own", Config{Counter: CounterStore(&fakeCounter{}), Limit: 1, Window: time.Second, Cost: func(*fiber.Ctx) int { return 2 }}, "Cost"},
+		{"cost with a fallback of your own", Config{Limit: 1, Window: time.Second, Fallback: CounterStore(&fakeCounter{}), Cost: func(*fiber.Ctx) int { return 2 }}, "Fallback"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -627,7 +629,7 @@ func usedMetrics() *Metrics {
 
 // claimedCounter returns a MemoryCounter that a handler named name
 // already counts in, with 10 per second.
-func claimedCounter(name string) Counter {
+func claimedCounter(name string) store.Store {
 	c := NewMemoryCounter()
 	RateLimitShared(Config{Counter: c, Name: name, Limit: 10, Window: time.Second})
 	return c
@@ -635,7 +637,7 @@ func claimedCounter(name string) Counter {
 
 // bucketCounter returns a MemoryCounter that an unnamed token bucket of
 // 10 per second and burst counts in.
-func bucketCounter(burst int) Counter {
+func bucketCounter(burst int) store.Store {
 	c := NewMemoryCounter()
 	RateLimitShared(Config{Counter: c, Limit: 10, Window: time.Second, Algorithm: TokenBucket, Burst: burst})
 	return c
@@ -643,7 +645,7 @@ func bucketCounter(burst int) Counter {
 
 // claimedRedisCounter is claimedCounter's RedisCounter: setup makes no
 // call, so its client needs no server.
-func claimedRedisCounter() Counter {
+func claimedRedisCounter() store.Store {
 	c := NewRedisCounter(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}))
 	RateLimitShared(Config{Counter: c, Limit: 10, Window: time.Second})
 	return c
@@ -729,7 +731,7 @@ func TestLogLinesCannotBeForged(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var logs syncBuffer
 			app := newApp(RateLimitShared(Config{
-				Counter: &fakeCounter{err: errors.New("dial tcp 10.0.0.7:6379: refused")}, Limit: 1, Window: time.Minute,
+				Counter: CounterStore(&fakeCounter{err: errors.New("dial tcp 10.0.0.7:6379: refused")}), Limit: 1, Window: time.Minute,
 				Logger: slog.New(tt.handler(&logs)),
 				Tenant: func(*fiber.Ctx) (string, bool) { return forged, true },
 			}), nil)
@@ -748,7 +750,7 @@ func TestLogBoundsLongTenantIDs(t *testing.T) {
 	logs := newLogRecorder()
 	id := strings.Repeat("x", 1<<20)
 	app := newApp(RateLimitShared(Config{
-		Counter: &fakeCounter{err: errors.New("down")}, Limit: 1, Window: time.Minute,
+		Counter: CounterStore(&fakeCounter{err: errors.New("down")}), Limit: 1, Window: time.Minute,
 		Logger: logs.logger(),
 		Tenant: func(*fiber.Ctx) (string, bool) { return id, true },
 	}), nil)
@@ -780,13 +782,13 @@ func TestRefusalsLeakNothing(t *testing.T) {
 	n := int64(2)
 	for _, tt := range []struct {
 		name    string
-		counter Counter
+		counter store.Store
 		cfg     Config
 		status  int
 	}{
-		{"over budget", &fakeCounter{result: &n}, Config{}, http.StatusTooManyRequests},
-		{"store down, fail closed", &fakeCounter{err: secret}, Config{FailClosed: true}, http.StatusServiceUnavailable},
-		{"store down, over the fallback's budget", &fakeCounter{err: secret}, Config{Fallback: &fakeCounter{result: &n}}, http.StatusTooManyRequests},
+		{"over budget", CounterStore(&fakeCounter{result: &n}), Config{}, http.StatusTooManyRequests},
+		{"store down, fail closed", CounterStore(&fakeCounter{err: secret}), Config{FailClosed: true}, http.StatusServiceUnavailable},
+		{"store down, over the fallback's budget", CounterStore(&fakeCounter{err: secret}), Config{Fallback: CounterStore(&fakeCounter{result: &n})}, http.StatusTooManyRequests},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := tt.cfg
@@ -834,27 +836,29 @@ func (s *scripted) Incr(_ context.Context, key string, _ time.Duration) (int64, 
 // and fails a count below 1, as a store that did not count.
 type scriptedStore struct{ *scripted }
 
-func (s scriptedStore) Attach(Request) (StoreInfo, error) { return StoreInfo{Features: store.All}, nil }
+func (s scriptedStore) Attach(*store.Budget, bool) (store.Info, error) {
+	return store.Info{Features: store.All}, nil
+}
 
-func (s scriptedStore) Take(ctx context.Context, r Request) (Answer, error) {
-	n, err := s.Incr(ctx, r.Key(), r.Window)
+func (s scriptedStore) Take(ctx context.Context, r *store.Request, res *store.Result) error {
+	n, err := s.Incr(ctx, string(r.Key), r.Window)
 	if err == nil && n <= 0 {
 		err = fmt.Errorf("the store returned %d", n)
 	}
 	if err != nil {
-		return Answer{}, err
+		return err
 	}
 	left := s.ttl
 	if left < 0 {
 		left = r.Window
 	}
-	a := Answer{Allowed: n <= r.Limit}
-	a.Counts[0] = store.Count{N: n, Fits: a.Allowed, Left: left, Length: r.Window}
-	return a, nil
+	res.Allowed = n <= r.Limit
+	res.Counts[0] = store.Count{N: n, Fits: res.Allowed, Left: left, Length: r.Window}
+	return nil
 }
 
-func (s scriptedStore) Give(context.Context, Request, store.Marks) error { return nil }
-func (s scriptedStore) Reset(context.Context, Request) error             { return nil }
+func (s scriptedStore) Give(context.Context, *store.Request, store.Marks) error { return nil }
+func (s scriptedStore) Reset(context.Context, *store.Request) error             { return nil }
 
 // FuzzHeaders drives the handler with any tenant ID, count, time left,
 // limit and window, and checks every header it writes.

@@ -8,11 +8,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/gatewaykit/ratelimit/internal/redisstore"
-	"github.com/gatewaykit/ratelimit/internal/window"
 	"github.com/gatewaykit/ratelimit/store"
 )
 
-// RedisCounter is a Store kept in Redis, so that every replica of a
+// RedisCounter is a store kept in Redis, so that every replica of a
 // gateway spends from one budget per key.
 //
 // Calls share round trips. A call that finds no round trip in flight goes
@@ -44,7 +43,7 @@ import (
 // node by the client. Each server, a cluster's primary or a ring's shard,
 // has round trips of its own, so that a server that is stuck or gone holds
 // up and fails only the calls of its own keys, and a limiter keeps a
-// circuit breaker for each (StoreInfo.Server). When a cluster node stops
+// circuit breaker for each (store.Info.Server). When a cluster node stops
 // answering, the counter has the cluster client reload its slot map at
 // once, so that the calls of that node's keys go to the replica that takes
 // its place as soon as the cluster has promoted it. It needs a server that
@@ -79,7 +78,7 @@ type RedisCounter struct {
 	owners keyOwners
 }
 
-var _ Store = (*RedisCounter)(nil)
+var _ store.Store = (*RedisCounter)(nil)
 
 // NewRedisCounter returns a counter that keeps its windows in rdb. The client
 // stays the caller's to configure and close; the counter adds dial hooks
@@ -96,87 +95,51 @@ func (c *RedisCounter) Incr(ctx context.Context, key string, window time.Duratio
 	return c.engine.Incr(ctx, key, window)
 }
 
-// Attach claims r's keys for its limiter: two limiters with the same Name
+// Attach claims b's keys for its limiter: two limiters with the same Name
 // (or none) count in the same keys, so they must agree on the budget. On a
 // cluster or a ring, the limiter keeps a breaker per server.
-func (c *RedisCounter) Attach(r Request) (StoreInfo, error) {
-	info := StoreInfo{Features: store.All, scriptRefusal: c.engine.ScriptRefusal, volatile: c.engine.Volatile}
+func (c *RedisCounter) Attach(b *store.Budget, plans bool) (store.Info, error) {
+	info := store.Info{Features: store.All, Ping: c.engine.Ping, Volatile: c.engine.Volatile,
+		CountsRefused: c.engine.ScriptRefusal}
 	if c.engine.ManyNodes() {
 		info.Server = c.server
 	}
-	return info, c.owners.claim(&r)
+	return info, c.owners.claim(b, plans)
 }
 
-// server is the server of r's key. The key is read in place: finding its
+// server is the server of key. The key is read in place: finding its
 // server keeps none of it.
-func (c *RedisCounter) server(r Request) (int, string) {
-	var buf [maxKeyLen + 1]byte
-	kb := appendRedisKey(&buf, &r)
-	return c.engine.Node(unsafe.String(unsafe.SliceData(kb), len(kb)))
+func (c *RedisCounter) server(key []byte) (int, string) {
+	return c.engine.Node(unsafe.String(unsafe.SliceData(key), len(key)))
 }
 
-// key is the key r counts under on Redis.
-func (c *RedisCounter) key(r *Request) string {
-	var buf [maxKeyLen + 1]byte
-	return string(appendRedisKey(&buf, r))
-}
-
-// appendRedisKey writes into buf the key r counts under on Redis: its
-// key, or for a tenant with quotas the hash that holds its limits, its key
-// in braces (a sliding window's key has them already).
-func appendRedisKey(buf *[maxKeyLen + 1]byte, r *Request) []byte {
-	kb := r.appendKey(buf[1:1])
-	if len(r.Quotas) == 0 || kb[0] == '{' {
-		return kb
+// redisKey is the key r counts under on Redis: r.Key, in braces where Redis
+// needs its keys in one slot (a tenant with quotas, whose hash the
+// script finds by its key's tag; a sliding window, which counts in two
+// keys) and r.Key has none.
+func redisKey(r *store.Request) string {
+	if len(r.Quotas) == 0 && r.Algorithm != SlidingWindow || len(r.Key) > 0 && r.Key[0] == '{' {
+		return string(r.Key)
 	}
-	buf[0] = '{'
-	return append(buf[:1+len(kb)], '}')
+	return "{" + string(r.Key) + "}"
 }
 
 // Take decides r in one round trip, shared with other calls; a Take of
-// cost 0 reads, in a script call of its own. Ping's request first checks
-// every server the client knows.
-func (c *RedisCounter) Take(ctx context.Context, r Request) (a Answer, err error) {
-	call, err := r.call()
-	if err != nil {
-		return a, err
-	}
-	if r.probe {
-		if err := c.engine.Ping(ctx); err != nil {
-			return a, err
-		}
-	}
-	var res window.Result
-	key := c.key(&r)
+// cost 0 reads, in a script call of its own.
+func (c *RedisCounter) Take(ctx context.Context, r *store.Request, res *store.Result) error {
 	if r.Cost == 0 {
-		err = c.engine.Read(ctx, key, &call, &res)
-	} else {
-		err = c.engine.Take(ctx, key, &call, r.Deadline, r.wait(), &res)
+		return c.engine.Read(ctx, redisKey(r), r, res)
 	}
-	if err != nil {
-		return a, err
-	}
-	a.fill(&res, call.Quotas)
-	a.byTransaction = res.ByTransaction
-	return a, nil
+	return c.engine.Take(ctx, redisKey(r), r, res)
 }
 
-// Give gives back what a Take of r took (see Store), in the windows it
-// was counted in.
-func (c *RedisCounter) Give(ctx context.Context, r Request, marks store.Marks) error {
-	call, err := r.call()
-	if err != nil {
-		return err
-	}
-	call.Marks = marks
-	return c.engine.Give(ctx, c.key(&r), &call, r.Deadline, r.wait())
+// Give gives back what a Take of r took (see store.Store), in the
+// windows it was counted in.
+func (c *RedisCounter) Give(ctx context.Context, r *store.Request, marks store.Marks) error {
+	return c.engine.Give(ctx, redisKey(r), r, marks)
 }
 
 // Reset deletes r's keys, by name, scanning nothing.
-func (c *RedisCounter) Reset(ctx context.Context, r Request) error {
-	call, err := r.call()
-	if err != nil {
-		return err
-	}
-	return c.engine.Reset(ctx, c.key(&r), &call)
+func (c *RedisCounter) Reset(ctx context.Context, r *store.Request) error {
+	return c.engine.Reset(ctx, redisKey(r), r)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gatewaykit/ratelimit/internal/redisstore"
 	"github.com/gatewaykit/ratelimit/internal/testkit/redistest"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // redisClients are the go-redis clients RedisCounter works with. Each call
@@ -371,8 +372,10 @@ func TestRedisCounterFailsFastOnARefusedDial(t *testing.T) {
 			for i := range 3 {
 				const wait = 2 * time.Second
 				start := time.Now()
-				r := Request{Tenant: "acme", Cost: 1, Name: "default", Limit: 10, Window: time.Minute, Now: start, Deadline: start.Add(wait)}
-				_, err := counter.Take(context.Background(), r)
+				b := &store.Budget{Prefix: "rl:", Name: "default", Algorithm: store.FixedWindow, Limit: 10, Window: time.Minute}
+				r := store.Request{Budget: b, Key: []byte("rl:acme"), Tenant: "acme", Cost: 1, Now: start, Deadline: start.Add(wait)}
+				res := store.Result{Counts: make([]store.Count, 1+len(b.Quotas))}
+				err := counter.Take(context.Background(), &r, &res)
 				d := time.Since(start)
 				// A Ring that finds its only shard down says so.
 				if err == nil || !strings.Contains(err.Error(), "connection refused") &&
@@ -392,12 +395,12 @@ func uniqueTenant(t *testing.T) string {
 // newReplica is one gateway replica: a Fiber app of its own, limited by
 // counter. It fails closed, so that a counter error shows as 503 instead of
 // passing for an admitted request.
-func newReplica(counter Counter, limit int, window time.Duration, tenant string) fasthttp.RequestHandler {
+func newReplica(counter store.Store, limit int, window time.Duration, tenant string) fasthttp.RequestHandler {
 	return newReplicaWithTimeout(counter, limit, window, tenant, 0)
 }
 
 // newReplicaWithTimeout is newReplica with a StoreTimeout; 0 is the default.
-func newReplicaWithTimeout(counter Counter, limit int, window time.Duration, tenant string, storeTimeout time.Duration) fasthttp.RequestHandler {
+func newReplicaWithTimeout(counter store.Store, limit int, window time.Duration, tenant string, storeTimeout time.Duration) fasthttp.RequestHandler {
 	app := fiber.New()
 	app.Use(RateLimitShared(Config{
 		Counter:      counter,

@@ -32,7 +32,7 @@ func TestGoRedisLineHeldBackGoesStale(t *testing.T) {
 			logger := rec.logger() // one logger: the limiter and go-redis's lines share it
 			goRedis := newRedisLogger(logger, newClock(clk.Now))
 			t.Cleanup(func() { logline.GoRedis.Store(nil) })
-			lim := newLimiter(Options{Counter: &switchable{err: errors.New("connection refused")}, Limit: 10, Window: time.Minute,
+			lim := newLimiter(Options{Counter: CounterStore(&switchable{err: errors.New("connection refused")}), Limit: 10, Window: time.Minute,
 				Logger: logger}, clk.Now)
 			ctx := context.Background()
 			lim.Take(ctx, "acme") // the first failure's line

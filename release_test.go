@@ -244,7 +244,7 @@ func TestReleaseTellsEachLimitsWindowApart(t *testing.T) {
 // A decision decided by the fallback is given back in the fallback.
 func TestReleaseInTheFallback(t *testing.T) {
 	fb := NewMemoryCounter()
-	lim := NewLimiter(Options{Limit: 2, Window: time.Minute, Counter: &scripted{err: errors.New("store down")},
+	lim := NewLimiter(Options{Limit: 2, Window: time.Minute, Counter: CounterStore(&scripted{err: errors.New("store down")}),
 		Fallback: fb, Logger: newLogRecorder().logger()})
 	ctx := context.Background()
 	d1 := lim.Take(ctx, "acme")
@@ -268,7 +268,7 @@ func TestReleaseOfAnotherLimiter(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "another limiter") {
 		t.Fatalf("Release of another limiter's decision: %v", err)
 	}
-	c := NewLimiter(Options{Limit: 2, Window: time.Minute, Counter: &scripted{err: errors.New("store down")}, Logger: newLogRecorder().logger()})
+	c := NewLimiter(Options{Limit: 2, Window: time.Minute, Counter: CounterStore(&scripted{err: errors.New("store down")}), Logger: newLogRecorder().logger()})
 	if err := c.wiring.GiveErr; err == nil || !strings.Contains(err.Error(), "scripted") {
 		t.Fatalf("giving back with a Counter of one's own: %v, want an error naming it", err)
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gatewaykit/ratelimit/internal/keyed"
 	"github.com/gatewaykit/ratelimit/internal/owed"
+	"github.com/gatewaykit/ratelimit/internal/window"
 	"github.com/gatewaykit/ratelimit/store"
 )
 
@@ -47,6 +48,9 @@ type learned struct {
 	// so that a tenant's requests during an outage share one set.
 	from, capped *quotaSet
 	caps         [maxQuotas]int64
+
+	// The fallback's plan at the caps last made of this entry.
+	lowered *plan
 }
 
 // newUsageMemory returns a memory of at most bound keys, counted in m.
@@ -54,11 +58,13 @@ func newUsageMemory(bound int, m *Metrics) *usageMemory {
 	return &usageMemory{keyed.New[learned](bound, m.rememberedChanged)}
 }
 
-// learn records what the store answered (a) for r, whose key is key, at
-// now. It allocates only for a key it did not hold.
-func (u *usageMemory) learn(key []byte, r *Request, a *Answer, now time.Duration) {
-	e := learned{under: underOf(r), at: now, counts: a.Counts}
-	ls, n := r.limits()
+// learn records what the store answered (a) for r at now. It allocates
+// only for a key it did not hold.
+func (u *usageMemory) learn(r *request, a *store.Result, now time.Duration) {
+	key := r.Key
+	e := learned{under: underOf(r), at: now}
+	copy(e.counts[:], a.Counts)
+	ls, n := window.Limits(r.Budget)
 	e.n = n
 	var end time.Duration // when the last of until passes: dropped then
 	for j := range n {
@@ -80,16 +86,17 @@ func (u *usageMemory) learn(key []byte, r *Request, a *Answer, now time.Duration
 	s := u.m.Lock(key)
 	defer s.Unlock()
 	held := s.Put(key, end, now)
-	e.from, e.capped, e.caps = held.from, held.capped, held.caps // nil for a new key
+	e.from, e.capped, e.caps, e.lowered = held.from, held.capped, held.caps, held.lowered // nil for a new key
 	*held = e
 }
 
 // owedIn returns the windows of the store in which what the fallback
-// admits for r (whose key is key) at now is owed: each limit's as the
+// admits for r at now is owed: each limit's as the
 // store last reported it, while that window lasts; none for a bucket,
 // which has no windows, or for a limit in which nothing counted. It
 // reports false when there is none.
-func (u *usageMemory) owedIn(key []byte, r *Request, now time.Duration) (w owed.Windows, ok bool) {
+func (u *usageMemory) owedIn(r *request, now time.Duration) (w owed.Windows, ok bool) {
+	key := r.Key
 	s := u.m.Lock(key)
 	defer s.Unlock()
 	e, held := s.Get(key, now)
@@ -99,7 +106,7 @@ func (u *usageMemory) owedIn(key []byte, r *Request, now time.Duration) (w owed.
 	for j := range w.Marks {
 		w.Marks[j] = noWindow
 	}
-	ls, _ := r.limits()
+	ls, _ := window.Limits(r.Budget)
 	for j := range e.n {
 		c := &e.counts[j]
 		end := e.at + c.Left
@@ -118,23 +125,24 @@ func (u *usageMemory) forget(key []byte) {
 	s.Unlock()
 }
 
-// lower lowers f, the fallback's request for r (whose key is key), at now,
-// to share of what the store last reported r's tenant has left of each
-// limit, where that still holds: f's main limit, and its quotas by a set
-// made for the caps. When the cost does not fit in what is left of some
-// limit, it reports true, with the store's answer as last learned, aged to
-// now, that limit short of the cost.
-func (u *usageMemory) lower(key []byte, r, f *Request, now time.Duration, share func(int64) int64) (Answer, bool) {
+// lower lowers f, the fallback's request for r, at now, to share of what
+// the store last reported r's tenant has left of each limit, where that
+// still holds: f's main limit, and its quotas by a set made for the caps.
+// When the cost does not fit in what is left of some limit, it reports
+// true, with the store's answer as last learned, aged to now, that limit
+// short of the cost, in res.
+func (u *usageMemory) lower(r, f *request, res *store.Result, now time.Duration, share func(int64) int64) bool {
+	key := r.Key
 	s := u.m.Lock(key)
 	defer s.Unlock()
 	e, ok := s.Get(key, now)
 	if !ok || e.under != underOf(r) {
-		return Answer{}, false
+		return false
 	}
 	var caps [maxQuotas + 1]int64 // what f may spend of each limit, at most
 	caps[0] = f.Limit
 	for j := 1; j < e.n; j++ {
-		caps[j] = f.set.q[j-1].limit
+		caps[j] = f.set().q[j-1].limit
 	}
 	short := false
 	for j := range e.n {
@@ -144,29 +152,39 @@ func (u *usageMemory) lower(key []byte, r, f *Request, now time.Duration, share 
 		}
 	}
 	if short {
-		return e.refusal(r, &caps, now), true
+		e.refusal(r, res, &caps, now)
+		return true
 	}
-	f.Limit = caps[0]
-	if e.n > 1 && [maxQuotas]int64(caps[1:]) != quotaLimits(f.set) {
-		if e.from != f.set || e.caps != [maxQuotas]int64(caps[1:]) {
-			e.from, e.caps, e.capped = f.set, [maxQuotas]int64(caps[1:]), f.set.capped(caps[1:e.n])
+	set := f.set()
+	if e.n > 1 && [maxQuotas]int64(caps[1:]) != quotaLimits(set) {
+		if e.from != set || e.caps != [maxQuotas]int64(caps[1:]) {
+			e.from, e.caps, e.capped = set, [maxQuotas]int64(caps[1:]), set.capped(caps[1:e.n])
 		}
-		f.setQuotas(e.capped)
+		set = e.capped
 	}
-	return Answer{}, false
+	if caps[0] != f.Limit || set != f.set() {
+		if p := e.lowered; p == nil || p.Limit != caps[0] || p.set != set || p.Window != f.Window || p.Burst != f.Burst {
+			p := *f.plan
+			p.Limit, p.set, p.Quotas, p.fallback = caps[0], set, set.quotasOf(), nil
+			e.lowered = &p
+		}
+		f.setPlan(e.lowered)
+	}
+	return false
 }
 
 // refusal is the store's answer that e learned, aged to now, as a refusal
 // of r: each limit of which less than r's cost is left to spend (caps)
 // reports only that much left; one whose window has ended since, a
 // window of its own to start.
-func (e *learned) refusal(r *Request, caps *[maxQuotas + 1]int64, now time.Duration) (a Answer) {
-	ls, _ := r.limits()
+func (e *learned) refusal(r *request, res *store.Result, caps *[maxQuotas + 1]int64, now time.Duration) {
+	ls, _ := window.Limits(r.Budget)
+	res.Allowed = false
 	for j := range e.n {
 		if now >= e.until[j] {
 			// Ended: a request would start a window of its own.
 			c := &e.counts[j]
-			a.Counts[j] = store.Count{Fits: true, Left: c.Length, Length: c.Length}
+			res.Counts[j] = store.Count{Fits: true, Left: c.Length, Length: c.Length}
 			continue
 		}
 		st, _ := ls[j].Aged(e.counts[j], now-e.at)
@@ -175,9 +193,8 @@ func (e *learned) refusal(r *Request, caps *[maxQuotas + 1]int64, now time.Durat
 			// Raising the count by k lowers what is left by k.
 			st.N += max(ls[j].Figures(&st, r.Cost).Remaining-caps[j], 0)
 		}
-		a.Counts[j] = st
+		res.Counts[j] = st
 	}
-	return a
 }
 
 // quotaLimits is the limits of s's quotas.
@@ -194,6 +211,6 @@ func (s *quotaSet) capped(caps []int64) *quotaSet {
 	for i := range c.q {
 		c.q[i].limit, c.src[i].Limit = caps[i], int(caps[i])
 	}
-	c.lims = c.limits()
+	c.quotas = c.storeQuotas()
 	return c
 }

@@ -94,28 +94,28 @@ func newRemoteMemory(clock *fakeClock) *remoteMemory {
 	return &remoteMemory{MemoryCounter: newMemoryCounter(clock.Now)}
 }
 
-func (m *remoteMemory) Attach(r Request) (StoreInfo, error) {
-	info, err := m.MemoryCounter.Attach(r)
+func (m *remoteMemory) Attach(b *store.Budget, plans bool) (store.Info, error) {
+	info, err := m.MemoryCounter.Attach(b, plans)
 	info.Local = false
 	return info, err
 }
 
-func (m *remoteMemory) Take(ctx context.Context, r Request) (Answer, error) {
+func (m *remoteMemory) Take(ctx context.Context, r *store.Request, res *store.Result) error {
 	m.takes.Add(1)
 	if m.down.Load() {
-		return Answer{}, errRemoteDown
+		return errRemoteDown
 	}
-	return m.MemoryCounter.Take(ctx, r)
+	return m.MemoryCounter.Take(ctx, r, res)
 }
 
-func (m *remoteMemory) Give(ctx context.Context, r Request, marks store.Marks) error {
+func (m *remoteMemory) Give(ctx context.Context, r *store.Request, marks store.Marks) error {
 	if m.down.Load() {
 		return errRemoteDown
 	}
 	return m.MemoryCounter.Give(ctx, r, marks)
 }
 
-func (m *remoteMemory) Reset(ctx context.Context, r Request) error {
+func (m *remoteMemory) Reset(ctx context.Context, r *store.Request) error {
 	if m.down.Load() {
 		return errRemoteDown
 	}
@@ -398,15 +398,13 @@ func TestLearningAllocatesNothing(t *testing.T) {
 	month := []Quota{{Name: "month", Limit: 100, Calendar: CalendarMonth}}
 	lim := NewLimiter(Options{Counter: newWindowFake(newFakeClock()), Limit: 10, Window: time.Minute, Quotas: month,
 		Fallback: NewMemoryCounter(), Logger: slog.New(slog.DiscardHandler)})
-	r := lim.base
-	r.Tenant = "acme"
-	var buf [maxKeyLen]byte
-	key := r.appendKey(buf[:0])
-	var a Answer
+	r := lim.newRequest("acme", time.Now())
+	defer r.free()
+	a := r.result()
 	a.Counts[0] = store.Count{N: 3, Fits: true, Left: time.Minute, Length: time.Minute}
 	a.Counts[1] = store.Count{N: 40, Fits: true, Left: time.Hour, Length: 30 * 24 * time.Hour}
-	lim.usage.learn(key, &r, &a, 0)
-	if n := testing.AllocsPerRun(200, func() { lim.usage.learn(key, &r, &a, time.Second) }); n != 0 {
+	lim.usage.learn(r, a, 0)
+	if n := testing.AllocsPerRun(200, func() { lim.usage.learn(r, a, time.Second) }); n != 0 {
 		t.Errorf("%.1f allocations a learning, want none", n)
 	}
 }

@@ -45,8 +45,8 @@ import (
 // request's middleware settles with the request's values but not its
 // cancellation. A store failure is logged as any other and returned, and
 // the count stands as decided: a window's until it ends, a slot until its
-// lease does. Settle needs Counter and Fallback to be Stores: a Counter
-// that counts by Incr alone can neither give back nor charge.
+// lease does. Settle needs stores that give back: a CounterStore can
+// neither give back nor charge.
 func (l *Limiter) Settle(ctx context.Context, d Decision, cost int) error {
 	switch {
 	case cost < 0:
@@ -68,16 +68,15 @@ func (l *Limiter) Settle(ctx context.Context, d Decision, cost int) error {
 	if !has.Has(store.GiveBack) {
 		return fmt.Errorf("ratelimit: %w", lackErr("Settle and Release need", field, c, store.GiveBack))
 	}
-	r := l.base
-	r.Tenant, r.Cost, r.Slot, r.Now = d.tenant, d.cost-int64(cost), d.slot, l.clock.mono()
+	var r *request
 	if d.byAddr {
-		r.key.addr, r.key.byAddr = d.addr, true
+		r = l.newAddrRequest(d.addr, l.clock.mono())
+	} else {
+		r = l.newRequest(d.tenant, l.clock.mono())
 	}
-	r.Limit, r.Window = int64(d.Limit), d.Window
-	if d.quotas != nil {
-		r.Limit, r.Window = d.lims[0].limit, d.lims[0].window
-	}
-	r.setQuotas(d.quotas) // the fallback's own, when the fallback decided
+	defer r.free()
+	r.setPlan(d.plan) // the fallback's own, when the fallback decided
+	r.Cost, r.Slot = d.cost-int64(cost), d.slot
 	if d.quotas != nil && d.quotas.calendar {
 		r.Now = l.clock.Now() // a calendar period follows the wall clock
 	}
@@ -85,20 +84,19 @@ func (l *Limiter) Settle(ctx context.Context, d Decision, cost int) error {
 	switch {
 	case s == l.fallback || l.info.Local:
 		r.Deadline, _ = ctx.Deadline()
-		err = s.Give(ctx, r, d.marks)
+		err = s.Give(ctx, &r.Request, d.marks)
 	default:
-		_, err = l.call(ctx, &r, func(ctx context.Context, r Request) (Answer, error) { return Answer{}, s.Give(ctx, r, d.marks) })
+		err = l.call(ctx, r, func(ctx context.Context, r *store.Request) error { return s.Give(ctx, r, d.marks) })
 	}
 	if err == nil {
-		var buf [maxKeyLen]byte
 		if l.refusals != nil && r.Cost > 0 {
 			// A refusal this replica cached for the tenant may no longer
 			// hold.
-			l.refusals.forget(r.appendKey(buf[:0]))
+			l.refusals.forget(r.Key)
 		}
 		if s == l.fallback && l.owed != nil {
 			// What the store is owed of the request changes with it.
-			l.owed.Settle(r.appendKey(buf[:0]), r.Cost, l.clock.elapsed())
+			l.owed.Settle(r.Key, r.Cost, l.clock.elapsed())
 		}
 		return nil
 	}
@@ -111,7 +109,7 @@ func (l *Limiter) Settle(ctx context.Context, d Decision, cost int) error {
 			msg = "ratelimit: counter failed to charge a request's settled cost; the request stays counted at the cost it was decided with"
 		}
 		l.failures.Record(slog.LevelError, msg,
-			slog.String("tenant", logTenant(d.tenant)), slog.String("key", r.Key()), slog.Any("err", err))
+			slog.String("tenant", logTenant(d.tenant)), slog.String("key", string(r.Key)), slog.Any("err", err))
 	}
 	return err
 }

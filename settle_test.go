@@ -294,14 +294,14 @@ type givesCounted struct {
 	gives atomic.Int32
 }
 
-func (g *givesCounted) Give(ctx context.Context, r Request, marks store.Marks) error {
+func (g *givesCounted) Give(ctx context.Context, r *store.Request, marks store.Marks) error {
 	g.gives.Add(1)
 	return g.MemoryCounter.Give(ctx, r, marks)
 }
 
 // A charge in the fallback counts in the fallback.
 func TestSettleInTheFallback(t *testing.T) {
-	lim := NewLimiter(Options{Limit: 10, Window: time.Minute, Counter: &scripted{err: errors.New("store down")},
+	lim := NewLimiter(Options{Limit: 10, Window: time.Minute, Counter: CounterStore(&scripted{err: errors.New("store down")}),
 		Fallback: NewMemoryCounter(), Logger: newLogRecorder().logger()})
 	ctx := context.Background()
 	d := lim.Take(ctx, "acme")

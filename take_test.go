@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatewaykit/ratelimit/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -23,17 +24,17 @@ import (
 type takeSubject struct {
 	name    string
 	redis   bool
-	counter func(t *testing.T) (Counter, *fakeClock) // the clock is nil for Redis
+	counter func(t *testing.T) (store.Store, *fakeClock) // the clock is nil for Redis
 }
 
 var takeSubjects = []takeSubject{
-	{"memory", false, func(t *testing.T) (Counter, *fakeClock) {
+	{"memory", false, func(t *testing.T) (store.Store, *fakeClock) {
 		clock := newFakeClock()
 		return newMemoryCounter(clock.Now), clock
 	}},
-	{"redis single node", true, func(t *testing.T) (Counter, *fakeClock) { return NewRedisCounter(newRedisClient(t)), nil }},
-	{"redis cluster", true, func(t *testing.T) (Counter, *fakeClock) { return NewRedisCounter(newClusterClient(t)), nil }},
-	{"redis ring", true, func(t *testing.T) (Counter, *fakeClock) { return NewRedisCounter(newRingClient(t)), nil }},
+	{"redis single node", true, func(t *testing.T) (store.Store, *fakeClock) { return NewRedisCounter(newRedisClient(t)), nil }},
+	{"redis cluster", true, func(t *testing.T) (store.Store, *fakeClock) { return NewRedisCounter(newClusterClient(t)), nil }},
+	{"redis ring", true, func(t *testing.T) (store.Store, *fakeClock) { return NewRedisCounter(newRingClient(t)), nil }},
 }
 
 var algorithms = []Algorithm{FixedWindow, SlidingWindow}
@@ -198,7 +199,7 @@ func TestCheckCost(t *testing.T) {
 	if err := NewLimiter(Options{Limit: 1, Window: time.Second}).wiring.CostErr; err != nil {
 		t.Errorf("a MemoryCounter: %v, want nil", err)
 	}
-	err := NewLimiter(Options{Counter: &fakeCounter{}, Limit: 1, Window: time.Second}).wiring.CostErr
+	err := NewLimiter(Options{Counter: CounterStore(&fakeCounter{}), Limit: 1, Window: time.Second}).wiring.CostErr
 	if err == nil || !strings.Contains(err.Error(), "Counter") || !strings.Contains(err.Error(), "*ratelimit.fakeCounter") {
 		t.Errorf("a Counter of your own: %v, want an error naming Counter and its type", err)
 	}
@@ -209,7 +210,7 @@ func TestCheckCost(t *testing.T) {
 // called.
 func TestCostOnACounterOfYourOwn(t *testing.T) {
 	fc := &fakeCounter{}
-	lim := NewLimiter(Options{Counter: fc, Limit: 10, Window: time.Minute, Logger: newLogRecorder().logger()})
+	lim := NewLimiter(Options{Counter: CounterStore(fc), Limit: 10, Window: time.Minute, Logger: newLogRecorder().logger()})
 	d := lim.TakeN(context.Background(), "acme", 3)
 	if d.By != ByNone || !d.Allowed || d.Err == nil || fc.calls() != 0 {
 		t.Fatalf("cost 3: %+v after %d calls; want failed open, with an error, and no call", d, fc.calls())
@@ -347,10 +348,10 @@ func TestManyKeysOfBothKindsInOneRoundTrip(t *testing.T) {
 func TestFallbackTakesTheRequestsCost(t *testing.T) {
 	failing := []struct {
 		name    string
-		counter func() Counter
+		counter func() store.Store
 	}{
-		{"closed MemoryCounter", func() Counter { return closedCounter() }},
-		{"RedisCounter on a closed client", func() Counter {
+		{"closed MemoryCounter", func() store.Store { return closedCounter() }},
+		{"RedisCounter on a closed client", func() store.Store {
 			rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 			rdb.Close()
 			return NewRedisCounter(rdb)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/gatewaykit/ratelimit/internal/timerule"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // The time rule (internal/timerule): a request waits at most
@@ -36,20 +37,20 @@ var ErrContextDone = errors.New("ratelimit: the request's context ended before t
 
 // callTimed calls op for r under rule: r.Deadline is set to when the wait
 // ends. A request whose context is already done gets no call.
-func callTimed(ctx context.Context, rule *timeRule, r *Request, op func(context.Context, Request) (Answer, error)) (Answer, error) {
+func callTimed(ctx context.Context, rule *timeRule, r *request, op func(context.Context, *store.Request) error) error {
 	if err := ctx.Err(); err != nil {
-		return Answer{}, fmt.Errorf("%w (%w)", ErrContextDone, err)
+		return fmt.Errorf("%w (%w)", ErrContextDone, err)
 	}
 	wait, deadline := rule.Budget(ctx, r.Now)
 	if wait <= 0 {
 		// The request's own deadline has passed.
-		return Answer{}, fmt.Errorf("%w (%w)", ErrContextDone, context.DeadlineExceeded)
+		return fmt.Errorf("%w (%w)", ErrContextDone, context.DeadlineExceeded)
 	}
 	r.Deadline = deadline
-	a, err := op(ctx, *r)
+	err := op(ctx, &r.Request)
 	if err != nil && rule.OwnFault(ctx, wait, err) {
 		// Not an answer, nor a failure, of the store's.
-		return a, fmt.Errorf("%w: %w", ErrContextDone, err)
+		return fmt.Errorf("%w: %w", ErrContextDone, err)
 	}
-	return a, rule.Ended(wait, err)
+	return rule.Ended(wait, err)
 }

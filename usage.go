@@ -74,18 +74,19 @@ func (l *Limiter) Usage(ctx context.Context, tenant string) ([]Usage, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer r.free()
 	if lack := l.lacks("Usage needs", store.Costs, true); lack != nil {
 		return nil, fmt.Errorf("ratelimit: %w (a read is a request of cost 0)", lack)
 	}
 	r.Cost = 0
-	a, err := l.store.Take(ctx, r)
-	if err != nil {
+	res := r.result()
+	if err := l.store.Take(ctx, &r.Request, res); err != nil {
 		return nil, fmt.Errorf("ratelimit: usage of tenant %s: %w", logTenant(tenant), err)
 	}
-	ls, n := r.limits()
+	ls, n := window.Limits(r.Budget)
 	us := make([]Usage, n)
 	for j := range n {
-		us[j] = usageOf(&ls[j], &a.Counts[j])
+		us[j] = usageOf(&ls[j], &res.Counts[j])
 	}
 	return us, nil
 }
@@ -133,23 +134,24 @@ func (l *Limiter) Reset(ctx context.Context, tenant string) error {
 	if err != nil {
 		return err
 	}
+	defer r.free()
 	if lack := l.lacks("Reset needs", store.Resets, true); lack != nil {
 		return fmt.Errorf("ratelimit: %w", lack)
 	}
-	err = l.store.Reset(ctx, r)
-	var buf [maxKeyLen]byte
+	err = l.store.Reset(ctx, &r.Request)
 	if l.refusals != nil {
-		l.refusals.forget(r.appendKey(buf[:0]))
+		l.refusals.forget(r.Key)
 	}
 	if l.usage != nil {
-		l.usage.forget(r.appendKey(buf[:0]))
+		l.usage.forget(r.Key)
 		if l.owed != nil {
-			l.owed.Forget(r.appendKey(buf[:0]))
+			l.owed.Forget(r.Key)
 		}
 	}
 	if l.fallback != nil {
-		f := l.fallbackRequest(ctx, &r)
-		if ferr := l.fallback.Reset(ctx, f); err == nil {
+		f := l.fallbackRequest(ctx, r)
+		defer f.free()
+		if ferr := l.fallback.Reset(ctx, &f.Request); err == nil {
 			err = ferr
 		}
 	}
@@ -159,15 +161,15 @@ func (l *Limiter) Reset(ctx context.Context, tenant string) error {
 	return nil
 }
 
-// tenantRequest is a Request of tenant's limits, by its plan, waiting as
-// ctx lets it.
-func (l *Limiter) tenantRequest(ctx context.Context, tenant string) (Request, error) {
-	r := l.base
-	r.Tenant, r.Now = tenant, l.clock.Now()
+// tenantRequest is a request of tenant's limits, by its plan, waiting as
+// ctx lets it. Give it back with free.
+func (l *Limiter) tenantRequest(ctx context.Context, tenant string) (*request, error) {
+	r := l.newRequest(tenant, l.clock.Now())
 	r.Deadline, _ = ctx.Deadline()
 	if l.opts.PlanFor != nil {
-		if err := l.plan(&r); err != nil {
-			return r, err
+		if err := l.plan(r); err != nil {
+			r.free()
+			return nil, err
 		}
 	}
 	return r, nil

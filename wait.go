@@ -60,10 +60,10 @@ func (l *Limiter) WaitN(ctx context.Context, tenant string, n int) (Decision, er
 			return d, context.DeadlineExceeded
 		}
 	}
-	r := l.base
-	r.Tenant, r.Now = tenant, l.clock.mono()
+	r := l.newRequest(tenant, l.clock.mono())
+	defer r.free()
 	d.waiter = true
-	if err := l.await(ctx, &d, &r, n, delay); err != nil {
+	if err := l.await(ctx, &d, r, n, delay); err != nil {
 		return d, err
 	}
 	switch {
@@ -88,12 +88,14 @@ func (l *Limiter) WaitN(ctx context.Context, tenant string, n int) (Decision, er
 // turn back, and is refused, with ErrContextDone: its client is gone, and
 // what it reserved is no longer its own.
 func (l *Limiter) takeDelayed(ctx context.Context, d *Decision, tenant string, addr netip.Addr, byAddr bool, cost int, delay time.Duration) {
-	r := l.base
-	r.Tenant, r.Now = tenant, l.clock.mono()
+	var r *request
 	if byAddr {
-		r.key.addr, r.key.byAddr = addr, true
+		r = l.newAddrRequest(addr, l.clock.mono())
+	} else {
+		r = l.newRequest(tenant, l.clock.mono())
 	}
-	if err := l.await(ctx, d, &r, cost, delay); err != nil {
+	defer r.free()
+	if err := l.await(ctx, d, r, cost, delay); err != nil {
 		d.Allowed, d.took, d.Err, d.RetryAfter = false, false, ErrContextDone, d.wait
 	}
 }
@@ -101,7 +103,7 @@ func (l *Limiter) takeDelayed(ctx context.Context, d *Decision, tenant string, a
 // await decides r, of cost, allowing it to wait delay for its turn, and
 // sleeps until that turn. It returns ctx's error when ctx ends while it
 // sleeps, having given the turn back.
-func (l *Limiter) await(ctx context.Context, d *Decision, r *Request, cost int, delay time.Duration) error {
+func (l *Limiter) await(ctx context.Context, d *Decision, r *request, cost int, delay time.Duration) error {
 	if !l.opts.Shadow {
 		r.Delay = delay
 	}
@@ -109,11 +111,10 @@ func (l *Limiter) await(ctx context.Context, d *Decision, r *Request, cost int, 
 	if d.wait <= 0 {
 		return nil
 	}
-	var buf [maxKeyLen]byte
 	var key []byte
 	var gen uint64
 	if l.turns != nil && d.By == ByCounter {
-		key = r.appendKey(buf[:0])
+		key = r.Key
 		now := l.clock.since(r.Now)
 		gen = l.turns.Reserve(key, d.cost, now, now+d.wait)
 	}

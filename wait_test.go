@@ -31,7 +31,7 @@ func TestWaitSpacesCallersAcrossReplicas(t *testing.T) {
 		t.Run(s.name, func(t *testing.T) {
 			t.Parallel()
 			var lims []*Limiter
-			var mem Counter
+			var mem store.Store
 			for range 3 {
 				c, clock := s.counter(t)
 				if clock != nil { // memory: one counter, on the real clock
@@ -258,19 +258,19 @@ type switchStore struct {
 
 var errSwitchedOff = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 
-func (s switchStore) Attach(r Request) (StoreInfo, error) {
-	_, err := s.MemoryCounter.Attach(r)
-	return StoreInfo{Features: store.All}, err
+func (s switchStore) Attach(b *store.Budget, plans bool) (store.Info, error) {
+	_, err := s.MemoryCounter.Attach(b, plans)
+	return store.Info{Features: store.All}, err
 }
 
-func (s switchStore) Take(ctx context.Context, r Request) (Answer, error) {
+func (s switchStore) Take(ctx context.Context, r *store.Request, res *store.Result) error {
 	if s.down.Load() {
-		return Answer{}, errSwitchedOff
+		return errSwitchedOff
 	}
-	return s.MemoryCounter.Take(ctx, r)
+	return s.MemoryCounter.Take(ctx, r, res)
 }
 
-func (s switchStore) Give(ctx context.Context, r Request, marks store.Marks) error {
+func (s switchStore) Give(ctx context.Context, r *store.Request, marks store.Marks) error {
 	if s.down.Load() || s.giveDown != nil && s.giveDown.Load() {
 		if s.refusedGives != nil {
 			s.refusedGives.Add(1)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gatewaykit/ratelimit"
+	"github.com/gatewaykit/ratelimit/store"
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/gofiber/fiber/v2"
 	fiberlimiter "github.com/gofiber/fiber/v2/middleware/limiter"
@@ -307,7 +308,7 @@ func reportFailOpen(b *testing.B) {
 	}
 }
 
-func counterFor(tb testing.TB, rdb *redis.Client) ratelimit.Counter {
+func counterFor(tb testing.TB, rdb *redis.Client) store.Store {
 	if rdb != nil {
 		return ratelimit.NewRedisCounter(rdb)
 	}

@@ -124,7 +124,7 @@ type Config struct {
 
 	// Cost returns how many units of the budget a request costs (see
 	// ratelimit.Limiter.TakeN). New panics when the Limiter cannot count
-	// costs: when its Counter counts by Incr alone.
+	// costs: when its Counter is a CounterStore.
 	//
 	// Optional. Default: every request costs 1
 	Cost func(c fiber.Ctx) int
@@ -146,7 +146,7 @@ type Config struct {
 	// or a later limiter's refusal gives the request back. A cost below 0
 	// is the gateway's mistake: it is logged, and the request keeps its
 	// Cost. New panics for an InFlight Algorithm, which holds slots, not
-	// costs, and when the Limiter's Counter counts by Incr alone.
+	// costs, and when the Limiter's Counter is a CounterStore.
 	//
 	// Optional. Default: nil, the cost is Cost's
 	CostAfter func(c fiber.Ctx) int

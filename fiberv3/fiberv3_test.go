@@ -18,6 +18,7 @@ import (
 	"github.com/gatewaykit/ratelimit"
 	"github.com/gatewaykit/ratelimit/fiberv3"
 	"github.com/gatewaykit/ratelimit/internal/testkit/httpresp"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // TestBehaviourTable (door_test.go) runs the behaviour that every door
@@ -112,9 +113,15 @@ func (r *recordingCounter) lastKey() string {
 	return r.keys[len(r.keys)-1]
 }
 
+// newLimiter is a limiter of limit a minute that counts with counter's
+// Incr (nil: in a MemoryCounter).
 func newLimiter(counter ratelimit.Counter, limit int) *ratelimit.Limiter {
+	var s store.Store
+	if counter != nil {
+		s = ratelimit.CounterStore(counter)
+	}
 	return ratelimit.NewLimiter(ratelimit.Options{
-		Counter: counter, Limit: limit, Window: time.Minute,
+		Counter: s, Limit: limit, Window: time.Minute,
 		Logger: slog.New(slog.DiscardHandler),
 	})
 }

@@ -162,7 +162,7 @@ func TestOutcomes(t *testing.T) {
 			map[[2]string]float64{{"failed-closed", "none"}: 2}},
 		{"shadow", ratelimit.Options{Counter: ratelimit.NewMemoryCounter(), Limit: 1, Shadow: true}, 3,
 			map[[2]string]float64{{"allowed", "counter"}: 1, {"shadow-limited", "counter"}: 2}},
-		{"over-limit cache", ratelimit.Options{Counter: &mapCounter{}, Limit: 1}, 4,
+		{"over-limit cache", ratelimit.Options{Counter: ratelimit.CounterStore(&mapCounter{}), Limit: 1}, 4,
 			map[[2]string]float64{{"allowed", "counter"}: 1, {"limited", "counter"}: 1, {"limited", "over-limit-cache"}: 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -187,7 +187,7 @@ func TestOutcomes(t *testing.T) {
 
 // A failure opens the breaker, and the gauge follows it.
 func TestBreakers(t *testing.T) {
-	l, m := limiter(ratelimit.Options{Counter: &mapCounter{errs: []error{errors.New("disk full")}},
+	l, m := limiter(ratelimit.Options{Counter: ratelimit.CounterStore(&mapCounter{errs: []error{errors.New("disk full")}}),
 		Limit: 1, BreakerFailures: 1, BreakerCooldown: time.Hour})
 	c := NewCollector()
 	c.Add("global", m)
@@ -217,7 +217,7 @@ func TestStore(t *testing.T) {
 		fmt.Errorf("dial tcp: %w", syscall.ECONNREFUSED),
 		errors.New("disk full"),
 	}}
-	l, m := limiter(ratelimit.Options{Counter: counter, Limit: 1})
+	l, m := limiter(ratelimit.Options{Counter: ratelimit.CounterStore(counter), Limit: 1})
 	take(l, 6) // 3 failures, allowed, limited, then limited by the cache
 	c := NewCollector()
 	c.Add("global", m)
@@ -361,7 +361,7 @@ func expiredSlot(t *testing.T) *ratelimit.Metrics {
 
 // The series follow Prometheus's naming conventions.
 func TestLint(t *testing.T) {
-	l, m := limiter(ratelimit.Options{Counter: &mapCounter{}, Limit: 1})
+	l, m := limiter(ratelimit.Options{Counter: ratelimit.CounterStore(&mapCounter{}), Limit: 1})
 	take(l, 2)
 	c := NewCollector()
 	c.Add("global", m)
@@ -410,12 +410,12 @@ func stringers[T fmt.Stringer](s []T) []fmt.Stringer {
 // it holds, within its fallback's MaxKeys, and those it evicted; a
 // limiter without a fallback exports zeros.
 func TestRemembered(t *testing.T) {
-	l, m := limiter(ratelimit.Options{Counter: &mapCounter{}, Limit: 5,
+	l, m := limiter(ratelimit.Options{Counter: ratelimit.CounterStore(&mapCounter{}), Limit: 5,
 		Fallback: ratelimit.NewMemoryCounter(ratelimit.MaxKeys(10))})
 	for i := range 30 {
 		l.Take(context.Background(), fmt.Sprint("tenant-", i))
 	}
-	_, none := limiter(ratelimit.Options{Counter: &mapCounter{}, Limit: 5})
+	_, none := limiter(ratelimit.Options{Counter: ratelimit.CounterStore(&mapCounter{}), Limit: 5})
 	c := NewCollector()
 	c.Add("fallback", m)
 	c.Add("none", none)
@@ -441,19 +441,19 @@ type remoteMemory struct {
 	down *atomic.Bool
 }
 
-func (s remoteMemory) Attach(r ratelimit.Request) (ratelimit.StoreInfo, error) {
-	_, err := s.MemoryCounter.Attach(r)
-	return ratelimit.StoreInfo{Features: store.All}, err
+func (s remoteMemory) Attach(b *store.Budget, plans bool) (store.Info, error) {
+	_, err := s.MemoryCounter.Attach(b, plans)
+	return store.Info{Features: store.All}, err
 }
 
-func (s remoteMemory) Take(ctx context.Context, r ratelimit.Request) (ratelimit.Answer, error) {
+func (s remoteMemory) Take(ctx context.Context, r *store.Request, res *store.Result) error {
 	if s.down.Load() {
-		return ratelimit.Answer{}, errors.New("down")
+		return errors.New("down")
 	}
-	return s.MemoryCounter.Take(ctx, r)
+	return s.MemoryCounter.Take(ctx, r, res)
 }
 
-func (s remoteMemory) Give(ctx context.Context, r ratelimit.Request, marks store.Marks) error {
+func (s remoteMemory) Give(ctx context.Context, r *store.Request, marks store.Marks) error {
 	if s.down.Load() {
 		return errors.New("down")
 	}

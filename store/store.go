@@ -1,8 +1,7 @@
-// Package store is the vocabulary that a rate limiter and the store that
-// keeps its counts share: how a limit counts in time (Algorithm), the
-// periods of the UTC calendar a quota counts in (Calendar), what a store
-// holds of one limit after it decides a request (Count), and what a store
-// decides (Features).
+// Package store is the contract between a rate limiter and the store
+// that keeps its counts. A Store decides Requests against a Budget and
+// reports Counts. It says what it decides in Features. The package
+// storetest checks a Store against this contract.
 //
 // The package imports nothing but the standard library. The limiter in
 // the root package and every store, the built-in ones and a store of
@@ -10,6 +9,7 @@
 package store
 
 import (
+	"math"
 	"strconv"
 	"time"
 )
@@ -89,9 +89,13 @@ func (c Calendar) Period(now time.Time) (start, end time.Time) {
 
 // Marks name the windows a request was counted in, one for each limit,
 // the main limit's first, then each quota's: the Mark of each Count that
-// Take answered. Give gives back in those windows only. The mark
-// math.MinInt64 names no window: that limit is left alone.
+// Take answered. Give gives back in those windows only. The mark NoWindow
+// names no window: that limit is left alone.
 type Marks [5]int64
+
+// NoWindow is a mark that names no window. Giving back or charging with
+// it leaves the limit alone, a bucket's too.
+const NoWindow = math.MinInt64
 
 // A Count is what a store holds of one limit after it decides a request.
 //

@@ -1,11 +1,9 @@
 package storetest
 
 import (
-	"context"
-	"math"
 	"time"
 
-	"github.com/gatewaykit/ratelimit"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // The token bucket's clauses. A store reports a bucket (Algorithm
@@ -14,10 +12,11 @@ import (
 // until it is full again, Length the time it takes to fill from empty
 // (Burst × Window/Limit).
 
-// bucketReq is a request of tenant in a bucket of 10 a second, burst 5.
-func (s *subject) bucketReq(tenant string, cost int64) ratelimit.Request {
-	r := s.req(tenant, ratelimit.TokenBucket, cost, 10, time.Second)
-	r.Burst = 5
+// bucketReq is a request of tenant in a bucket of 10 a second, burst 5,
+// beside quotas.
+func (s *subject) bucketReq(tenant string, cost int64, quotas ...store.Quota) store.Request {
+	r := s.req(tenant, store.TokenBucket, cost, 10, time.Second, quotas...)
+	r.Burst = 5 // the Budget's own, before its first request
 	return r
 }
 
@@ -61,9 +60,7 @@ func bucketGiveAndCharge(s *subject) {
 	}
 	r.Cost = 1
 	s.expect("a request after the debt", s.take(r), false, 25)
-	if err := s.store.Reset(context.Background(), r); err != nil {
-		s.t.Fatal(err)
-	}
+	s.reset(r)
 	s.expect("after a reset", s.read(r), true, 0)
 	r.Cost = -10 // a bucket the store no longer holds is full, and a charge puts it in debt
 	s.give(r, took)
@@ -92,21 +89,21 @@ func bucketNoWindow(s *subject) {
 	r := s.bucketReq(tenant(s.t, "bucket-no-window"), 1)
 	plain := s.take(r)
 	s.expect("1 of 5", plain, true, 1)
-	plain.Counts[0].Mark = math.MinInt64
+	noWindow := marks(plain)
+	noWindow[0] = store.NoWindow
 	r.Cost = -2
-	s.give(r, plain)
+	s.giveIn(r, noWindow)
 	s.expect("a charge with a mark that names no window", s.read(r), true, 1)
 
-	r = s.bucketReq(tenant(s.t, "bucket-no-window-quota"), 1)
-	r.Quotas = []ratelimit.Quota{{Name: "hour", Limit: 100, Window: time.Hour}}
+	r = s.bucketReq(tenant(s.t, "bucket-no-window-quota"), 1, store.Quota{Name: "hour", Limit: 100, Window: time.Hour})
 	took := s.take(r)
 	s.expect("1 of 5, 1 of 100", took, true, 1, 1)
-	quotaOnly, bucketOnly := took, took
-	quotaOnly.Counts[0].Mark, bucketOnly.Counts[1].Mark = math.MinInt64, math.MinInt64
+	quotaOnly, bucketOnly := marks(took), marks(took)
+	quotaOnly[0], bucketOnly[1] = store.NoWindow, store.NoWindow
 	r.Cost = -3
-	s.give(r, quotaOnly)
+	s.giveIn(r, quotaOnly)
 	s.expect("3 charged in the quota alone", s.read(r), true, 1, 4)
 	r.Cost = -2
-	s.give(r, bucketOnly)
+	s.giveIn(r, bucketOnly)
 	s.expect("2 charged in the bucket alone", s.read(r), true, 3, 4)
 }

@@ -1,27 +1,15 @@
 package storetest
 
 import (
-	"context"
 	"fmt"
 	"time"
 
-	"github.com/gatewaykit/ratelimit"
 	"github.com/gatewaykit/ratelimit/store"
 )
 
 // The clauses that need no feature: fixed windows at a cost of 1, which
 // every store decides. They read counts from the answers of Take alone,
 // so that a store that declares nothing is tested for something real.
-
-func incrCounts(s *subject) {
-	key := "rl:" + tenant(s.t, "incr")
-	for want := int64(1); want <= 3; want++ {
-		n, err := s.store.Incr(context.Background(), key, time.Minute)
-		if err != nil || n != want {
-			s.t.Fatalf("Incr #%d = %d, %v; want %d", want, n, err, want)
-		}
-	}
-}
 
 // windowRuns checks that c reports a window of width that runs: some of
 // it left, no more than its length.
@@ -33,7 +21,7 @@ func (s *subject) windowRuns(what string, c store.Count, width time.Duration) {
 }
 
 func fixedExact(s *subject) {
-	r := s.req(tenant(s.t, "exact"), ratelimit.FixedWindow, 1, 3, w)
+	r := s.req(tenant(s.t, "exact"), store.FixedWindow, 1, 3, w)
 	for n := int64(1); n <= 3; n++ {
 		what := fmt.Sprintf("request %d at a limit of 3", n)
 		a := s.take(r)
@@ -56,7 +44,7 @@ func fixedExact(s *subject) {
 }
 
 func fixedWindowEnds(s *subject) {
-	r := s.req(tenant(s.t, "ends"), ratelimit.FixedWindow, 1, 2, w)
+	r := s.req(tenant(s.t, "ends"), store.FixedWindow, 1, 2, w)
 	s.expect("the first request", s.take(r), true, 1)
 	s.advance(w / 3)
 	s.expect("a third in: the window runs from the first request", s.take(r), true, 2)
@@ -66,9 +54,10 @@ func fixedWindowEnds(s *subject) {
 }
 
 func tenantsApart(s *subject) {
-	a := s.req(tenant(s.t, "apart-a"), ratelimit.FixedWindow, 1, 2, time.Minute)
-	b := a
+	a := s.req(tenant(s.t, "apart-a"), store.FixedWindow, 1, 2, time.Minute)
+	b := a // the same Budget, another tenant
 	b.Tenant = tenant(s.t, "apart-b")
+	b.Key = []byte(prefix + b.Tenant)
 	s.expect("a's first", s.take(a), true, 1)
 	s.expect("a's second", s.take(a), true, 2)
 	s.expect("a past its limit", s.take(a), false, 2)
@@ -78,7 +67,7 @@ func tenantsApart(s *subject) {
 
 // exactly checks that n callers at once Take r, and the limit gets
 // through, no more.
-func (s *subject) exactly(what string, r ratelimit.Request, n, limit int) {
+func (s *subject) exactly(what string, r store.Request, n, limit int) {
 	s.t.Helper()
 	if got := s.burst(r, n); got != limit {
 		s.t.Errorf("%s: %d requests at once at a limit of %d: %d allowed", what, n, limit, got)
@@ -86,13 +75,11 @@ func (s *subject) exactly(what string, r ratelimit.Request, n, limit int) {
 }
 
 func concurrentExact(s *subject) {
-	s.exactly("a fixed window", s.req(tenant(s.t, "burst"), ratelimit.FixedWindow, 1, 50, time.Minute), 200, 50)
+	s.exactly("a fixed window", s.req(tenant(s.t, "burst"), store.FixedWindow, 1, 50, time.Minute), 200, 50)
 }
 
 func attach(s *subject) {
-	r := s.req("", ratelimit.FixedWindow, 1, 10, time.Minute)
-	r.Name = "storetest-" + tenant(s.t, "attach")
-	if _, err := s.store.Attach(r); err != nil {
+	if _, err := s.store.Attach(limiterBudget(s.t, "attach"), false); err != nil {
 		s.t.Errorf("Attach: %v", err)
 	}
 }

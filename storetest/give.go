@@ -1,10 +1,9 @@
 package storetest
 
 import (
-	"context"
 	"time"
 
-	"github.com/gatewaykit/ratelimit"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // The clauses of giving back, charging and resetting: a store that
@@ -13,7 +12,7 @@ import (
 // limits.
 
 func giveBackSameWindow(s *subject) {
-	r := s.req(tenant(s.t, "give"), ratelimit.FixedWindow, 3, 10, w)
+	r := s.req(tenant(s.t, "give"), store.FixedWindow, 3, 10, w)
 	took := s.take(r)
 	s.give(r, took)
 	s.expect("after giving 3 back", s.read(r), true, 0)
@@ -24,15 +23,15 @@ func giveBackSameWindow(s *subject) {
 	s.give(r, took)
 	s.expect("a give-back of the window before", s.read(r), true, 3)
 
-	sl := s.req(tenant(s.t, "give-sliding"), ratelimit.SlidingWindow, 2, 10, time.Minute)
+	sl := s.req(tenant(s.t, "give-sliding"), store.SlidingWindow, 2, 10, time.Minute)
 	took = s.take(sl)
 	s.give(sl, took)
 	s.expect("a sliding window after giving 2 back", s.read(sl), true, 0)
 }
 
 func giveBackQuotas(s *subject) {
-	quotas := []ratelimit.Quota{{Name: "q", Limit: 50, Window: time.Minute}, {Name: "day", Limit: 100, Calendar: ratelimit.CalendarDay}}
-	r := s.req(tenant(s.t, "give-quotas"), ratelimit.FixedWindow, 4, 10, time.Minute, quotas...)
+	quotas := []store.Quota{{Name: "q", Limit: 50, Window: time.Minute}, {Name: "day", Limit: 100, Calendar: store.Day}}
+	r := s.req(tenant(s.t, "give-quotas"), store.FixedWindow, 4, 10, time.Minute, quotas...)
 	s.take(r)
 	r.Cost = 3
 	took := s.take(r)
@@ -46,7 +45,7 @@ func giveBackQuotas(s *subject) {
 // window is still the one it was counted in, and never in a window that
 // has ended: that one is not made again.
 func giveNegativeCharges(s *subject) {
-	r := s.req(tenant(s.t, "charge"), ratelimit.FixedWindow, 2, 10, w)
+	r := s.req(tenant(s.t, "charge"), store.FixedWindow, 2, 10, w)
 	took := s.take(r)
 	r.Cost = -48
 	s.give(r, took)
@@ -60,7 +59,7 @@ func giveNegativeCharges(s *subject) {
 	r.Cost = 1
 	s.expect("the next window's first request", s.take(r), true, 1)
 
-	sl := s.req(tenant(s.t, "charge-sliding"), ratelimit.SlidingWindow, 2, 10, time.Minute)
+	sl := s.req(tenant(s.t, "charge-sliding"), store.SlidingWindow, 2, 10, time.Minute)
 	took = s.take(sl)
 	sl.Cost = -8
 	s.give(sl, took)
@@ -68,8 +67,8 @@ func giveNegativeCharges(s *subject) {
 	sl.Cost = 1
 	s.expect("a sliding window after the charge", s.take(sl), false, 10)
 
-	quotas := []ratelimit.Quota{{Name: "q", Limit: 50, Window: time.Minute}, {Name: "day", Limit: 100, Calendar: ratelimit.CalendarDay}}
-	q := s.req(tenant(s.t, "charge-quotas"), ratelimit.FixedWindow, 1, 10, time.Minute, quotas...)
+	quotas := []store.Quota{{Name: "q", Limit: 50, Window: time.Minute}, {Name: "day", Limit: 100, Calendar: store.Day}}
+	q := s.req(tenant(s.t, "charge-quotas"), store.FixedWindow, 1, 10, time.Minute, quotas...)
 	took = s.take(q)
 	q.Cost = -59
 	s.give(q, took)
@@ -79,7 +78,7 @@ func giveNegativeCharges(s *subject) {
 }
 
 func giveBackFloor(s *subject) {
-	r := s.req(tenant(s.t, "give-floor"), ratelimit.FixedWindow, 2, 10, time.Minute)
+	r := s.req(tenant(s.t, "give-floor"), store.FixedWindow, 2, 10, time.Minute)
 	took := s.take(r)
 	r.Cost = 5
 	s.give(r, took)
@@ -93,7 +92,7 @@ func giveBackFloor(s *subject) {
 // resetClears checks that a Reset gives r's tenant its whole budget
 // again, in every limit of r: each limit of r allows 2 at a cost of 1,
 // and two are taken before the reset, and two after.
-func (s *subject) resetClears(r ratelimit.Request) {
+func (s *subject) resetClears(r store.Request) {
 	s.t.Helper()
 	ones := make([]int64, 1+len(r.Quotas))
 	twos := make([]int64, len(ones))
@@ -108,27 +107,24 @@ func (s *subject) resetClears(r ratelimit.Request) {
 	take("the first request", true, ones)
 	take("the second", true, twos)
 	take("past the limit", false, twos)
-	r.Now = s.at()
-	if err := s.store.Reset(context.Background(), r); err != nil {
-		s.t.Fatalf("Reset(%s): %v", r.Key(), err)
-	}
+	s.reset(r)
 	take("the first request after Reset", true, ones)
 	take("the second after Reset", true, twos)
 }
 
 func resetFixed(s *subject) {
-	s.resetClears(s.req(tenant(s.t, "reset"), ratelimit.FixedWindow, 1, 2, time.Minute))
+	s.resetClears(s.req(tenant(s.t, "reset"), store.FixedWindow, 1, 2, time.Minute))
 }
 
 func resetSliding(s *subject) {
-	s.resetClears(s.req(tenant(s.t, "reset-sliding"), ratelimit.SlidingWindow, 1, 2, time.Minute))
+	s.resetClears(s.req(tenant(s.t, "reset-sliding"), store.SlidingWindow, 1, 2, time.Minute))
 }
 
 func resetQuotas(s *subject) {
-	quotas := []ratelimit.Quota{{Name: "q", Limit: 2, Window: time.Minute}, {Name: "month", Limit: 2, Calendar: ratelimit.CalendarMonth}}
-	s.resetClears(s.req(tenant(s.t, "reset-quotas"), ratelimit.FixedWindow, 1, 10, time.Minute, quotas...))
+	quotas := []store.Quota{{Name: "q", Limit: 2, Window: time.Minute}, {Name: "month", Limit: 2, Calendar: store.Month}}
+	s.resetClears(s.req(tenant(s.t, "reset-quotas"), store.FixedWindow, 1, 10, time.Minute, quotas...))
 }
 
 func resetSlots(s *subject) {
-	s.resetClears(s.req(tenant(s.t, "reset-slots"), ratelimit.InFlight, 1, 2, time.Minute))
+	s.resetClears(s.req(tenant(s.t, "reset-slots"), store.InFlight, 1, 2, time.Minute))
 }

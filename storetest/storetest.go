@@ -1,9 +1,9 @@
-// Package storetest is the contract of a ratelimit.Store, as tests that
-// any store runs: MemoryCounter and RedisCounter run it, and a store of
-// your own proves itself by passing it.
+// Package storetest is the contract of a store.Store, as tests that any
+// store runs: MemoryCounter and RedisCounter run it, and a store of your
+// own proves itself by passing it.
 //
 //	func TestMyStore(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T) ratelimit.Store { return newMyStore(t) })
+//		storetest.Run(t, func(t *testing.T) store.Store { return newMyStore(t) })
 //	}
 //
 // A store declares its features (store.Features) in what Attach returns.
@@ -12,6 +12,11 @@
 // declare is skipped, and its message names what the store lacks. The
 // cases that need none test fixed windows at a cost of 1, which every
 // store decides.
+//
+// Each request of a case comes with a Budget of its own, under the Prefix
+// "storetest:", and a Key of the Prefix and a tenant that no other case
+// uses. Its Key is a copy that Run writes over once the call returns, so
+// a store that keeps a Key it did not copy loses its counts.
 //
 // The cases step through time with the Requests' Now. A store that counts
 // on Request.Now (one in the process, as MemoryCounter) is stepped on a
@@ -33,9 +38,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatewaykit/ratelimit"
 	"github.com/gatewaykit/ratelimit/store"
 )
+
+// prefix is the Prefix of the Budget of every request of a case.
+const prefix = "storetest:"
 
 // Run runs the contract of a Store as subtests of t, each on a store that
 // newStore makes. newStore may return the same store each time: every case
@@ -44,10 +51,11 @@ import (
 // Run asks a store from newStore for its features, by Attach, once. It
 // runs each case whose features the store declares. It skips each other
 // case, with a message that names the features the store lacks.
-func Run(t *testing.T, newStore func(t *testing.T) ratelimit.Store) {
+func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Helper()
 	first := newStore(t)
-	own, has := ownClock(t, first), declared(t, first)
+	has := declared(t, first) // Attach comes before the first request
+	own := ownClock(t, first)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			if missing := c.needs &^ has; missing != 0 {
@@ -70,14 +78,20 @@ func Run(t *testing.T, newStore func(t *testing.T) ratelimit.Store) {
 	}
 }
 
+// limiterBudget is the Budget of a limiter that attaches to a store: a
+// fixed window of 10 a minute, under a Prefix of its own. The declared
+// helper's and the attach case's are alike, so that a store newStore
+// returns again accepts both.
+func limiterBudget(t tb, what string) *store.Budget {
+	return &store.Budget{Prefix: prefix + tenant(t, what) + ":", Name: "default",
+		Algorithm: store.FixedWindow, Limit: 10, Window: time.Minute}
+}
+
 // declared returns the features s declares: what its Attach returns for
-// a limiter of its own. The limiter's budget is the attach case's, so
-// that a store newStore returns again accepts both.
-func declared(t *testing.T, s ratelimit.Store) store.Features {
+// a limiter of its own.
+func declared(t *testing.T, s store.Store) store.Features {
 	t.Helper()
-	r := ratelimit.Request{Name: "storetest-" + tenant(t, "features"), Algorithm: ratelimit.FixedWindow,
-		Cost: 1, Limit: 10, Window: time.Minute, Now: time.Now()}
-	info, err := s.Attach(r)
+	info, err := s.Attach(limiterBudget(t, "features"), false)
 	if err != nil {
 		t.Fatalf("Attach: %v", err)
 	}
@@ -87,18 +101,20 @@ func declared(t *testing.T, s ratelimit.Store) store.Features {
 // ownClock reports whether s counts on a clock of its own rather than on
 // Request.Now: two requests two hours apart by Now, in a window of an
 // hour, count in one window only on a clock of the store's own.
-func ownClock(t *testing.T, s ratelimit.Store) bool {
+func ownClock(t *testing.T, s store.Store) bool {
 	t.Helper()
-	r := ratelimit.Request{Tenant: tenant(t, "clock"), Cost: 1, Name: "default", Limit: 10, Window: time.Hour, Now: time.Now()}
-	if _, err := s.Take(context.Background(), r); err != nil {
+	r := newRequest(tenant(t, "clock"), store.FixedWindow, 1, 10, time.Hour)
+	r.Now = time.Now()
+	res := newResult(&r)
+	if err := call(r, func(r *store.Request) error { return s.Take(context.Background(), r, res) }); err != nil {
 		t.Fatalf("Take: %v", err)
 	}
 	r.Now = r.Now.Add(2 * time.Hour)
-	a, err := s.Take(context.Background(), r)
-	if err != nil {
+	res = newResult(&r)
+	if err := call(r, func(r *store.Request) error { return s.Take(context.Background(), r, res) }); err != nil {
 		t.Fatalf("Take: %v", err)
 	}
-	return a.Counts[0].N == 2
+	return res.Counts[0].N == 2
 }
 
 // A testCase is one clause of the contract, and the features a store
@@ -112,7 +128,7 @@ type testCase struct {
 // subject is a store under one case, with the case's clock.
 type subject struct {
 	t     tb
-	store ratelimit.Store
+	store store.Store
 	own   bool      // the store counts on a clock of its own: sleep to step
 	now   time.Time // the Requests' Now, for a store that counts on it
 
@@ -144,49 +160,96 @@ func (s *subject) advance(d time.Duration) {
 // its own, than the sleeps it asked for: the lateness its steps carry.
 func (s *subject) late() time.Duration { return time.Since(s.start) - s.slept }
 
-// req returns a request of tenant, at the subject's clock's now.
-func (s *subject) req(tenant string, algo ratelimit.Algorithm, cost, limit int64, window time.Duration, quotas ...ratelimit.Quota) ratelimit.Request {
-	r := ratelimit.Request{Tenant: tenant, Algorithm: algo, Cost: cost, Name: "default", Limit: limit, Window: window, Now: s.at()}
+// newRequest returns a request of tenant against a Budget of its own. A
+// case may set the Budget's fields before the request's first call, and
+// never after: a store may know a Budget by its pointer.
+func newRequest(tenant string, algo store.Algorithm, cost, limit int64, window time.Duration, quotas ...store.Quota) store.Request {
+	b := &store.Budget{Prefix: prefix, Name: "default", Algorithm: algo, Limit: limit, Window: window}
 	if len(quotas) > 0 {
-		r.Quotas = quotas
+		b.Quotas = quotas
 	}
+	return store.Request{Budget: b, Key: []byte(prefix + tenant), Tenant: tenant, Cost: cost}
+}
+
+// req returns a request of tenant, at the subject's clock's now, against
+// a Budget of its own (see newRequest).
+func (s *subject) req(tenant string, algo store.Algorithm, cost, limit int64, window time.Duration, quotas ...store.Quota) store.Request {
+	r := newRequest(tenant, algo, cost, limit, window, quotas...)
+	r.Now = s.at()
 	return r
 }
 
+// newResult returns a Result with a Count for each limit of r.
+func newResult(r *store.Request) *store.Result {
+	return &store.Result{Counts: make([]store.Count, 1+len(r.Quotas))}
+}
+
+// call calls f with r, whose Key is a copy that it writes over once f
+// returns: the Key is valid only during the call, and a store copies what
+// it keeps.
+func call(r store.Request, f func(r *store.Request) error) error {
+	r.Key = append([]byte(nil), r.Key...)
+	err := f(&r)
+	for i := range r.Key {
+		r.Key[i] = '?'
+	}
+	return err
+}
+
 // take has the store Take r, failing the case on an error.
-func (s *subject) take(r ratelimit.Request) ratelimit.Answer {
+func (s *subject) take(r store.Request) *store.Result {
 	s.t.Helper()
 	r.Now = s.at()
-	a, err := s.store.Take(context.Background(), r)
-	if err != nil {
-		s.t.Fatalf("Take(%s, cost %d): %v", r.Key(), r.Cost, err)
+	res := newResult(&r)
+	if err := call(r, func(r *store.Request) error { return s.store.Take(context.Background(), r, res) }); err != nil {
+		s.t.Fatalf("Take(%s, cost %d): %v", r.Key, r.Cost, err)
 	}
-	return a
+	return res
 }
 
 // read has the store Take r at cost 0.
-func (s *subject) read(r ratelimit.Request) ratelimit.Answer {
+func (s *subject) read(r store.Request) *store.Result {
 	s.t.Helper()
 	r.Cost = 0
 	return s.take(r)
 }
 
+// marks returns the marks of the windows that took counted in.
+func marks(took *store.Result) store.Marks {
+	var m store.Marks
+	for j, c := range took.Counts {
+		m[j] = c.Mark
+	}
+	return m
+}
+
 // give has the store Give back r, with the marks of took.
-func (s *subject) give(r ratelimit.Request, took ratelimit.Answer) {
+func (s *subject) give(r store.Request, took *store.Result) {
+	s.t.Helper()
+	s.giveIn(r, marks(took))
+}
+
+// giveIn has the store Give back r in the windows that m names.
+func (s *subject) giveIn(r store.Request, m store.Marks) {
 	s.t.Helper()
 	r.Now = s.at()
-	var marks store.Marks
-	for j, c := range took.Counts {
-		marks[j] = c.Mark
+	if err := call(r, func(r *store.Request) error { return s.store.Give(context.Background(), r, m) }); err != nil {
+		s.t.Fatalf("Give(%s, cost %d): %v", r.Key, r.Cost, err)
 	}
-	if err := s.store.Give(context.Background(), r, marks); err != nil {
-		s.t.Fatalf("Give(%s, cost %d): %v", r.Key(), r.Cost, err)
+}
+
+// reset has the store Reset r's tenant.
+func (s *subject) reset(r store.Request) {
+	s.t.Helper()
+	r.Now = s.at()
+	if err := call(r, func(r *store.Request) error { return s.store.Reset(context.Background(), r) }); err != nil {
+		s.t.Fatalf("Reset(%s): %v", r.Key, err)
 	}
 }
 
 // expect checks that a is what the store must answer: allowed or not, and
 // each limit's count.
-func (s *subject) expect(what string, a ratelimit.Answer, allowed bool, counts ...int64) {
+func (s *subject) expect(what string, a *store.Result, allowed bool, counts ...int64) {
 	s.t.Helper()
 	if a.Allowed != allowed {
 		s.t.Errorf("%s: Allowed = %v, want %v (%+v)", what, a.Allowed, allowed, a.Counts[:len(counts)])
@@ -203,24 +266,24 @@ var tenantSeq atomic.Int64
 // tenant returns a tenant ID no other case uses, so that cases can share
 // one store (a Redis server) without seeing each other's counts.
 func tenant(t tb, what string) string {
-	return fmt.Sprintf("storetest:%s:%s:%d:%d", t.Name(), what, time.Now().UnixNano(), tenantSeq.Add(1))
+	return fmt.Sprintf("%s:%s:%d:%d", t.Name(), what, time.Now().UnixNano(), tenantSeq.Add(1))
 }
 
 // burst has n goroutines Take r at once, and returns how many were
 // allowed.
-func (s *subject) burst(r ratelimit.Request, n int) int {
+func (s *subject) burst(r store.Request, n int) int {
 	var allowed atomic.Int64
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
 			r := r
 			r.Now = s.at()
-			a, err := s.store.Take(context.Background(), r)
-			if err != nil {
+			res := newResult(&r)
+			if err := call(r, func(r *store.Request) error { return s.store.Take(context.Background(), r, res) }); err != nil {
 				s.t.Errorf("Take: %v", err)
 				return
 			}
-			if a.Allowed {
+			if res.Allowed {
 				allowed.Add(1)
 			}
 		})

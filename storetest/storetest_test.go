@@ -14,32 +14,32 @@ import (
 // every request beyond fixed windows at a cost of 1.
 type bare struct{ *ratelimit.MemoryCounter }
 
-func (bare) Attach(ratelimit.Request) (ratelimit.StoreInfo, error) {
-	return ratelimit.StoreInfo{Local: true}, nil
+func (bare) Attach(*store.Budget, bool) (store.Info, error) {
+	return store.Info{Local: true}, nil
 }
 
-func (b bare) Take(ctx context.Context, r ratelimit.Request) (ratelimit.Answer, error) {
-	if r.Cost != 1 || r.Algorithm != ratelimit.FixedWindow || r.Quotas != nil || r.Delay != 0 {
-		return ratelimit.Answer{}, fmt.Errorf("bare: %v at a cost of %d, %d quotas: a feature it does not declare", r.Algorithm, r.Cost, len(r.Quotas))
+func (b bare) Take(ctx context.Context, r *store.Request, res *store.Result) error {
+	if r.Cost != 1 || r.Algorithm != store.FixedWindow || r.Quotas != nil || r.Delay != 0 {
+		return fmt.Errorf("bare: %v at a cost of %d, %d quotas: a feature it does not declare", r.Algorithm, r.Cost, len(r.Quotas))
 	}
-	return b.MemoryCounter.Take(ctx, r)
+	return b.MemoryCounter.Take(ctx, r, res)
 }
 
-func (bare) Give(context.Context, ratelimit.Request, store.Marks) error {
+func (bare) Give(context.Context, *store.Request, store.Marks) error {
 	return errors.New("bare: gives nothing back")
 }
-func (bare) Reset(context.Context, ratelimit.Request) error {
+func (bare) Reset(context.Context, *store.Request) error {
 	return errors.New("bare: resets nothing")
 }
 
 // Run runs on a store that declares nothing only the cases that need
 // nothing: the others would fail on it.
 func TestRunSkipsWhatAStoreDoesNotDeclare(t *testing.T) {
-	Run(t, func(*testing.T) ratelimit.Store { return bare{ratelimit.NewMemoryCounter()} })
+	Run(t, func(*testing.T) store.Store { return bare{ratelimit.NewMemoryCounter()} })
 }
 
 // A store that declares nothing is tested for something real: beside
-// Incr and Attach, some cases take in fixed windows at a cost of 1.
+// Attach, some cases take in fixed windows at a cost of 1.
 func TestSomeCasesNeedNothing(t *testing.T) {
 	n := 0
 	for _, c := range cases {
@@ -48,6 +48,6 @@ func TestSomeCasesNeedNothing(t *testing.T) {
 		}
 	}
 	if n < 4 {
-		t.Errorf("%d cases need no feature; want Incr's, Attach's and two that take, at least", n)
+		t.Errorf("%d cases need no feature; want Attach's and three that take, at least", n)
 	}
 }

@@ -1,4 +1,4 @@
-// Package fixedstore is a ratelimit.Store of your own in 100 lines:
+// Package fixedstore is a store.Store of your own in under 100 lines:
 // fixed windows in a map guarded by a mutex. It declares what it decides
 // beyond fixed windows at a cost of 1: any cost, reads, and resets. A
 // Limiter on it refuses at setup the options that need more.
@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gatewaykit/ratelimit"
 	"github.com/gatewaykit/ratelimit/store"
 )
 
@@ -24,7 +23,7 @@ type Store struct {
 	nextSweep time.Time
 }
 
-var _ ratelimit.Store = (*Store)(nil)
+var _ store.Store = (*Store)(nil)
 
 // window is what a key has counted from start until end.
 type window struct {
@@ -37,24 +36,24 @@ func New() *Store { return &Store{windows: map[string]window{}} }
 
 // Attach declares store.Costs (any cost, and reads) and store.Resets. It
 // is Local: the Limiter calls it directly, with no deadline or breaker.
-func (s *Store) Attach(ratelimit.Request) (ratelimit.StoreInfo, error) {
-	return ratelimit.StoreInfo{Features: store.Costs | store.Resets, Local: true}, nil
+func (s *Store) Attach(*store.Budget, bool) (store.Info, error) {
+	return store.Info{Features: store.Costs | store.Resets, Local: true}, nil
 }
 
 // Take counts r.Cost in r's window when it fits, and otherwise counts
 // nothing. A Cost of 0 reads: it reports the count and starts no window.
-func (s *Store) Take(_ context.Context, r ratelimit.Request) (ratelimit.Answer, error) {
-	if r.Algorithm != ratelimit.FixedWindow || r.Quotas != nil {
-		return ratelimit.Answer{}, errors.New("fixedstore: counts fixed windows only, without quotas")
+func (s *Store) Take(_ context.Context, r *store.Request, res *store.Result) error {
+	if r.Algorithm != store.FixedWindow || r.Quotas != nil {
+		return errors.New("fixedstore: counts fixed windows only, without quotas")
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	key, now := r.Key(), r.Now
+	now := r.Now
 	if !now.Before(s.nextSweep) { // drop the windows that have ended, once a minute at most
 		s.nextSweep = now.Add(time.Minute)
 		maps.DeleteFunc(s.windows, func(_ string, w window) bool { return !now.Before(w.end) })
 	}
-	w := s.windows[key]
+	w := s.windows[string(r.Key)]
 	if now.Before(w.start) {
 		now = w.start // r read the clock before the request that began w did
 	}
@@ -64,37 +63,24 @@ func (s *Store) Take(_ context.Context, r ratelimit.Request) (ratelimit.Answer, 
 	fits := w.n+r.Cost <= r.Limit
 	if fits && r.Cost > 0 {
 		w.n += r.Cost
-		s.windows[key] = w
+		s.windows[string(r.Key)] = w // the map keeps a copy of the Key
 	}
-	c := store.Count{N: w.n, Fits: fits || r.Cost == 0, Left: w.end.Sub(now),
+	res.Allowed = fits || r.Cost == 0
+	res.Counts[0] = store.Count{N: w.n, Fits: res.Allowed, Left: w.end.Sub(now),
 		Length: w.end.Sub(w.start), Mark: w.start.UnixNano()}
-	return ratelimit.Answer{Allowed: c.Fits, Counts: [5]store.Count{c}}, nil
+	return nil
 }
 
 // Give gives nothing back. The store does not declare store.GiveBack, so
 // a Limiter never calls it.
-func (s *Store) Give(context.Context, ratelimit.Request, store.Marks) error {
+func (s *Store) Give(context.Context, *store.Request, store.Marks) error {
 	return errors.New("fixedstore: gives nothing back")
 }
 
 // Reset clears r's window.
-func (s *Store) Reset(_ context.Context, r ratelimit.Request) error {
+func (s *Store) Reset(_ context.Context, r *store.Request) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.windows, r.Key())
+	delete(s.windows, string(r.Key))
 	return nil
-}
-
-// Incr counts one request in key's window of width, on the process's
-// clock: no Request comes with it to say the time.
-func (s *Store) Incr(_ context.Context, key string, width time.Duration) (int64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now, w := time.Now(), s.windows[key]
-	if !now.Before(w.end) {
-		w = window{start: now, end: now.Add(width)}
-	}
-	w.n++
-	s.windows[key] = w
-	return w.n, nil
 }

@@ -1,4 +1,4 @@
-// Package mapstore is a ratelimit.Store of your own, as plain as one can
+// Package mapstore is a store.Store of your own, as plain as one can
 // be: a map guarded by a mutex, in the process's memory. It decides all
 // that a Limiter asks of a store (fixed and sliding windows, token
 // buckets, requests in flight, quotas by window and by calendar, costs,
@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gatewaykit/ratelimit"
 	"github.com/gatewaykit/ratelimit/store"
 )
 
@@ -26,11 +25,11 @@ import (
 type Store struct {
 	mu        sync.Mutex
 	windows   map[windowKey]window
-	slots     map[string][]slot // the requests in flight, by tenant key
+	slots     map[string][]slot // the requests in flight, by Request.Key
 	nextSweep time.Time
 }
 
-var _ ratelimit.Store = (*Store)(nil)
+var _ store.Store = (*Store)(nil)
 
 // New returns an empty Store.
 func New() *Store {
@@ -63,67 +62,69 @@ type limit struct {
 	name     string
 	max      int64
 	width    time.Duration // 0 for a calendar period
-	calendar ratelimit.Calendar
+	calendar store.Calendar
 	sliding  bool
 	burst    int64 // a token bucket's; 0 for a window
 }
 
-// limits returns r's limits in the order of Answer.Counts and
+// limits returns b's limits in the order of Result.Counts and
 // store.Marks: the main one, then each quota. A quota with a Window
 // counts as the main limit does, sliding or fixed.
-func limits(r *ratelimit.Request) []limit {
-	sliding := r.Algorithm == ratelimit.SlidingWindow
-	ls := []limit{{name: r.Name, max: r.Limit, width: r.Window, sliding: sliding}}
-	if r.Algorithm == ratelimit.TokenBucket {
-		ls[0].burst = r.Burst // a quota beside it counts in a fixed window
+func limits(b *store.Budget) []limit {
+	sliding := b.Algorithm == store.SlidingWindow
+	ls := []limit{{name: b.Name, max: b.Limit, width: b.Window, sliding: sliding}}
+	if b.Algorithm == store.TokenBucket {
+		ls[0].burst = b.Burst // a quota beside it counts in a fixed window
 	}
-	for _, q := range r.Quotas {
-		ls = append(ls, limit{name: q.Name, max: int64(q.Limit), width: q.Window,
+	for _, q := range b.Quotas {
+		ls = append(ls, limit{name: q.Name, max: q.Limit, width: q.Window,
 			calendar: q.Calendar, sliding: sliding && q.Calendar == 0})
 	}
 	return ls
 }
 
 // Take decides r: it adds r.Cost to every limit when it fits in all of
-// them, and otherwise changes nothing. A Cost of 0 reads.
-func (s *Store) Take(_ context.Context, r ratelimit.Request) (ratelimit.Answer, error) {
+// them, and otherwise changes nothing. A Cost of 0 reads. It writes a
+// Count for each limit into res.Counts, which the caller made long
+// enough.
+func (s *Store) Take(_ context.Context, r *store.Request, res *store.Result) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sweep(r.Now)
-	if r.Algorithm == ratelimit.InFlight {
-		return s.takeSlots(r), nil
+	// The map keeps a copy of the Key: r.Key is valid only during the call.
+	key := string(r.Key)
+	if r.Algorithm == store.InFlight {
+		s.takeSlots(key, r, res)
+		return nil
 	}
-	key, ls := r.Key(), limits(&r)
+	ls := limits(r.Budget)
 	now := s.at(key, ls, r.Now)
-	a := ratelimit.Answer{Allowed: true}
+	res.Allowed = true
 	ws := make([]window, len(ls))
 	for j, l := range ls {
 		ws[j] = l.roll(s.windows[windowKey{key, l.name}], now)
-		a.Counts[j] = l.count(ws[j], now)
-		a.Counts[j].Fits = r.Cost == 0 || l.fits(a.Counts[j], r.Cost, r.Delay)
-		a.Allowed = a.Allowed && a.Counts[j].Fits
+		res.Counts[j] = l.count(ws[j], now)
+		res.Counts[j].Fits = r.Cost == 0 || l.fits(res.Counts[j], r.Cost, r.Delay)
+		res.Allowed = res.Allowed && res.Counts[j].Fits
 	}
-	if !a.Allowed || r.Cost == 0 {
-		return a, nil
+	if !res.Allowed || r.Cost == 0 {
+		return nil
 	}
 	for j, l := range ls {
 		if l.burst > 0 {
 			ws[j] = l.spend(ws[j], now, r.Cost)
-			s.windows[windowKey{key, l.name}] = ws[j]
-			a.Counts[j] = l.count(ws[j], now)
-			a.Counts[j].Fits = true
-			continue
+		} else {
+			if ws[j].end.IsZero() {
+				// A fixed window starts with the first request counted in it.
+				ws[j].start, ws[j].end = now, now.Add(l.width)
+			}
+			ws[j].n += r.Cost
 		}
-		if ws[j].end.IsZero() {
-			// A fixed window starts with the first request counted in it.
-			ws[j].start, ws[j].end = now, now.Add(l.width)
-		}
-		ws[j].n += r.Cost
 		s.windows[windowKey{key, l.name}] = ws[j]
-		a.Counts[j] = l.count(ws[j], now)
-		a.Counts[j].Fits = true
+		res.Counts[j] = l.count(ws[j], now)
+		res.Counts[j].Fits = true
 	}
-	return a, nil
+	return nil
 }
 
 // at is the time at which r, whose key is key and limits ls, counts:
@@ -148,7 +149,7 @@ func (l limit) roll(w window, now time.Time) window {
 	switch {
 	case l.burst > 0: // a bucket only fills: it rolls into nothing
 	case l.calendar != 0:
-		if start, end := period(l.calendar, now); !w.start.Equal(start) {
+		if start, end := l.calendar.Period(now); !w.start.Equal(start) {
 			w = window{start: start, end: end}
 		}
 	case l.sliding:
@@ -223,29 +224,10 @@ func (l limit) spend(w window, now time.Time, cost int64) window {
 	return window{start: end, end: end}
 }
 
-// period returns the period of the UTC calendar that holds now.
-func period(c ratelimit.Calendar, now time.Time) (start, end time.Time) {
-	y, m, d := now.UTC().Date()
-	switch c {
-	case ratelimit.CalendarDay:
-		start = time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
-		return start, start.AddDate(0, 0, 1)
-	case ratelimit.CalendarWeek: // from Monday; Weekday counts from Sunday
-		start = time.Date(y, m, d-(int(now.UTC().Weekday())+6)%7, 0, 0, 0, 0, time.UTC)
-		return start, start.AddDate(0, 0, 7)
-	case ratelimit.CalendarYear:
-		start = time.Date(y, 1, 1, 0, 0, 0, 0, time.UTC)
-		return start, start.AddDate(1, 0, 0)
-	}
-	start = time.Date(y, m, 1, 0, 0, 0, 0, time.UTC)
-	return start, start.AddDate(0, 1, 0)
-}
-
-// takeSlots decides r, an InFlight request: r.Limit slots in all, r.Cost
-// of them for this request, held for a lease of r.Window.
-func (s *Store) takeSlots(r ratelimit.Request) ratelimit.Answer {
-	key := r.Key()
-	a := ratelimit.Answer{Allowed: true}
+// takeSlots decides r, an InFlight request of key: r.Limit slots in all,
+// r.Cost of them for this request, held for a lease of r.Window.
+func (s *Store) takeSlots(key string, r *store.Request, res *store.Result) {
+	res.Allowed, res.Expired = true, 0
 	used := held(s.slots[key], r.Now)
 	if r.Cost > 0 {
 		// Slots whose lease has ended are free again: drop them, and say
@@ -255,18 +237,17 @@ func (s *Store) takeSlots(r ratelimit.Request) ratelimit.Answer {
 			if r.Now.Before(sl.end) {
 				kept = append(kept, sl)
 			} else {
-				a.Expired += sl.cost
+				res.Expired += sl.cost
 			}
 		}
-		a.Allowed = used+r.Cost <= r.Limit
-		if a.Allowed {
+		res.Allowed = used+r.Cost <= r.Limit
+		if res.Allowed {
 			kept = append(kept, slot{id: r.Slot, cost: r.Cost, end: r.Now.Add(r.Window)})
 			used += r.Cost
 		}
 		s.slots[key] = kept
 	}
-	a.Counts[0] = store.Count{N: used, Fits: a.Allowed, Left: r.Window, Length: r.Window}
-	return a
+	res.Counts[0] = store.Count{N: used, Fits: res.Allowed, Left: r.Window, Length: r.Window}
 }
 
 // held is how many slots are held at now: those whose lease runs.
@@ -284,11 +265,11 @@ func held(slots []slot, now time.Time) int64 {
 // still the one marks names (one that has ended is left alone), or the
 // slots of r.Slot. A negative r.Cost charges -r.Cost in those windows,
 // past the limit if need be (Limiter.Settle at a higher cost).
-func (s *Store) Give(_ context.Context, r ratelimit.Request, marks store.Marks) error {
+func (s *Store) Give(_ context.Context, r *store.Request, marks store.Marks) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	key := r.Key()
-	if r.Algorithm == ratelimit.InFlight {
+	key := string(r.Key)
+	if r.Algorithm == store.InFlight {
 		slots := s.slots[key]
 		for i, sl := range slots {
 			if sl.id == r.Slot {
@@ -298,13 +279,13 @@ func (s *Store) Give(_ context.Context, r ratelimit.Request, marks store.Marks) 
 		}
 		return nil
 	}
-	ls := limits(&r)
+	ls := limits(r.Budget)
 	now := s.at(key, ls, r.Now)
 	for j, l := range ls {
 		k := windowKey{key, l.name}
 		w := l.roll(s.windows[k], now)
 		if l.burst > 0 {
-			if marks[j] != math.MinInt64 { // a mark that names no window
+			if marks[j] != store.NoWindow {
 				s.windows[k] = l.spend(w, now, -r.Cost) // a bucket has no windows to end
 			}
 			continue
@@ -318,46 +299,30 @@ func (s *Store) Give(_ context.Context, r ratelimit.Request, marks store.Marks) 
 }
 
 // Reset clears every window of r's limits, and its slots in flight.
-func (s *Store) Reset(_ context.Context, r ratelimit.Request) error {
+func (s *Store) Reset(_ context.Context, r *store.Request) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	key := r.Key()
+	key := string(r.Key)
 	delete(s.slots, key)
-	for _, l := range limits(&r) {
+	for _, l := range limits(r.Budget) {
 		delete(s.windows, windowKey{key, l.name})
 	}
 	return nil
 }
 
-// Incr counts one request in key's fixed window of width, on the
-// process's clock: no Request comes with it to say the time.
-func (s *Store) Incr(_ context.Context, key string, width time.Duration) (int64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := time.Now()
-	k := windowKey{key: key}
-	w := limit{width: width}.roll(s.windows[k], now)
-	if w.end.IsZero() {
-		w.start, w.end = now, now.Add(width)
-	}
-	w.n++
-	s.windows[k] = w
-	return w.n, nil
-}
-
-// Attach accepts every limiter: the store holds no budget of its own, a
-// request carries its limits. It declares every feature, since it
-// decides them all. It lives in the process, so the Limiter calls it
+// Attach accepts every limiter: the store holds no budget of its own,
+// since each request brings its Budget. It declares every feature, since
+// it decides them all. It lives in the process, so the Limiter calls it
 // directly, with no deadline or circuit breaker.
-func (s *Store) Attach(ratelimit.Request) (ratelimit.StoreInfo, error) {
-	return ratelimit.StoreInfo{Features: store.All, Local: true}, nil
+func (s *Store) Attach(*store.Budget, bool) (store.Info, error) {
+	return store.Info{Features: store.All, Local: true}, nil
 }
 
 // sweep drops, once a minute at most, the windows and slots that count no
 // more, so that the maps do not keep every tenant they have ever seen. A
 // window is kept one width past its end, since a sliding window's next one
 // weighs it; slots whose lease ended over a minute ago go, uncounted in
-// Answer.Expired.
+// Result.Expired.
 func (s *Store) sweep(now time.Time) {
 	if now.Before(s.nextSweep) {
 		return

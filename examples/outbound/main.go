@@ -28,6 +28,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/gatewaykit/ratelimit"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // The provider's rate: 5 calls a second, 2 at most at once.
@@ -58,7 +59,7 @@ func main() {
 }
 
 // newLimiter is the provider's rate as a token bucket on counter.
-func newLimiter(counter ratelimit.Counter) *ratelimit.Limiter {
+func newLimiter(counter store.Store) *ratelimit.Limiter {
 	return ratelimit.NewLimiter(ratelimit.Options{
 		Counter:   counter,
 		Name:      "outbound",
@@ -75,7 +76,7 @@ func newLimiter(counter ratelimit.Counter) *ratelimit.Limiter {
 }
 
 // newCounter is a Redis counter for url, or one in memory when url is "".
-func newCounter(url string) (ratelimit.Counter, error) {
+func newCounter(url string) (store.Store, error) {
 	if url == "" {
 		return ratelimit.NewMemoryCounter(), nil
 	}

@@ -11,7 +11,7 @@ import (
 )
 
 // Set is a limiter's circuit breakers: one for each server of a store
-// that has several (ratelimit.StoreInfo.Server), made as requests meet the
+// that has several (store.Info.Server), made as requests meet the
 // servers, or one for the store.
 type Set struct {
 	First  *Breaker                   // node 0's, or the counter's

@@ -155,7 +155,7 @@ func (e *Entry[R]) size(now int64, ls []window.Limit) int64 {
 // to keep of it, slack how much earlier than the store says its windows
 // end the block stops being spent (a store that rounds). For a claim the
 // store allowed, the block is made and the request decided from it.
-func (e *Entry[R]) Claimed(now, size, cost int64, ls []window.Limit, res *window.Result, slack time.Duration, req R) Step {
+func (e *Entry[R]) Claimed(now, size, cost int64, ls []window.Limit, res *store.Result, slack time.Duration, req R) Step {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	close(e.claiming)
@@ -194,7 +194,7 @@ func (e *Entry[R]) Claimed(now, size, cost int64, ls []window.Limit, res *window
 }
 
 // sameMarks reports whether res counted in the windows of b.
-func sameMarks(b *block, res *window.Result) bool {
+func sameMarks(b *block, res *store.Result) bool {
 	for i := range b.n {
 		if !sameWindow(&b.counts[i], res.Counts[i].Mark) {
 			return false
@@ -217,13 +217,13 @@ func (e *Entry[R]) ended(now, carry int64) {
 
 // Learn hears the store's answer to a request of the key that it decided
 // at now, for the size of the next claim.
-func (e *Entry[R]) Learn(now int64, res *window.Result, n int) {
+func (e *Entry[R]) Learn(now int64, res *store.Result, n int) {
 	e.mu.Lock()
 	e.learn(now, res, n)
 	e.mu.Unlock()
 }
 
-func (e *Entry[R]) learn(now int64, res *window.Result, n int) {
+func (e *Entry[R]) learn(now int64, res *store.Result, n int) {
 	copy(e.known[:n], res.Counts[:n])
 	e.knownAt, e.knowing = now, true
 }

@@ -42,7 +42,7 @@ func claimed(t *testing.T, e *Entry[int], now, size, n int64, left time.Duration
 	if st.Claim == 0 {
 		t.Fatalf("Next = %+v; want a claim", st)
 	}
-	res := window.Result{Allowed: true}
+	res := store.Result{Allowed: true, Counts: make([]store.Count, 1)}
 	res.Counts[0] = store.Count{N: n, Fits: true, Left: left, Length: time.Minute, Mark: now + int64(left)}
 	return e.Claimed(now, size, 1, ls, &res, 0, 0)
 }
@@ -77,7 +77,7 @@ func TestWindowBlock(t *testing.T) {
 	if w := e.Next(10, 1, ls, true); w.Wait == nil {
 		t.Fatalf("Next during a claim = %+v; want to wait for it", w)
 	}
-	res := window.Result{Allowed: true}
+	res := store.Result{Allowed: true, Counts: make([]store.Count, 1)}
 	res.Counts[0] = store.Count{N: 40, Fits: true, Left: time.Second, Length: time.Minute, Mark: 10 + int64(time.Second)}
 	e.Claimed(10, 3, 1, ls, &res, 0, 0)
 	if held, _ := e.Hold(10, 5); held != 2 {
@@ -111,7 +111,7 @@ func TestBlockEndsSlackBeforeItsWindow(t *testing.T) {
 		if st := e.Next(0, 1, ls, true); st.Claim == 0 {
 			t.Fatalf("Next = %+v; want a claim", st)
 		}
-		res := window.Result{Allowed: true}
+		res := store.Result{Allowed: true, Counts: make([]store.Count, 1)}
 		res.Counts[0] = store.Count{N: 10, Fits: true, Left: left, Length: time.Minute, Mark: int64(left)}
 		if st := e.Claimed(0, 10, 1, ls, &res, slack, 0); !st.Spent {
 			t.Fatalf("the claimant: %+v; want spent", st)
@@ -152,7 +152,7 @@ func TestBlockCarriesOverOnlyInItsWindows(t *testing.T) {
 			if st.Claim <= 5 {
 				t.Fatalf("Next for a cost of 5 with 3 left = %+v; want a claim", st)
 			}
-			res := window.Result{Allowed: true}
+			res := store.Result{Allowed: true, Counts: make([]store.Count, 1)}
 			res.Counts[0] = store.Count{N: st.Claim, Fits: true, Left: 30 * time.Second, Length: time.Minute, Mark: c.mark}
 			if st := e.Claimed(1, st.Claim, 5, ls, &res, 0, 0); !st.Spent {
 				t.Fatalf("the second claimant: %+v; want spent", st)
@@ -176,7 +176,7 @@ func TestBucketBlock(t *testing.T) {
 	if st := e.Next(0, 1, ls, true); st.Claim == 0 {
 		t.Fatalf("Next = %+v; want a claim", st)
 	}
-	res := window.Result{Allowed: true}
+	res := store.Result{Allowed: true, Counts: make([]store.Count, 1)}
 	res.Counts[0] = store.Count{N: 10, Fits: true, Left: time.Second, Length: 10 * time.Second} // full before: full again in 10 × 100 ms
 	if st := e.Claimed(0, 10, 1, ls, &res, 0, 0); !st.Spent {
 		t.Fatalf("the claimant: %+v; want spent", st)

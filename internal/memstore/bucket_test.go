@@ -31,8 +31,9 @@ func testBucketExactUnderConcurrency(t *testing.T, key []byte) {
 	t.Helper()
 	const goroutines, each, burst = 8, 1000, 2000
 	m := &Store{}
-	l := window.Limit{Limit: burst, Window: time.Hour, Kind: store.TokenBucket, Burst: burst}
-	b := l.Bucket()
+	budget := &store.Budget{Algorithm: store.TokenBucket, Limit: burst, Window: time.Hour, Burst: burst}
+	main := window.Main(budget)
+	b := main.Bucket()
 	at := newFakeClock().Now()
 	now := Nanos(at)
 	take := func() bool {
@@ -74,7 +75,7 @@ func testBucketExactUnderConcurrency(t *testing.T, key []byte) {
 	var given atomic.Int64
 	together(func() {
 		if given.Add(1) <= burst {
-			if err := m.Give(key, &window.Call{Cost: 1, Main: l, Now: at}); err != nil {
+			if err := m.Give(&store.Request{Budget: budget, Key: key, Cost: 1, Now: at}, store.Marks{}); err != nil {
 				t.Error(err)
 			}
 		}

@@ -14,7 +14,7 @@ import (
 // decision to its Give, or until its lease (the limit's Window) ends. A
 // request of cost n holds n slots. Slots whose lease has ended are dropped
 // on the way, when the tenant's next request looks, and counted
-// (Result.Expired).
+// (store.Result.Expired).
 
 // flightMark is the width of an entry that heads a flightEntry: no
 // window request counts in it (liveFor is false), and the table keeps it
@@ -49,32 +49,32 @@ func (w *entry) flight() *flight {
 	return &(*flightEntry)(unsafe.Pointer(w)).flight
 }
 
-// takeFlight decides c, of an InFlight limit, for key: its slots, taken
-// when they fit, for a lease of the limit's Window.
-func (m *Store) takeFlight(key []byte, c *window.Call, r *window.Result) error {
-	now, lease := Nanos(c.Now), int64(c.Main.Window)
-	f, err := m.flightOf(key, now, lease)
+// takeFlight decides r, of an InFlight limit: its slots, taken when they
+// fit, for a lease of the limit's Window.
+func (m *Store) takeFlight(r *store.Request, res *store.Result) error {
+	now, lease := Nanos(r.Now), int64(r.Window)
+	f, err := m.flightOf(r.Key, now, lease)
 	if err != nil {
 		return err
 	}
 	f.mu.Lock()
-	r.Expired = f.expire(now)
-	allowed := f.used+c.Cost <= c.Main.Limit
+	res.Expired = f.expire(now)
+	allowed := f.used+r.Cost <= r.Limit
 	if allowed {
 		end := window.AddClamped(now, lease)
 		if len(f.slots) == 0 || end < f.soonest {
 			f.soonest = end
 		}
-		f.slots = append(f.slots, slot{id: c.Slot, cost: c.Cost, end: end})
-		f.used += c.Cost
+		f.slots = append(f.slots, slot{id: r.Slot, cost: r.Cost, end: end})
+		f.used += r.Cost
 		if k := window.AddClamped(end, lease); k > f.keep.Load() {
 			f.keep.Store(k)
 		}
 	}
 	used := f.used
 	f.mu.Unlock()
-	r.Allowed = allowed
-	r.Counts[0] = store.Count{N: used, Fits: allowed, Left: c.Main.Window, Length: c.Main.Window}
+	res.Allowed = allowed
+	res.Counts[0] = store.Count{N: used, Fits: allowed, Left: r.Window, Length: r.Window}
 	return nil
 }
 

@@ -9,54 +9,57 @@ import (
 	"github.com/gatewaykit/ratelimit/store"
 )
 
-// Give gives back what a call took, with c as Take was given it but for
-// Now, and Marks from Take's result: c.Cost in each limit whose window is
-// still the one its mark names at c.Now (a window that has ended is left
-// alone, and a bucket is given back whatever its mark but NoWindow), or,
-// for an InFlight limit, the slots of c.Slot. A negative
-// c.Cost charges -c.Cost in those windows instead, past the limit if need
-// be; nothing is charged into a window that has ended or one that came
-// after. A window is named exactly, by its end (a fixed window), its start
-// (a sliding one) or its period's start (a calendar quota). A bucket has
-// no windows: one this store no longer holds is full, and a charge puts
-// it in debt, as RedisCounter's does.
-func (m *Store) Give(key []byte, c *window.Call) error {
+// Give gives back what a Take of r took, r being as Take was given it but
+// for Now, and marks the Marks of Take's counts: r.Cost in each limit
+// whose window is still the one its mark names at r.Now (a window that
+// has ended is left alone, and a bucket is given back whatever its mark
+// but NoWindow), or, for an InFlight limit, the slots of r.Slot. A
+// negative r.Cost charges -r.Cost in those windows instead, past the
+// limit if need be; nothing is charged into a window that has ended or
+// one that came after. A window is named exactly, by its end (a fixed
+// window), its start (a sliding one) or its period's start (a calendar
+// quota). A bucket has no windows: one this store no longer holds is
+// full, and a charge puts it in debt, as RedisCounter's does.
+func (m *Store) Give(r *store.Request, marks store.Marks) error {
 	if m.closed.Load() {
 		return ErrClosed
 	}
-	if c.Main.Kind == store.TokenBucket && c.Quotas == nil && c.Cost < 0 && c.Marks[0] != window.NoWindow {
-		now := Nanos(c.Now)
-		b := c.Main.Bucket()
-		w, err := m.bucket(key, &b, now, micros(now))
+	plain := len(r.Quotas) == 0
+	if r.Algorithm == store.TokenBucket && plain && r.Cost < 0 && marks[0] != window.NoWindow {
+		now := Nanos(r.Now)
+		main := window.Main(r.Budget)
+		b := main.Bucket()
+		w, err := m.bucket(r.Key, &b, now, micros(now))
 		if err == nil {
-			giveBucket(w, &c.Main, c.Cost, now)
+			giveBucket(w, &main, r.Cost, now)
 		}
 		return err
 	}
-	w := m.peek(key)
+	w := m.peek(r.Key)
 	if w == nil {
 		return nil
 	}
-	switch k := c.Main.Kind; {
+	switch k := r.Algorithm; {
 	case k == store.InFlight:
 		if f := w.flight(); f != nil {
-			f.give(c.Slot)
+			f.give(r.Slot)
 		}
-	case c.Quotas != nil:
+	case !plain:
 		if g := w.group(); g != nil {
-			g.give(c)
+			g.give(r, &marks)
 		}
 	case w.group() != nil || w.flight() != nil:
 	case k == store.TokenBucket:
-		if w.width == bucketMark && c.Marks[0] != window.NoWindow {
-			giveBucket(w, &c.Main, c.Cost, Nanos(c.Now))
+		if w.width == bucketMark && marks[0] != window.NoWindow {
+			main := window.Main(r.Budget)
+			giveBucket(w, &main, r.Cost, Nanos(r.Now))
 		}
-	case Nanos(c.Now) >= w.end:
+	case Nanos(r.Now) >= w.end:
 		// Ended: a sliding window's count weighs in the next one, which
 		// a settlement leaves alone.
-	case k == store.SlidingWindow && w.width == int64(c.Main.Window) && w.start == c.Marks[0],
-		k == store.FixedWindow && w.width == 0 && w.end == c.Marks[0]:
-		giveBack(&w.count, c.Cost)
+	case k == store.SlidingWindow && w.width == int64(r.Window) && w.start == marks[0],
+		k == store.FixedWindow && w.width == 0 && w.end == marks[0]:
+		giveBack(&w.count, r.Cost)
 	}
 	return nil
 }
@@ -76,17 +79,17 @@ func giveBack(count *atomic.Int64, cost int64) {
 	}
 }
 
-// give gives back c's cost (or charges it, when it is negative) in each
-// of g's windows that is still the one c was counted in: roll has ended
-// the others, which no longer carry their mark.
-func (g *group) give(c *window.Call) {
-	ls, n := c.Limits()
-	wall := c.Now
+// give gives back r's cost (or charges it, when it is negative) in each
+// of g's windows that is still the one marks names, the one r was counted
+// in: roll has ended the others, which no longer carry their mark.
+func (g *group) give(r *store.Request, marks *store.Marks) {
+	ls, n := window.Limits(r.Budget)
+	wall := r.Now
 	now := Nanos(wall)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now, wall = g.latest(now, wall)
-	if set := setOf(c); g.set != set {
+	if set := setOf(r); g.set != set {
 		g.match(&ls, n)
 		g.set = set
 	}
@@ -94,35 +97,36 @@ func (g *group) give(c *window.Call) {
 		s := &g.subs[j]
 		s.roll(&ls[j], now, wall)
 		if s.bucket {
-			if c.Marks[j] != window.NoWindow {
+			if marks[j] != window.NoWindow {
 				// A charge may put the bucket's full time past the entry's.
-				s.count = int64(math.Float64bits(micros(now) + ls[j].Bucket().Give(s.bucketLeft(now), c.Cost)))
+				s.count = int64(math.Float64bits(micros(now) + ls[j].Bucket().Give(s.bucketLeft(now), r.Cost)))
 				g.keep.Store(max(g.keep.Load(), s.keep()))
 			}
 			continue
 		}
-		if (s.count != 0 || c.Cost < 0) && s.mark(&ls[j]) == c.Marks[j] {
-			s.count -= min(s.count, c.Cost)
+		if (s.count != 0 || r.Cost < 0) && s.mark(&ls[j]) == marks[j] {
+			s.count -= min(s.count, r.Cost)
 		}
 	}
 }
 
-// Read fills in r with what key holds of c's limits at c.Now, changing
-// nothing: slots whose lease has ended are not dropped (the next Take
-// drops and counts them), and a fixed window that does not run is
-// reported as the one a request would start, with nothing counted.
-func (m *Store) Read(key []byte, c *window.Call, r *window.Result) error {
+// Read fills in res with what r.Key holds of r's limits at r.Now,
+// changing nothing (r.Cost is not read): slots whose lease has ended are
+// not dropped (the next Take drops and counts them), and a fixed window
+// that does not run is reported as the one a request would start, with
+// nothing counted.
+func (m *Store) Read(r *store.Request, res *store.Result) error {
 	if m.closed.Load() {
 		return ErrClosed
 	}
-	ls, n := c.Limits()
+	ls, n := window.Limits(r.Budget)
 	var subs [window.MaxLimits]sub
 	for j := range n {
 		subs[j] = sub{name: ls[j].Name, cal: ls[j].Calendar}
 	}
-	wall := c.Now
+	wall := r.Now
 	now := Nanos(wall)
-	if w := m.peek(key); w != nil {
+	if w := m.peek(r.Key); w != nil {
 		if g := w.group(); g != nil {
 			g.mu.Lock()
 			now, wall = g.later(now, wall)
@@ -135,23 +139,23 @@ func (m *Store) Read(key []byte, c *window.Call, r *window.Result) error {
 			}
 			g.mu.Unlock()
 		} else if f := w.flight(); f != nil {
-			if c.Main.Kind == store.InFlight {
+			if r.Algorithm == store.InFlight {
 				subs[0].count = f.live(now)
 			}
-		} else if c.Main.Kind != store.InFlight {
+		} else if r.Algorithm != store.InFlight {
 			subs[0] = w.asSub(ls[0].Name, now)
 		}
 	}
 	for j := range n {
 		if ls[j].Kind == store.InFlight {
-			r.Counts[j] = store.Count{N: subs[j].count, Fits: true, Left: ls[j].Window, Length: ls[j].Window}
+			res.Counts[j] = store.Count{N: subs[j].count, Fits: true, Left: ls[j].Window, Length: ls[j].Window}
 			continue
 		}
 		subs[j].roll(&ls[j], now, wall)
-		subs[j].state(&r.Counts[j], &ls[j], now, wall)
-		r.Counts[j].Fits = true
+		subs[j].state(&res.Counts[j], &ls[j], now, wall)
+		res.Counts[j].Fits = true
 	}
-	r.Allowed = true
+	res.Allowed, res.Expired, res.Counted = true, 0, false
 	return nil
 }
 

@@ -32,7 +32,7 @@ type group struct {
 	keep atomic.Int64 // when the entry may be dropped
 	n    int
 	subs [window.MaxLimits]sub // under mu
-	set  *window.Limit         // the quota set subs were last matched to (setOf)
+	set  *store.Quota          // the quota set subs were last matched to (setOf)
 
 	// The latest time a call brought, on the store's clock and on the
 	// wall's: calls read the time before they take the lock, so that one
@@ -85,32 +85,32 @@ func (w *entry) group() *group {
 	return &(*groupEntry)(unsafe.Pointer(w)).group
 }
 
-// takeGroup decides c, which has quotas, for key: every limit in one step
-// under the tenant's lock. A live entry costs no allocation.
-func (m *Store) takeGroup(key []byte, c *window.Call, r *window.Result) error {
-	ls, n := c.Limits()
+// takeGroup decides r, which has quotas: every limit in one step under
+// the tenant's lock. A live entry costs no allocation.
+func (m *Store) takeGroup(r *store.Request, res *store.Result) error {
+	ls, n := window.Limits(r.Budget)
 	// One reading of the clock: the calendar's periods follow its wall
 	// time, windows its monotonic time.
-	wall := c.Now
+	wall := r.Now
 	now := Nanos(wall)
-	g, err := m.groupOf(key, &ls[0], now)
+	g, err := m.groupOf(r.Key, &ls[0], now)
 	if err != nil {
 		return err
 	}
 	g.mu.Lock()
 	now, wall = g.latest(now, wall)
-	if set := setOf(c); g.set != set {
+	if set := setOf(r); g.set != set {
 		g.match(&ls, n)
 		g.set = set
 	}
 	all := true
 	for j := range n {
-		s, st := &g.subs[j], &r.Counts[j]
+		s, st := &g.subs[j], &res.Counts[j]
 		s.roll(&ls[j], now, wall)
 		s.state(st, &ls[j], now, wall)
-		st.Fits = ls[j].Fits(st, c.Cost)
+		st.Fits = ls[j].Fits(st, r.Cost)
 		if ls[j].Kind == store.TokenBucket && ls[j].Calendar == 0 {
-			_, st.Fits = ls[j].Bucket().Take(s.bucketLeft(now), c.Cost, micros(int64(c.Delay)))
+			_, st.Fits = ls[j].Bucket().Take(s.bucketLeft(now), r.Cost, micros(int64(r.Delay)))
 		}
 		all = all && st.Fits
 	}
@@ -119,8 +119,8 @@ func (m *Store) takeGroup(key []byte, c *window.Call, r *window.Result) error {
 		// lengthen that.
 		keep := g.keep.Load()
 		for j := range n {
-			s, st := &g.subs[j], &r.Counts[j]
-			s.add(&ls[j], c.Cost, c.Delay, now, wall)
+			s, st := &g.subs[j], &res.Counts[j]
+			s.add(&ls[j], r.Cost, r.Delay, now, wall)
 			s.state(st, &ls[j], now, wall)
 			st.Fits = true
 			keep = max(keep, s.keep())
@@ -128,7 +128,7 @@ func (m *Store) takeGroup(key []byte, c *window.Call, r *window.Result) error {
 		g.keep.Store(keep)
 	}
 	g.mu.Unlock()
-	r.Allowed = all
+	res.Allowed = all
 	return nil
 }
 

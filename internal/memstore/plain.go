@@ -39,10 +39,10 @@ func (m *Store) Incr(key []byte, width time.Duration, now int64) (int64, time.Du
 	return w.count.Add(1), time.Duration(w.end - now), nil
 }
 
-// takeWindow decides c, a plain window's, for key.
-func (m *Store) takeWindow(key []byte, c *window.Call, r *window.Result) (err error) {
-	err = m.TakeWindow(key, c.Main.Kind, c.Cost, c.Main.Limit, c.Main.Window, Nanos(c.Now), &r.Counts[0])
-	r.Allowed = r.Counts[0].Fits
+// takeWindow decides r, of a plain window.
+func (m *Store) takeWindow(r *store.Request, res *store.Result) (err error) {
+	err = m.TakeWindow(r.Key, r.Algorithm, r.Cost, r.Limit, r.Window, Nanos(r.Now), &res.Counts[0])
+	res.Allowed = res.Counts[0].Fits
 	return err
 }
 

@@ -1,8 +1,8 @@
 // Package memstore is the engine of ratelimit.MemoryCounter: a bounded
 // table of windows in the process, sharded, whose live windows count
-// without a lock. It knows keys as bytes and limits as the window
-// package has them; the ratelimit package's MemoryCounter is its public
-// face.
+// without a lock. It decides a store.Request under its Key, in bytes, with
+// the window package's arithmetic; the ratelimit package's MemoryCounter
+// is its public face.
 package memstore
 
 import (

@@ -129,7 +129,8 @@ func TestSlidingLuaIsGos(t *testing.T) {
 		{"a window of 1.5 s", 20, 1500 * time.Millisecond, 17, []int64{1, 2}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			lim := window.Limit{Limit: tt.limit, Window: tt.window, Kind: store.SlidingWindow}
+			b := &store.Budget{Algorithm: store.SlidingWindow, Limit: tt.limit, Window: tt.window}
+			lim := window.Main(b)
 			var answers []slidingAnswer
 			// A first request that lands in the next window sees the
 			// seeded one as current, not as previous: try again on a new
@@ -139,7 +140,7 @@ func TestSlidingLuaIsGos(t *testing.T) {
 				if err := seedPrevious(ctx, rdb, key, tt.window, tt.prev); err != nil {
 					t.Fatal(err)
 				}
-				answers = takeSliding(t, s, key, lim, tt.costs, 4, 12)
+				answers = takeSliding(t, s, key, b, tt.costs, 4, 12)
 				if len(answers) == 0 || answers[0].st.Prev == tt.prev {
 					break
 				}
@@ -202,26 +203,26 @@ type slidingAnswer struct {
 	st   store.Count
 }
 
-// takeSliding has s decide rounds of requests of key in l, each round
+// takeSliding has s decide rounds of requests of key in b, each round
 // made of a request of each cost, callers of them at once: the answers,
 // the first request's first.
-func takeSliding(t *testing.T, s *Store, key string, l window.Limit, costs []int64, callers, rounds int) []slidingAnswer {
+func takeSliding(t *testing.T, s *Store, key string, b *store.Budget, costs []int64, callers, rounds int) []slidingAnswer {
 	t.Helper()
 	var (
 		mu      sync.Mutex
 		answers []slidingAnswer
 	)
 	take := func(cost int64) {
-		c := window.Call{Cost: cost, Main: l, Now: time.Now()}
-		deadline := time.Now().Add(5 * time.Second)
-		var r window.Result
-		if err := s.Take(context.Background(), key, &c, deadline, time.Until(deadline), &r); err != nil {
+		now := time.Now()
+		r := store.Request{Budget: b, Cost: cost, Now: now, Deadline: now.Add(5 * time.Second)}
+		res := store.Result{Counts: make([]store.Count, 1)}
+		if err := s.Take(context.Background(), key, &r, &res); err != nil {
 			t.Errorf("take %d of %s: %v", cost, key, err)
 			return
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		answers = append(answers, slidingAnswer{cost, r.Counts[0]})
+		answers = append(answers, slidingAnswer{cost, res.Counts[0]})
 	}
 	take(costs[0])
 	for i := range rounds {
@@ -267,21 +268,20 @@ func TestQuotaWindowEndsAtItsEnd(t *testing.T) {
 	// 12:00:00 UTC on Sunday 7 January 2024; the week ends at midnight.
 	noon := time.Date(2024, 1, 7, 12, 0, 0, 0, time.UTC)
 	_, weekEnd := store.Week.Period(noon)
-	main := window.Limit{Name: "default", Limit: 100, Window: 48 * time.Hour}
 	for _, tt := range []struct {
 		name  string
-		quota window.Limit
+		quota store.Quota
 		start time.Time // the first request's instant
 		end   time.Time // the quota's window's or period's end
 	}{
-		{"a fixed window of a second", window.Limit{Name: "q", Limit: 1, Window: time.Second}, noon, noon.Add(time.Second)},
-		{"a fixed window of an hour", window.Limit{Name: "q", Limit: 1, Window: time.Hour}, noon, noon.Add(time.Hour)},
-		{"a week", window.Limit{Name: "q", Limit: 1, Calendar: store.Week}, weekEnd.Add(-time.Second), weekEnd},
+		{"a fixed window of a second", store.Quota{Name: "q", Limit: 1, Window: time.Second}, noon, noon.Add(time.Second)},
+		{"a fixed window of an hour", store.Quota{Name: "q", Limit: 1, Window: time.Hour}, noon, noon.Add(time.Hour)},
+		{"a week", store.Quota{Name: "q", Limit: 1, Calendar: store.Week}, weekEnd.Add(-time.Second), weekEnd},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			key := "{" + uniqueKey(t, "end") + "}"
-			c := &window.Call{Cost: 1, Main: main, Quotas: []window.Limit{tt.quota}}
-			args := limitArgs("g", c)
+			b := &store.Budget{Name: "default", Limit: 100, Window: 48 * time.Hour, Quotas: []store.Quota{tt.quota}}
+			args := limitArgs("g", &store.Request{Budget: b, Cost: 1})
 			// take returns the quota's count after a request at at, or
 			// -count-1 for a refusal, and the ms the script says are left
 			// of its window or period.
@@ -376,15 +376,17 @@ func TestBucketLuaMatchesGo(t *testing.T) {
 func TestBucketWithQuotasLuaMatchesGo(t *testing.T) {
 	rdb := redistest.Client(t)
 	ctx := context.Background()
-	l := window.Limit{Name: "default", Limit: 3, Window: time.Second, Kind: store.TokenBucket, Burst: 4}
-	c := &window.Call{Main: l, Quotas: []window.Limit{{Name: "hour", Limit: 1000, Window: time.Hour}}}
+	budget := &store.Budget{Name: "default", Algorithm: store.TokenBucket, Limit: 3, Window: time.Second, Burst: 4,
+		Quotas: []store.Quota{{Name: "hour", Limit: 1000, Window: time.Hour}}}
+	r := &store.Request{Budget: budget}
+	l := window.Main(budget)
 	b := l.Bucket()
 	key := "{" + uniqueKey(t, "bucket") + "}"
 	const base = int64(1_780_000_000_000_000) // µs since 1970
 	tat := 0.0
 	for i, s := range bucketSteps {
 		now := base + s.at
-		args := append([]any{"Q", "1"}, argsOf(c).args...)
+		args := append([]any{"Q", "1"}, argsOf(r).args...)
 		args = append(args, "G", "1", hexArg(l.Burst), ivArg(b.Interval), s.delay, "1", hexArg(s.cost))
 		vals, err := rdb.Eval(ctx, scriptAtMicros(t, now), []string{key}, args...).Int64Slice()
 		if err != nil || len(vals) != 6 {

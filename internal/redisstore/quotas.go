@@ -27,32 +27,33 @@ type quotaArgs struct {
 }
 
 // quotaSets keeps the arguments of each set of quotas met, by the slice
-// the calls carry: one limiter's quotas come in the same slice every time.
+// the requests carry (store.Budget.Quotas): a Budget's quotas come in the
+// same slice every time.
 // Sets come and go (a limiter's plans keep 256 at most, and make them
 // anew past that), so past maxQuotaSets the cache starts over: it never
 // holds more, nor keeps a set's slice alive for good.
 var quotaSets struct {
-	sync.Map // *window.Limit → *quotaArgs
+	sync.Map // *store.Quota → *quotaArgs
 	n        atomic.Int64
 }
 
 const maxQuotaSets = 1024
 
-// argsOf returns the arguments of c's quotas.
-func argsOf(c *window.Call) *quotaArgs {
-	p := unsafe.SliceData(c.Quotas)
+// argsOf returns the arguments of r's quotas.
+func argsOf(r *store.Request) *quotaArgs {
+	p := unsafe.SliceData(r.Quotas)
 	if v, ok := quotaSets.Load(p); ok {
-		if a := v.(*quotaArgs); a.n == 1+len(c.Quotas) && a.main == c.Main.Name && a.kind == c.Main.Kind {
+		if a := v.(*quotaArgs); a.n == 1+len(r.Quotas) && a.main == r.Name && a.kind == r.Algorithm {
 			return a
 		}
 	}
-	a := &quotaArgs{n: 1 + len(c.Quotas), main: c.Main.Name, kind: c.Main.Kind}
-	k, main := kindOne[window.Kind(c.Main.Kind)], kindOne[window.Kind(c.Main.Kind)]
-	if c.Main.Kind == store.TokenBucket {
+	a := &quotaArgs{n: 1 + len(r.Quotas), main: r.Name, kind: r.Algorithm}
+	k, main := kindOne[window.Kind(r.Algorithm)], kindOne[window.Kind(r.Algorithm)]
+	if r.Algorithm == store.TokenBucket {
 		main = "b" // and a quota with a Window counts in fixed windows
 	}
-	a.args = append(a.args, main, c.Main.Name, hexArg(int64(len(c.Quotas))))
-	for _, q := range c.Quotas {
+	a.args = append(a.args, main, r.Name, hexArg(int64(len(r.Quotas))))
+	for _, q := range r.Quotas {
 		qk, ms := k, any(window.CeilDiv(q.Window, time.Millisecond))
 		switch q.Calendar {
 		case store.Day:

@@ -4,16 +4,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatewaykit/ratelimit/internal/window"
 	"github.com/gatewaykit/ratelimit/store"
 )
 
 // The arguments of a set of quotas are made once for its slice, and the
 // cache of them stays bounded however many sets come and go.
 func TestQuotaArgsAreCachedAndBounded(t *testing.T) {
-	call := func() *window.Call {
-		return &window.Call{Cost: 1, Main: window.Limit{Name: "default", Limit: 10, Window: time.Minute},
-			Quotas: []window.Limit{{Name: "day", Limit: 100, Calendar: store.Day}}}
+	call := func() *store.Request {
+		return &store.Request{Cost: 1, Budget: &store.Budget{Name: "default", Limit: 10, Window: time.Minute,
+			Quotas: []store.Quota{{Name: "day", Limit: 100, Calendar: store.Day}}}}
 	}
 	c := call()
 	if a, b := argsOf(c), argsOf(c); a != b {

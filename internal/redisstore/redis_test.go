@@ -16,7 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/gatewaykit/ratelimit/internal/testkit/redistest"
-	"github.com/gatewaykit/ratelimit/internal/window"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // The engine's own behaviour on real servers: what its batcher and nodes
@@ -35,12 +35,12 @@ func uniqueKey(t *testing.T, what string) string {
 
 // take has s decide a request of cost 1 of key, at a limit of 10 per
 // width, waiting up to a second.
-func take(ctx context.Context, s *Store, key string, width time.Duration) (window.Result, error) {
-	c := window.Call{Cost: 1, Main: window.Limit{Limit: 10, Window: width}, Now: time.Now()}
-	var r window.Result
-	deadline := time.Now().Add(time.Second)
-	err := s.Take(ctx, key, &c, deadline, time.Until(deadline), &r)
-	return r, err
+func take(ctx context.Context, s *Store, key string, width time.Duration) (store.Result, error) {
+	now := time.Now()
+	r := store.Request{Budget: &store.Budget{Limit: 10, Window: width}, Cost: 1, Now: now, Deadline: now.Add(time.Second)}
+	res := store.Result{Counts: make([]store.Count, 1)}
+	err := s.Take(ctx, key, &r, &res)
+	return res, err
 }
 
 // batcherReaches waits, up to timeout, until cond holds of b's state,
@@ -97,7 +97,7 @@ func TestKeysOfDifferentWindowsInOneScriptCall(t *testing.T) {
 		wg.Go(func() { take(ctx, s, uniqueKey(t, "held"), time.Minute) })
 	}
 	held := batcherReaches(b, pause, func() bool { return b.inFlight == rounds })
-	results := map[string]*window.Result{tenSeconds: {}, minute: {}}
+	results := map[string]*store.Result{tenSeconds: {}, minute: {}}
 	var joined error
 	for i, key := range []string{tenSeconds, minute} {
 		if held != nil || joined != nil {

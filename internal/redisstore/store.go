@@ -2,9 +2,10 @@
 // script that decides in Redis, the batcher that lets calls share round
 // trips, the nodes of a cluster or ring with their round trips and dial
 // watches, the path for servers that refuse scripts, and what Redis's
-// answers mean. It knows keys as strings and limits as the window
-// package has them; the ratelimit package's RedisCounter is its public
-// face.
+// answers mean. It decides a store.Request under a key string that the
+// caller gives (the form Redis counts it under), with the window
+// package's arithmetic; the ratelimit package's RedisCounter is its
+// public face.
 package redisstore
 
 import (
@@ -60,49 +61,63 @@ func monoNow() int64 { return int64(mono.Now()) }
 // it. Redis keeps expiries in milliseconds, so a width that is not a whole
 // number of milliseconds is rounded up to the next one.
 func (s *Store) Incr(ctx context.Context, key string, width time.Duration) (int64, error) {
-	c := window.Call{Cost: 1, Main: window.Limit{Limit: math.MaxInt64, Window: width}}
-	var r window.Result
+	b := store.Budget{Limit: math.MaxInt64, Window: width}
+	r := store.Request{Budget: &b, Cost: 1}
+	var counts [1]store.Count
+	res := store.Result{Counts: counts[:]}
+	// No wait of its own: ctx alone bounds it, and its deadline the round
+	// trip's.
 	deadline, _ := ctx.Deadline()
-	if err := s.Take(ctx, key, &c, deadline, 0, &r); err != nil {
+	if err := s.take(ctx, key, &r, deadline, 0, &res); err != nil {
 		return 0, err
 	}
-	return r.Counts[0].N, nil
+	return res.Counts[0].N, nil
 }
 
-// Take decides c for key in one round trip, shared with other calls,
-// giving up with errTimedOut after wait, when it is positive, which ends
-// at deadline. A tenant with quotas is decided in its hash, key. Each
-// limit is marked, for Give, on the process's monotonic clock by where the
-// script reported its window: a fixed window by when it is to end, a
-// sliding one by when it started.
-func (s *Store) Take(ctx context.Context, key string, c *window.Call, deadline time.Time, wait time.Duration, r *window.Result) error {
-	op, rank, err := s.send(ctx, key, c, nil, deadline, wait, "increment")
+// Take decides r for key in one round trip, shared with other calls,
+// giving up with errTimedOut after r.Wait(), when it is positive, which
+// ends at r.Deadline; it writes what it decided into res, whose Counts
+// hold one for each of r's limits. A tenant with quotas is decided in its
+// hash, key. Each limit is marked, for Give, on the process's monotonic
+// clock by where the script reported its window: a fixed window by when
+// it is to end, a sliding one by when it started. res.Counted reports
+// that a server that refuses scripts counted a fixed window by a
+// transaction, refused or not.
+func (s *Store) Take(ctx context.Context, key string, r *store.Request, res *store.Result) error {
+	return s.take(ctx, key, r, r.Deadline, r.Wait(), res)
+}
+
+// take is Take with the wait and its deadline given apart from r.
+func (s *Store) take(ctx context.Context, key string, r *store.Request, deadline time.Time, wait time.Duration, res *store.Result) error {
+	op, rank, err := s.send(ctx, key, r, nil, deadline, wait, "increment")
 	if err != nil {
 		return err
 	}
 	now := monoNow()
+	res.Expired, res.Counted = 0, false
 	switch {
-	case c.Main.Kind == store.InFlight:
-		r.Expired = op.a
+	case r.Algorithm == store.InFlight:
+		res.Expired = op.a
 		used, fits := op.res[rank], true
 		if used < 0 {
 			used, fits = -used-1, false
 		}
-		r.Allowed, r.Counts[0] = fits, store.Count{N: used, Fits: fits, Left: c.Main.Window, Length: c.Main.Window}
+		res.Allowed, res.Counts[0] = fits, store.Count{N: used, Fits: fits, Left: r.Window, Length: r.Window}
 		return nil
-	case c.Quotas != nil:
-		ls, n := c.Limits()
+	case len(r.Quotas) > 0:
+		ls, n := window.Limits(r.Budget)
 		vals := op.res[rank*n : (rank+1)*n]
-		r.Allowed = true
+		res.Allowed = true
 		for j := range n {
-			r.Counts[j] = state(&ls[j], vals[j], op.heads[2*j], op.heads[2*j+1], now)
-			r.Allowed = r.Allowed && r.Counts[j].Fits
+			res.Counts[j] = state(&ls[j], vals[j], op.heads[2*j], op.heads[2*j+1], now)
+			res.Allowed = res.Allowed && res.Counts[j].Fits
 		}
 		return nil
 	}
-	r.ByTransaction = c.Main.Kind == store.FixedWindow && s.nodes.refused.Load() != nil
-	r.Counts[0] = state(&c.Main, op.res[rank], op.a, op.prev, now)
-	r.Allowed = r.Counts[0].Fits
+	res.Counted = r.Algorithm == store.FixedWindow && s.nodes.refused.Load() != nil
+	main := window.Main(r.Budget)
+	res.Counts[0] = state(&main, op.res[rank], op.a, op.prev, now)
+	res.Allowed = res.Counts[0].Fits
 	return nil
 }
 
@@ -142,45 +157,48 @@ func msWindow(w time.Duration) time.Duration {
 	return time.Duration(window.CeilDiv(w, time.Millisecond)) * time.Millisecond
 }
 
-// Give gives back what a call took, with c as Take was given it and Marks
-// from Take's result, in one round trip shared with other calls: c.Cost
-// in each limit whose window is still the one its mark names, or, for an
-// InFlight limit, the slots of c.Slot; a negative c.Cost charges -c.Cost
-// in those windows instead, past the limit if need be, and never in a
-// window that has gone (its key expired or deleted) or a new one. Windows live on the server's clock, which a replica cannot read:
-// the script is told where each window should be now by its mark (its
-// offset: the milliseconds a fixed window or a period has left, or a
-// sliding window has run), and gives back in a window whose offset is
-// within half its length of that. The next window of a key is a whole
-// length away, and the error, the round trips' latency, is far less.
-func (s *Store) Give(ctx context.Context, key string, c *window.Call, deadline time.Time, wait time.Duration) error {
-	if c.Main.Kind == store.TokenBucket && c.Quotas == nil && c.Marks[0] == window.NoWindow {
+// Give gives back what a Take of r took, r being as Take was given it
+// and marks the Marks of Take's counts, in one round trip shared with
+// other calls, bounded as Take's is: r.Cost in each limit whose window is
+// still the one its mark names, or, for an InFlight limit, the slots of
+// r.Slot; a negative r.Cost charges -r.Cost in those windows instead,
+// past the limit if need be, and never in a window that has gone (its
+// key expired or deleted) or a new one. Windows live on the server's
+// clock, which a replica cannot read: the script is told where each
+// window should be now by its mark (its offset: the milliseconds a fixed
+// window or a period has left, or a sliding window has run), and gives
+// back in a window whose offset is within half its length of that. The
+// next window of a key is a whole length away, and the error, the round
+// trips' latency, is far less.
+func (s *Store) Give(ctx context.Context, key string, r *store.Request, marks store.Marks) error {
+	if r.Algorithm == store.TokenBucket && len(r.Quotas) == 0 && marks[0] == store.NoWindow {
 		return nil // a mark that names no window leaves the bucket alone
 	}
 	x := &opArgs{give: true}
-	if c.Main.Kind == store.InFlight {
-		x.token = slotToken(c.Slot)
+	if r.Algorithm == store.InFlight {
+		x.token = slotToken(r.Slot)
 	} else {
-		x.offsets = offsets(c, monoNow())
+		x.offsets = offsets(r.Budget, &marks, monoNow())
 	}
-	_, _, err := s.send(ctx, key, c, x, deadline, wait, "give back to")
+	_, _, err := s.send(ctx, key, r, x, r.Deadline, r.Wait(), "give back to")
 	return err
 }
 
-// offsets are where c's windows should be now, as the script measures
-// them: for each limit, the milliseconds a fixed window or a period has
-// left, or a sliding window has run, from its mark; for a bucket, which
-// has no windows, 0, or 1 for window.NoWindow, which leaves it alone.
-func offsets(c *window.Call, now int64) (off [window.MaxLimits]int64) {
-	ls, n := c.Limits()
+// offsets are where the windows that marks name, of a request of b,
+// should be now, as the script measures them: for each limit, the
+// milliseconds a fixed window or a period has left, or a sliding window
+// has run, from its mark; for a bucket, which has no windows, 0, or 1 for
+// store.NoWindow, which leaves it alone.
+func offsets(b *store.Budget, marks *store.Marks, now int64) (off [window.MaxLimits]int64) {
+	ls, n := window.Limits(b)
 	for j := range n {
 		if ls[j].Kind == store.TokenBucket && ls[j].Calendar == 0 {
-			if c.Marks[j] == window.NoWindow {
+			if marks[j] == store.NoWindow {
 				off[j] = 1
 			}
 			continue
 		}
-		d := c.Marks[j] - now
+		d := marks[j] - now
 		if ls[j].Kind == store.SlidingWindow && ls[j].Calendar == 0 {
 			d = -d
 		}
@@ -189,24 +207,25 @@ func offsets(c *window.Call, now int64) (off [window.MaxLimits]int64) {
 	return off
 }
 
-// send has key's node decide c (with x's arguments, when it gives back or
+// send has key's node decide r (with x's arguments, when it gives back or
 // takes slots) and returns its op, answered, and the call's rank in it.
-func (s *Store) send(ctx context.Context, key string, c *window.Call, x *opArgs, deadline time.Time, wait time.Duration, verb string) (*takeOp, int, error) {
-	if c.Main.Window <= 0 {
-		return nil, 0, fmt.Errorf("%s rate limit key %s: window %v is not positive", verb, key, c.Main.Window)
+func (s *Store) send(ctx context.Context, key string, r *store.Request, x *opArgs, deadline time.Time, wait time.Duration, verb string) (*takeOp, int, error) {
+	if r.Window <= 0 {
+		return nil, 0, fmt.Errorf("%s rate limit key %s: window %v is not positive", verb, key, r.Window)
 	}
-	k := opKey{key: key, ms: window.CeilDiv(c.Main.Window, time.Millisecond), limit: c.Main.Limit, kind: c.Main.Kind, x: x}
-	if c.Main.Kind == store.TokenBucket {
-		k.burst, k.iv, k.delay = c.Main.Burst, c.Main.Bucket().Interval, window.CeilDiv(c.Delay, time.Microsecond)
+	k := opKey{key: key, ms: window.CeilDiv(r.Window, time.Millisecond), limit: r.Limit, kind: r.Algorithm, x: x}
+	if r.Algorithm == store.TokenBucket {
+		main := window.Main(r.Budget)
+		k.burst, k.iv, k.delay = r.Burst, main.Bucket().Interval, window.CeilDiv(r.Delay, time.Microsecond)
 	}
-	if c.Quotas != nil {
-		k.quotas = argsOf(c)
+	if len(r.Quotas) > 0 {
+		k.quotas = argsOf(r)
 	}
-	if c.Main.Kind == store.InFlight && x == nil {
-		k.x = &opArgs{token: slotToken(c.Slot)}
+	if r.Algorithm == store.InFlight && x == nil {
+		k.x = &opArgs{token: slotToken(r.Slot)}
 	}
 	n := s.nodes.of(key)
-	op, rank, err := n.batch.take(ctx, k, c.Cost, deadline, wait)
+	op, rank, err := n.batch.take(ctx, k, r.Cost, deadline, wait)
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s rate limit key %s: %w", verb, key, n.auth.name(classify(err, s.nodes.cluster != nil)))
 	}
@@ -214,18 +233,19 @@ func (s *Store) send(ctx context.Context, key string, c *window.Call, x *opArgs,
 	return op, rank, nil
 }
 
-// Read fills in r with what key holds of c's limits, changing nothing, in
-// one script call outside any batch, as an operator's call.
-func (s *Store) Read(ctx context.Context, key string, c *window.Call, r *window.Result) error {
-	vals, err := s.eval(ctx, key, limitArgs("U", c))
-	ls, n := c.Limits()
+// Read fills in res with what key holds of r's limits, changing nothing,
+// in one script call outside any batch, as an operator's call: ctx alone
+// bounds it.
+func (s *Store) Read(ctx context.Context, key string, r *store.Request, res *store.Result) error {
+	vals, err := s.eval(ctx, key, limitArgs("U", r))
+	ls, n := window.Limits(r.Budget)
 	if err == nil && len(vals) != 3*n {
 		err = fmt.Errorf("the script returned %d values for %d limits", len(vals), n)
 	}
 	if err != nil {
 		return err
 	}
-	r.Allowed = true
+	res.Allowed, res.Expired, res.Counted = true, 0, false
 	for j := range n {
 		a, b, count := vals[3*j], vals[3*j+1], vals[3*j+2]
 		st := store.Count{N: count, Fits: true, Length: msWindow(ls[j].Window)}
@@ -243,34 +263,36 @@ func (s *Store) Read(ctx context.Context, key string, c *window.Call, r *window.
 		default: // no window runs (-2), or a count without an expiry (-1), which the next request mends
 			st.Left = ls[j].Window
 		}
-		r.Counts[j] = st
+		res.Counts[j] = st
 	}
 	return nil
 }
 
-// Reset deletes the keys of c's limits for key, in one script call.
-func (s *Store) Reset(ctx context.Context, key string, c *window.Call) error {
-	_, err := s.eval(ctx, key, limitArgs("R", c))
+// Reset deletes the keys of r's limits for key, in one script call that
+// ctx alone bounds.
+func (s *Store) Reset(ctx context.Context, key string, r *store.Request) error {
+	_, err := s.eval(ctx, key, limitArgs("R", r))
 	return err
 }
 
-// limitArgs is the arguments of the script for a key of c's limits, of
+// limitArgs is the arguments of the script for a key of r's limits, of
 // kind U (usage) or R (reset), or without quotas u or r.
-func limitArgs(kind string, c *window.Call) []any {
-	ms := window.CeilDiv(c.Main.Window, time.Millisecond)
+func limitArgs(kind string, r *store.Request) []any {
+	ms := window.CeilDiv(r.Window, time.Millisecond)
+	main := window.Main(r.Budget)
 	switch {
-	case c.Main.Kind == store.InFlight:
+	case r.Algorithm == store.InFlight:
 		return []any{strings.ToLower(kind), "i", ms}
-	case c.Main.Kind == store.TokenBucket && c.Quotas == nil:
-		return []any{strings.ToLower(kind), "b", ivArg(c.Main.Bucket().Interval)}
-	case c.Quotas == nil:
-		return []any{strings.ToLower(kind), kindOne[window.Kind(c.Main.Kind)], ms}
+	case r.Algorithm == store.TokenBucket && len(r.Quotas) == 0:
+		return []any{strings.ToLower(kind), "b", ivArg(main.Bucket().Interval)}
+	case len(r.Quotas) == 0:
+		return []any{strings.ToLower(kind), kindOne[window.Kind(r.Algorithm)], ms}
 	}
-	args := append([]any{"Q", "1"}, argsOf(c).args...)
-	if c.Main.Kind == store.TokenBucket {
-		return append(args, kind, "1", strconv.FormatInt(c.Main.Burst, 16), ivArg(c.Main.Bucket().Interval), 0)
+	args := append([]any{"Q", "1"}, argsOf(r).args...)
+	if r.Algorithm == store.TokenBucket {
+		return append(args, kind, "1", strconv.FormatInt(r.Burst, 16), ivArg(main.Bucket().Interval), 0)
 	}
-	return append(args, kind, "1", strconv.FormatInt(c.Main.Limit, 16), ms)
+	return append(args, kind, "1", strconv.FormatInt(r.Limit, 16), ms)
 }
 
 // eval runs the script on key with args, outside any batch: by its

@@ -17,8 +17,8 @@ import (
 
 // NoWindow is a mark (store.Count.Mark) that names no window: giving back or
 // charging with it leaves the limit alone, a bucket too, whose own mark
-// is 0.
-const NoWindow = math.MinInt64
+// is 0. It is store.NoWindow.
+const NoWindow = store.NoWindow
 
 // Kind returns the window that quotas with a Window count in beside a
 // main limit of algorithm a: sliding beside a SlidingWindow, fixed beside
@@ -247,39 +247,23 @@ func AddClamped(a, b int64) int64 {
 	return a + b
 }
 
-// A Call is one request of a tenant as a store is asked it: Cost units in
-// the limit Main and, all or nothing with it, in Quotas, at Now.
-type Call struct {
-	Cost int64
-	Main Limit
-	// Quotas are the further limits: for one limiter's (or plan's)
-	// quotas, the same slice in every call, by which a store may know
-	// them again.
-	Quotas []Limit
-	Slot   uint64 // InFlight: names the request's slots, for giving them back
-	Now    time.Time
-	// Delay is, for a Bucket, how long the caller may wait for its turn:
-	// a cost that fits within it is counted, reserving its place.
-	Delay time.Duration
-	// For giving back: the windows the request was counted in, as the
-	// store marked them (store.Count.Mark).
-	Marks [MaxLimits]int64
+// Limits returns the limits of a request of budget b, the main one first,
+// and how many there are. A quota with a Window counts in the windows
+// that Kind names for b's Algorithm, and a quota with a Calendar counts
+// in its periods. Quotas past the fourth, which a Budget never has, are
+// left out.
+func Limits(b *store.Budget) (ls [MaxLimits]Limit, n int) {
+	ls[0] = Main(b)
+	kind := Kind(b.Algorithm)
+	n = 1 + min(len(b.Quotas), MaxLimits-1)
+	for i := 1; i < n; i++ {
+		q := &b.Quotas[i-1]
+		ls[i] = Limit{Name: q.Name, Limit: q.Limit, Window: q.Window, Kind: kind, Calendar: q.Calendar}
+	}
+	return ls, n
 }
 
-// Limits returns the limits c is decided against, the main one first,
-// and how many there are.
-func (c *Call) Limits() (ls [MaxLimits]Limit, n int) {
-	ls[0] = c.Main
-	return ls, 1 + copy(ls[1:], c.Quotas)
-}
-
-// Result is what a store holds of each of a call's limits after it, the
-// main one first.
-type Result struct {
-	Allowed bool
-	Counts  [MaxLimits]store.Count
-	Expired int64 // InFlight: slots dropped whose lease had ended
-	// ByTransaction: a store without scripts counted the call, so that a
-	// refused cost stays counted.
-	ByTransaction bool
+// Main returns b's main limit.
+func Main(b *store.Budget) Limit {
+	return Limit{Name: b.Name, Limit: b.Limit, Window: b.Window, Kind: b.Algorithm, Burst: b.Burst}
 }

@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // The sliding window's arithmetic, step by step.
@@ -56,5 +58,38 @@ func TestSlidingArithmetic(t *testing.T) {
 	}
 	if got := s.After(13 * time.Second); got != (Slide{Prev: 0, Cur: 0, Elapsed: time.Second, Length: w}) {
 		t.Errorf("two windows later: %+v", got)
+	}
+}
+
+// A budget's limits are its main limit, then each quota in order: a
+// quota with a Window counts in sliding windows beside a SlidingWindow,
+// in fixed ones beside the others.
+func TestLimits(t *testing.T) {
+	qs := []store.Quota{{Name: "hour", Limit: 100, Window: time.Hour}, {Name: "day", Limit: 1000, Calendar: store.Day}}
+	for _, tt := range []struct {
+		algo store.Algorithm
+		kind store.Algorithm // of the quota with a Window
+	}{
+		{store.FixedWindow, store.FixedWindow},
+		{store.SlidingWindow, store.SlidingWindow},
+		{store.TokenBucket, store.FixedWindow},
+	} {
+		b := &store.Budget{Name: "default", Algorithm: tt.algo, Limit: 10, Window: time.Minute, Burst: 4, Quotas: qs}
+		ls, n := Limits(b)
+		want := [MaxLimits]Limit{
+			{Name: "default", Limit: 10, Window: time.Minute, Kind: tt.algo, Burst: 4},
+			{Name: "hour", Limit: 100, Window: time.Hour, Kind: tt.kind},
+			{Name: "day", Limit: 1000, Kind: tt.kind, Calendar: store.Day},
+		}
+		if n != 3 || ls != want {
+			t.Errorf("%v: Limits = %+v, %d; want %+v, 3", tt.algo, ls, n, want)
+		}
+		if m := Main(b); m != want[0] {
+			t.Errorf("%v: Main = %+v; want %+v", tt.algo, m, want[0])
+		}
+	}
+	if ls, n := Limits(&store.Budget{Name: "default", Algorithm: store.InFlight, Limit: 3, Window: time.Second}); n != 1 ||
+		ls[0] != (Limit{Name: "default", Limit: 3, Window: time.Second, Kind: store.InFlight}) {
+		t.Errorf("a budget without quotas: Limits = %+v, %d; want its main limit alone", ls, n)
 	}
 }

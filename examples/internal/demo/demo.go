@@ -24,6 +24,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/gatewaykit/ratelimit"
+	"github.com/gatewaykit/ratelimit/store"
 )
 
 // Settings are an example's knobs, from the environment.
@@ -95,11 +96,11 @@ func Logger() *slog.Logger { return slog.New(slog.NewTextHandler(os.Stderr, nil)
 
 // Store is the counter an example limits with.
 type Store struct {
-	Counter ratelimit.Counter
+	Counter store.Store
 	// Fallback decides while Redis fails, each replica on its own, so that
 	// an outage means approximate limiting rather than none; nil in
 	// memory.
-	Fallback ratelimit.Counter
+	Fallback store.Store
 	About    string // what it is, for the start-up message
 	io.Closer
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/gatewaykit/ratelimit"
 	"github.com/gatewaykit/ratelimit/internal/testkit/httpresp"
 	"github.com/gatewaykit/ratelimit/internal/testkit/redistest"
+	storepkg "github.com/gatewaykit/ratelimit/store"
 )
 
 // Settings configure one door for one case.
@@ -180,17 +181,24 @@ type store struct {
 	name string
 	// counter returns a working counter; failing, one that fails every
 	// call (a closed MemoryCounter, a Redis nobody listens for).
-	counter, failing func(t testing.TB) ratelimit.Counter
+	counter, failing func(t testing.TB) counter
 	// client returns a client of the servers counter counts on, to read
 	// its keys as they are; nil for memory.
 	client func(t testing.TB) redis.Cmdable
 }
 
+// counter is a store that also counts by Incr, as the built-in ones do:
+// a case reads a key's count with one more increment.
+type counter interface {
+	storepkg.Store
+	ratelimit.Counter
+}
+
 var stores = []store{
 	{
 		name:    "memory",
-		counter: func(testing.TB) ratelimit.Counter { return ratelimit.NewMemoryCounter() },
-		failing: func(testing.TB) ratelimit.Counter {
+		counter: func(testing.TB) counter { return ratelimit.NewMemoryCounter() },
+		failing: func(testing.TB) counter {
 			m := ratelimit.NewMemoryCounter()
 			m.Close()
 			return m
@@ -198,10 +206,10 @@ var stores = []store{
 	},
 	{
 		name: "redis",
-		counter: func(t testing.TB) ratelimit.Counter {
+		counter: func(t testing.TB) counter {
 			return ratelimit.NewRedisCounter(redistest.Client(t))
 		},
-		failing: func(t testing.TB) ratelimit.Counter {
+		failing: func(t testing.TB) counter {
 			rdb := redis.NewClient(&redis.Options{Addr: redistest.ClosedAddr(t), MaxRetries: -1})
 			t.Cleanup(func() { rdb.Close() })
 			return ratelimit.NewRedisCounter(rdb)
@@ -210,10 +218,10 @@ var stores = []store{
 	},
 	{
 		name: "cluster",
-		counter: func(t testing.TB) ratelimit.Counter {
+		counter: func(t testing.TB) counter {
 			return ratelimit.NewRedisCounter(redistest.Cluster(t))
 		},
-		failing: func(t testing.TB) ratelimit.Counter {
+		failing: func(t testing.TB) counter {
 			rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{redistest.ClosedAddr(t)}, MaxRetries: -1})
 			t.Cleanup(func() { rdb.Close() })
 			return ratelimit.NewRedisCounter(rdb)
@@ -291,9 +299,9 @@ type request struct {
 
 // count returns the count key holds in c, by one more increment: a case
 // calls it once it sends no more requests under key.
-func (r *run) count(c ratelimit.Counter, key string) int64 {
+func (r *run) count(c storepkg.Store, key string) int64 {
 	r.t.Helper()
-	n, err := c.Incr(context.Background(), key, time.Minute)
+	n, err := c.(counter).Incr(context.Background(), key, time.Minute)
 	if err != nil {
 		r.t.Fatalf("Incr(%s): %v", key, err)
 	}
@@ -860,7 +868,7 @@ var cases = []struct {
 		inFlight := r.opts(1)
 		inFlight.Algorithm = ratelimit.InFlight
 		upOnly := r.opts(1)
-		upOnly.Counter = &countsUp{}
+		upOnly.Counter = ratelimit.CounterStore(&countsUp{})
 		bucket := r.opts(1)
 		bucket.Algorithm = ratelimit.TokenBucket
 		for _, c := range []struct {
@@ -1195,7 +1203,7 @@ func (c *countsUp) Incr(context.Context, string, time.Duration) (int64, error) {
 
 // checkCount checks that key holds want in c: on Redis read from the
 // server as it is, on memory by one more increment (see count).
-func (r *run) checkCount(c ratelimit.Counter, key string, want int64) {
+func (r *run) checkCount(c storepkg.Store, key string, want int64) {
 	r.t.Helper()
 	v, exists, ok := r.stored(key)
 	if !ok {
