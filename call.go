@@ -88,7 +88,7 @@ func (l *Limiter) takeFromStore(ctx context.Context, d *Decision, r *request) {
 // ask has Options.Counter Take r into res, through the breaker of its
 // key's server, under the time rule.
 func (l *Limiter) ask(ctx context.Context, r *request, res *store.Result) error {
-	return l.call(ctx, r, func(ctx context.Context, r *store.Request) error { return l.store.Take(ctx, r, res) })
+	return l.call(ctx, r, res, l.store.Take)
 }
 
 // call calls op (a Take or a Give of Options.Counter) for r, through the
@@ -96,7 +96,7 @@ func (l *Limiter) ask(ctx context.Context, r *request, res *store.Result) error 
 // metrics' latency learn only what the store did: a request whose own
 // context ended (ErrContextDone) tells them nothing, and an answer about
 // one key (keyAnswer) says that the server is up.
-func (l *Limiter) call(ctx context.Context, r *request, op func(context.Context, *store.Request) error) error {
+func (l *Limiter) call(ctx context.Context, r *request, res *store.Result, op func(context.Context, *store.Request, *store.Result) error) error {
 	b := l.breakers.First
 	if l.info.Server != nil {
 		b = l.breakers.Of(l.info.Server(r.Key))
@@ -105,7 +105,7 @@ func (l *Limiter) call(ctx context.Context, r *request, op func(context.Context,
 	if !ok {
 		return b.Err()
 	}
-	err := callTimed(ctx, &l.rule, r, op)
+	err := callTimed(ctx, &l.rule, r, res, op)
 	switch {
 	case err == nil:
 		b.Success(probe)
@@ -353,7 +353,7 @@ func (l *Limiter) chargeOne(it *owed.Item[owedReq, under]) {
 		if r.set() != nil && r.set().calendar {
 			r.Now = l.clock.Now() // a calendar period follows the wall clock
 		}
-		err := l.call(context.Background(), r, func(ctx context.Context, r *store.Request) error { return l.store.Give(ctx, r, marks) })
+		err := l.call(context.Background(), r, nil, func(ctx context.Context, r *store.Request, _ *store.Result) error { return l.store.Give(ctx, r, marks) })
 		if err != nil && notSent(err) {
 			l.owed.PutBack(it, l.clock.elapsed())
 			break

@@ -183,8 +183,11 @@ func (m *MemoryCounter) Take(_ context.Context, r *store.Request, res *store.Res
 	} else {
 		err = m.engine.TakeWindow(r.Key, r.Algorithm, r.Cost, r.Limit, r.Window, memstore.Nanos(r.Now), st)
 	}
+	if err != nil {
+		return memoryError(err)
+	}
 	res.Allowed = st.Fits
-	return memoryError(err)
+	return nil
 }
 
 // take is Take for a request with quotas, of slots in flight, or a read.

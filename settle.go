@@ -86,7 +86,7 @@ func (l *Limiter) Settle(ctx context.Context, d Decision, cost int) error {
 		r.Deadline, _ = ctx.Deadline()
 		err = s.Give(ctx, &r.Request, d.marks)
 	default:
-		err = l.call(ctx, r, func(ctx context.Context, r *store.Request) error { return s.Give(ctx, r, d.marks) })
+		err = l.call(ctx, r, nil, func(ctx context.Context, r *store.Request, _ *store.Result) error { return s.Give(ctx, r, d.marks) })
 	}
 	if err == nil {
 		if l.refusals != nil && r.Cost > 0 {

@@ -35,9 +35,10 @@ const (
 // CauseCanceled.
 var ErrContextDone = errors.New("ratelimit: the request's context ended before the counter decided")
 
-// callTimed calls op for r under rule: r.Deadline is set to when the wait
-// ends. A request whose context is already done gets no call.
-func callTimed(ctx context.Context, rule *timeRule, r *request, op func(context.Context, *store.Request) error) error {
+// callTimed calls op for r under rule, with res for its result (nil for
+// an op that gives back): r.Deadline is set to when the wait ends. A
+// request whose context is already done gets no call.
+func callTimed(ctx context.Context, rule *timeRule, r *request, res *store.Result, op func(context.Context, *store.Request, *store.Result) error) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w (%w)", ErrContextDone, err)
 	}
@@ -47,7 +48,7 @@ func callTimed(ctx context.Context, rule *timeRule, r *request, op func(context.
 		return fmt.Errorf("%w (%w)", ErrContextDone, context.DeadlineExceeded)
 	}
 	r.Deadline = deadline
-	err := op(ctx, &r.Request)
+	err := op(ctx, &r.Request, res)
 	if err != nil && rule.OwnFault(ctx, wait, err) {
 		// Not an answer, nor a failure, of the store's.
 		return fmt.Errorf("%w: %w", ErrContextDone, err)

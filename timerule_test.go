@@ -20,22 +20,20 @@ type ruleProbe struct {
 	waits    []time.Duration
 	ends     []time.Time
 	during   func() // when set, called inside each call
-	res      store.Result
 }
 
-func (p *ruleProbe) take(_ context.Context, r *store.Request) error {
+func (p *ruleProbe) take(_ context.Context, r *store.Request, res *store.Result) error {
 	p.waits, p.ends = append(p.waits, r.Deadline.Sub(r.Now)), append(p.ends, r.Deadline)
 	if p.during != nil {
 		p.during()
 	}
 	err := p.outcomes[0]
 	p.outcomes = p.outcomes[1:]
-	p.res = store.Result{Counts: make([]store.Count, 1+len(r.Quotas))}
 	if err != nil {
 		return err
 	}
-	p.res.Allowed = true
-	p.res.Counts[0] = store.Count{N: 1, Fits: true, Left: time.Second, Length: time.Minute}
+	res.Allowed = true
+	res.Counts = append(res.Counts[:0], store.Count{N: 1, Fits: true, Left: time.Second, Length: time.Minute})
 	return nil
 }
 
@@ -110,7 +108,7 @@ func TestTimeRule(t *testing.T) {
 					ctx, cancel = context.WithDeadline(ctx, now.Add(c.reqDeadline))
 					defer cancel()
 				}
-				err := callTimed(ctx, rule, ruleRequest(now), probe.take)
+				err := callTimed(ctx, rule, ruleRequest(now), new(store.Result), probe.take)
 				if probe.waits[i] != c.wait || !probe.ends[i].Equal(now.Add(c.wait)) {
 					t.Errorf("call %d: wait %v until %v; want %v until %v",
 						i, probe.waits[i], probe.ends[i].Sub(now), c.wait, c.wait)
@@ -133,7 +131,7 @@ func TestTimeRuleExpiredRequest(t *testing.T) {
 	rule := &timeRule{Timeout: defaultStoreTimeout}
 	ctx, cancel := context.WithDeadline(context.Background(), clock.Now().Add(-time.Millisecond))
 	defer cancel()
-	if err := callTimed(ctx, rule, ruleRequest(clock.Now()), probe.take); !errors.Is(err, ErrContextDone) || !errors.Is(err, context.DeadlineExceeded) || len(probe.waits) != 0 {
+	if err := callTimed(ctx, rule, ruleRequest(clock.Now()), new(store.Result), probe.take); !errors.Is(err, ErrContextDone) || !errors.Is(err, context.DeadlineExceeded) || len(probe.waits) != 0 {
 		t.Fatalf("call = %v after %d counter calls; want ErrContextDone, context.DeadlineExceeded and none", err, len(probe.waits))
 	}
 }
@@ -148,18 +146,18 @@ func TestTimeRuleCanceledRequest(t *testing.T) {
 	before, cancel := context.WithCancel(context.Background())
 	cancel()
 	probe := &ruleProbe{}
-	if err := callTimed(before, rule, ruleRequest(clock.Now()), probe.take); !errors.Is(err, ErrContextDone) || !errors.Is(err, context.Canceled) || len(probe.waits) != 0 {
+	if err := callTimed(before, rule, ruleRequest(clock.Now()), new(store.Result), probe.take); !errors.Is(err, ErrContextDone) || !errors.Is(err, context.Canceled) || len(probe.waits) != 0 {
 		t.Fatalf("canceled before: %v after %d counter calls; want ErrContextDone, context.Canceled and none", err, len(probe.waits))
 	}
 
 	during, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	probe = &ruleProbe{outcomes: []error{fmt.Errorf("increment rate limit key rl:a: %w", context.Canceled), nil}, during: cancel}
-	if err := callTimed(during, rule, ruleRequest(clock.Now()), probe.take); !errors.Is(err, ErrContextDone) || !errors.Is(err, context.Canceled) {
+	if err := callTimed(during, rule, ruleRequest(clock.Now()), new(store.Result), probe.take); !errors.Is(err, ErrContextDone) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("canceled during the call: %v; want ErrContextDone and context.Canceled", err)
 	}
 	probe.during = nil
-	if err := callTimed(context.Background(), rule, ruleRequest(clock.Now()), probe.take); err != nil || probe.waits[1] != connectFactor*defaultStoreTimeout {
+	if err := callTimed(context.Background(), rule, ruleRequest(clock.Now()), new(store.Result), probe.take); err != nil || probe.waits[1] != connectFactor*defaultStoreTimeout {
 		t.Fatalf("the next call: %v, wait %v; want an answer within the connecting allowance, %v", err, probe.waits[1], connectFactor*defaultStoreTimeout)
 	}
 }
