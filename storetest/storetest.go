@@ -48,9 +48,11 @@ const prefix = "storetest:"
 // newStore makes. newStore may return the same store each time: every case
 // counts under tenants of its own.
 //
-// Run asks a store from newStore for its features, by Attach, once. It
-// runs each case whose features the store declares. It skips each other
-// case, with a message that names the features the store lacks.
+// Run attaches each store from newStore as a limiter with plans (its
+// cases come with Budgets of their own), and asks the first for its
+// features. It runs each case whose features the store declares. It skips
+// each other case, with a message that names the features the store
+// lacks.
 func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Helper()
 	first := newStore(t)
@@ -62,6 +64,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 				t.Skipf("needs %v, which the store does not declare", missing)
 			}
 			st := newStore(t)
+			declared(t, st) // attached before its first request
 			if !own {
 				c.run(&subject{t: t, store: st, now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)})
 				return
@@ -87,11 +90,11 @@ func limiterBudget(t tb, what string) *store.Budget {
 		Algorithm: store.FixedWindow, Limit: 10, Window: time.Minute}
 }
 
-// declared returns the features s declares: what its Attach returns for
-// a limiter of its own.
+// declared attaches s as a limiter with plans of its own, and returns the
+// features s declares: what its Attach returns.
 func declared(t *testing.T, s store.Store) store.Features {
 	t.Helper()
-	info, err := s.Attach(limiterBudget(t, "features"), false)
+	info, err := s.Attach(limiterBudget(t, "features"), true)
 	if err != nil {
 		t.Fatalf("Attach: %v", err)
 	}
