@@ -20,7 +20,7 @@ import (
 // the limiter does when the store fails (the fallback, or failing open or
 // closed).
 
-// What a store's errors may say of themselves (see Store): a
+// What a store's errors may say of themselves (see store.Store): a
 // misconfiguration, with what to fix; an answer about one key, which says
 // that the server is up. (One failed round trip that several requests
 // shared, the breaker counts once: internal/breaker reads that.)
@@ -302,7 +302,7 @@ func (l *Limiter) owedDue() {
 // chargeOwed charges the store what this replica's fallback admitted
 // while the store failed, once, in each limit whose window (or calendar
 // period) is still the one the store last reported before the failure,
-// as Settle charges (see Store's Give): a window that has ended meanwhile
+// as Settle charges (see store.Store's Give): a window that has ended meanwhile
 // is left alone, and nothing is charged into one the store never had. So
 // a month quota counts the requests an outage let through, and no
 // replica counts them twice: each charges only its own, taking them out

@@ -11,7 +11,7 @@ import (
 	"github.com/gatewaykit/ratelimit/store"
 )
 
-// leaseStore is the Store of a limiter with Options.Leases, in front of
+// leaseStore is the store of a limiter with Options.Leases, in front of
 // the store it was given: a tenant hot on this replica is decided from a
 // block of its budget, claimed from that store in one Take of the
 // block's size and counted there in every limit of the request, so that

@@ -24,7 +24,7 @@ import (
 // tenant's own Plan. It is counted in Options.Counter by
 // Options.Algorithm. The Limiter holds the whole decision: keys, plans,
 // time budget, breaker, fallback, shadow mode, log and metrics. It asks
-// its Store only what the store holds. A middleware only reads the tenant
+// its store only what the store holds. A middleware only reads the tenant
 // and the cost from a request, and writes the Decision into the
 // response. A Limiter is safe for concurrent use by multiple goroutines.
 type Limiter struct {
@@ -165,7 +165,7 @@ func newLimiter(opts Options, now func() time.Time) *Limiter {
 }
 
 // attach attaches the limiter to Options.Counter and Options.Fallback
-// (Store.Attach), panicking with a store's refusal, and refuses the
+// (store.Store's Attach), panicking with a store's refusal, and refuses the
 // options a store cannot serve (features.go).
 func (l *Limiter) attach() {
 	opts := &l.opts

@@ -17,7 +17,7 @@ import (
 // RedisCounter's, fixed or sliding (see Algorithm), and it decides
 // everything a store may: costs, quotas, InFlight, giving back, Usage and
 // Reset, each request in one step. It counts on the Limiter's clock
-// (Request.Now); a sliding window is aligned on multiples of its length
+// (store.Request's Now); a sliding window is aligned on multiples of its length
 // on that clock.
 //
 // Keys are spread over 256 shards, each an open-addressing hash table.

@@ -123,9 +123,9 @@ type Config struct {
 	// An error a handler returns counts by the status Fiber answers it
 	// with by default: a *fiber.Error's Code (found by errors.As), 500 for
 	// any other error; an ErrorHandler of the app that answers errors
-	// otherwise is not consulted. It needs Counter (and Fallback) to be a
-	// Store, and setup panics for an InFlight
-	// Algorithm, whose slots every request gives back anyway.
+	// otherwise is not consulted. It needs stores that give back (not a
+	// CounterStore), and setup panics for an InFlight Algorithm, whose
+	// slots every request gives back anyway.
 	//
 	// Optional. Default: false
 	SkipFailedRequests bool

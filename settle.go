@@ -16,9 +16,9 @@ import (
 // flight holds its slots until it ends. Settle sets what one Decision
 // took to the cost it turned out to have, in the windows it was counted
 // in, which the Decision names by the marks its store gave them (see
-// Count.Mark); Release gives all of it back. The store is told the
-// difference as a Request whose Cost is what it gives back, negative for
-// a charge (see Store).
+// store.Count.Mark); Release gives all of it back. The store is told the
+// difference as a request whose Cost is what it gives back, negative for
+// a charge (see store.Store's Give).
 
 // Settle sets the cost of the request that d decided to cost, the cost
 // its response showed. The difference from the cost d was decided with

@@ -66,9 +66,9 @@ func (u Usage) MarshalJSON() ([]byte, error) {
 
 // Usage returns what tenant has used of each of its limits, by its plan:
 // the main one first, then its quotas in order. It spends nothing: it is
-// one read of the store (Store.Take of cost 0; one script call on Redis). A
-// request without a tenant is tenant "". It needs Options.Counter to be a
-// Store, and waits for it as ctx lets it.
+// one read of the store (a Take of cost 0; one script call on Redis). A
+// request without a tenant is tenant "". It needs a store that decides
+// costs (not a CounterStore), and waits for it as ctx lets it.
 func (l *Limiter) Usage(ctx context.Context, tenant string) ([]Usage, error) {
 	r, err := l.tenantRequest(ctx, tenant)
 	if err != nil {
