@@ -341,7 +341,7 @@ func (l *Limiter) chargeOwed() {
 // sent again, so as never to count twice, and is logged and counted.
 func (l *Limiter) chargeOne(it *owed.Item[owedReq, under]) {
 	var charged, unsure int64
-	r := it.Req.request(it.Key)
+	r := it.Req.request(it.Key, l.clock.mono())
 	defer r.free()
 	for {
 		u, marks := it.Next()

@@ -71,9 +71,10 @@ type Decision struct {
 	// when the fallback decided), for Limiter.Release.
 	plan *plan
 
-	// With quotas: the tenant's quotas, every limit's figures (the main
-	// one first), and the limit that Limit, Window and the rest are of:
-	// 0 the main one, i+1 quota i.
+	// With quotas: the plan's quotas (kept beside it, as the headers read
+	// them on every response), every limit's figures (the main one first),
+	// and the limit that Limit, Window and the rest are of: 0 the main
+	// one, i+1 quota i.
 	quotas *quotaSet
 	lims   [maxQuotas + 1]figure
 	named  int
@@ -119,6 +120,9 @@ const (
 	numDeciders
 )
 
+// set is the quotas of the plan d was decided against; nil for none.
+func (d *Decision) set() *quotaSet { return d.quotas }
+
 // policyName is the name of the limit that d's figures are of (see
 // Decision.Policy).
 func (d *Decision) policyName() string {
@@ -126,7 +130,7 @@ func (d *Decision) policyName() string {
 		return ""
 	}
 	if d.named > 0 {
-		return d.quotas.q[d.named-1].name
+		return d.set().quotas[d.named-1].Name
 	}
 	return d.policy.policy
 }
@@ -134,10 +138,10 @@ func (d *Decision) policyName() string {
 // calendar is the calendar period of the limit that d's figures are of,
 // 0 for a window.
 func (d *Decision) calendar() Calendar {
-	if d.named == 0 || d.quotas == nil {
+	if d.named == 0 || d.set() == nil {
 		return 0
 	}
-	return d.quotas.q[d.named-1].calendar
+	return d.set().quotas[d.named-1].Calendar
 }
 
 // String returns "counter", "fallback", "none" or "over-limit-cache".
@@ -246,13 +250,13 @@ func (l *Limiter) unknownFigures(d *Decision, r *request) {
 	}
 	d.quotas = r.set()
 	d.lims[0] = figure{limit: r.Limit, window: r.Window, remaining: -1}
-	for i, q := range r.set().q {
-		w := q.window
-		if q.calendar != 0 {
-			start, end := q.calendar.Period(r.Now)
+	for i, q := range r.Quotas {
+		w := q.Window
+		if q.Calendar != 0 {
+			start, end := q.Calendar.Period(r.Now)
 			w = end.Sub(start)
 		}
-		d.lims[i+1] = figure{limit: q.limit, window: w, remaining: -1}
+		d.lims[i+1] = figure{limit: q.Limit, window: w, remaining: -1}
 	}
 }
 
@@ -262,9 +266,9 @@ func (l *Limiter) neverFits(d *Decision, r *request) {
 	*d = Decision{By: ByCounter, Limit: int(r.Limit), Window: r.Window, Remaining: -1, policy: &l.policy, cost: r.Cost, plan: r.plan}
 	l.unknownFigures(d, r)
 	if r.Cost <= r.Limit && r.set() != nil {
-		for i, q := range r.set().q {
-			if r.Cost > q.limit {
-				d.named, d.Limit, d.Window = i+1, int(q.limit), d.lims[i+1].window
+		for i, q := range r.Quotas {
+			if r.Cost > q.Limit {
+				d.named, d.Limit, d.Window = i+1, int(q.Limit), d.lims[i+1].window
 				break
 			}
 		}

@@ -72,8 +72,8 @@ func (s *quotaSet) needs() (need store.Features) {
 	if s == nil {
 		return 0
 	}
-	for _, q := range s.q {
-		if q.calendar != 0 {
+	for _, q := range s.quotas {
+		if q.Calendar != 0 {
 			need |= store.Calendars
 		} else {
 			need |= store.Quotas

@@ -136,7 +136,7 @@ func planFields[T string | []byte](d *Decision, buf []byte, earlier func(i int) 
 // crowded the rest of a request's code out of the instruction cache.
 func (d *Decision) usual() bool {
 	p := d.policy
-	return p != nil && !p.shadow && p.legacy && p.draft && d.quotas == nil && d.Allowed && d.Remaining >= 0 &&
+	return p != nil && !p.shadow && p.legacy && p.draft && d.set() == nil && d.Allowed && d.Remaining >= 0 &&
 		int64(d.Limit) == p.limit && d.Window == p.window
 }
 
@@ -200,7 +200,7 @@ func planAll[T string | []byte](d *Decision, buf []byte, earlier func(i int) T) 
 			figures = true
 		}
 	}
-	if p.draft && d.quotas != nil {
+	if p.draft && d.set() != nil {
 		add(fPolicy, d.appendPolicyItems(appendList(buf, earlier(fPolicy))))
 		if remaining >= 0 {
 			add(fRateLimit, d.appendRateLimitItems(appendList(buf, earlier(fRateLimit))))
@@ -273,7 +273,7 @@ func (d *Decision) SetFastHTTPHeaders(h *fasthttp.ResponseHeader) {
 
 // setAnyFastHTTPHeaders is SetFastHTTPHeaders for any decision.
 func (d *Decision) setAnyFastHTTPHeaders(h *fasthttp.ResponseHeader) {
-	if d.quotas != nil {
+	if d.set() != nil {
 		// Every limit's items: room for them on the stack.
 		var buf [512]byte
 		d.setFastHTTPHeaders(h, buf[:0])
@@ -375,7 +375,7 @@ func (d *Decision) appendPolicyItems(b []byte) []byte {
 	} else {
 		b = appendPolicyItem(b, p.name, m.limit, m.window)
 	}
-	return append(b, d.quotas.policyItems(&d.lims)...)
+	return append(b, d.set().policyItems(&d.lims)...)
 }
 
 // appendRateLimitItems appends the items of RateLimit of d, which has
@@ -383,9 +383,9 @@ func (d *Decision) appendPolicyItems(b []byte) []byte {
 func (d *Decision) appendRateLimitItems(b []byte) []byte {
 	m := &d.lims[0]
 	b = appendRateLimitItem(b, d.policy.name, m.remaining, window.CeilDiv(m.reset, time.Second))
-	for i, q := range d.quotas.q {
+	for i, quoted := range d.set().quoted {
 		f := &d.lims[i+1]
-		b = appendRateLimitItem(append(b, ", "...), q.quoted, f.remaining, window.CeilDiv(f.reset, time.Second))
+		b = appendRateLimitItem(append(b, ", "...), quoted, f.remaining, window.CeilDiv(f.reset, time.Second))
 	}
 	return b
 }
@@ -454,15 +454,15 @@ var pow10 = [...]uint64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e
 // first). They change only with the length of a calendar month, so the
 // last ones made are kept.
 func (s *quotaSet) policyItems(lims *[maxQuotas + 1]figure) []byte {
-	if c := s.items.Load(); c != nil && c.lims == windowsOf(lims, len(s.q)) {
+	if c := s.items.Load(); c != nil && c.lims == windowsOf(lims, len(s.quotas)) {
 		return c.items
 	}
 	var b []byte
-	for i, q := range s.q {
+	for i, quoted := range s.quoted {
 		f := &lims[i+1]
-		b = appendPolicyItem(append(b, ", "...), q.quoted, f.limit, f.window)
+		b = appendPolicyItem(append(b, ", "...), quoted, f.limit, f.window)
 	}
-	s.items.Store(&policyItems{lims: windowsOf(lims, len(s.q)), items: b})
+	s.items.Store(&policyItems{lims: windowsOf(lims, len(s.quotas)), items: b})
 	return b
 }
 

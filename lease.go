@@ -93,7 +93,9 @@ func (s *leaseStore) spend(r *request, res *store.Result) (spent, holds bool) {
 	}
 	ls, n := window.Limits(r.Budget)
 	st, spent, held := e.Spend(r.Now.UnixNano(), r.Cost, ls[:n])
-	answer(res, &st, n)
+	if spent {
+		answer(res, &st, n)
+	}
 	return spent, held > 0
 }
 

@@ -64,9 +64,8 @@ func (l *Limiter) warnVolatile(ctx context.Context) {
 // per millisecond, and the quotas' commands too, on keys of the probe's
 // own (at a limit of 1, a month's key holds 1 until the month ends).
 func (l *Limiter) probeStore(ctx context.Context) error {
-	r := l.newRequest("", l.clock.Now())
+	r := getRequest(l.probe, "", l.clock.Now())
 	defer r.free()
-	r.setPlan(l.probe)
 	r.Key = appendProbeKey(r.key[:0], l.prefix, l.opts.Algorithm)
 	r.Deadline, _ = ctx.Deadline()
 	if r.Algorithm == InFlight {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,8 +83,12 @@ const maxQuotas = 4
 // quotaSet is a checked list of quotas, as a limiter or a plan has it, with
 // what every request needs prepared once.
 type quotaSet struct {
-	q   []quotaSpec
-	src []Quota // what it was made from: a Request's Quotas
+	// The quotas as a store takes them (store.Budget.Quotas), and each
+	// name as an sf-string, for the headers.
+	quotas []store.Quota
+	quoted []string
+
+	src []Quota // what it was made from: Options.Quotas or a Plan's
 
 	// The same quotas at the fallback's budgets (see
 	// Limiter.fallbackLimit); nil without a fallback.
@@ -91,9 +96,6 @@ type quotaSet struct {
 
 	// The name of the limiter's own policy, the main limit's.
 	policy string
-
-	// The quotas as a store takes them (store.Budget.Quotas).
-	quotas []store.Quota
 
 	// The same quotas at a limit of 1, for Limiter.Ping.
 	probe *quotaSet
@@ -103,15 +105,6 @@ type quotaSet struct {
 
 	// The last items of RateLimit-Policy made (see policyItems).
 	items atomic.Pointer[policyItems]
-}
-
-// quotaSpec is one quota, prepared.
-type quotaSpec struct {
-	name     string // Quota.Name
-	limit    int64
-	window   time.Duration // 0 for a calendar period
-	calendar Calendar
-	quoted   string // the name as an sf-string
 }
 
 // newQuotaSet checks qs, the quotas of the field named field, for a
@@ -137,33 +130,27 @@ func newQuotaSet(field string, qs []Quota, policy string) (*quotaSet, error) {
 				return nil, fmt.Errorf("ratelimit: %s[%d]: Name %q is taken by another quota", field, i, q.Name)
 			}
 		}
-		s.q = append(s.q, quotaSpec{name: q.Name, limit: int64(q.Limit), window: q.Window, calendar: q.Calendar,
-			quoted: `"` + q.Name + `"`})
+		s.quotas = append(s.quotas, store.Quota{Name: q.Name, Limit: int64(q.Limit), Window: q.Window, Calendar: q.Calendar})
+		s.quoted = append(s.quoted, `"`+q.Name+`"`)
 		s.calendar = s.calendar || q.Calendar != 0
 	}
-	s.quotas = s.storeQuotas()
 	s.probe = s.scaled(func(int64) int64 { return 1 })
 	return s, nil
 }
 
 // scaled is s with each quota's limit scaled by scale.
 func (s *quotaSet) scaled(scale func(int64) int64) *quotaSet {
-	f := &quotaSet{q: append([]quotaSpec(nil), s.q...), src: append([]Quota(nil), s.src...), policy: s.policy, calendar: s.calendar}
-	for i := range f.q {
-		f.q[i].limit = scale(f.q[i].limit)
-		f.src[i].Limit = int(f.q[i].limit)
-	}
-	f.quotas = f.storeQuotas()
-	return f
+	return s.capped(func(i int) int64 { return scale(s.quotas[i].Limit) })
 }
 
-// storeQuotas returns s's quotas as a store takes them.
-func (s *quotaSet) storeQuotas() []store.Quota {
-	qs := make([]store.Quota, len(s.q))
-	for i, q := range s.q {
-		qs[i] = store.Quota{Name: q.name, Limit: q.limit, Window: q.window, Calendar: q.calendar}
+// capped is s with quota i's limit set to limit(i).
+func (s *quotaSet) capped(limit func(i int) int64) *quotaSet {
+	c := &quotaSet{quotas: slices.Clone(s.quotas), quoted: s.quoted, src: slices.Clone(s.src), policy: s.policy, calendar: s.calendar}
+	for i := range c.quotas {
+		c.quotas[i].Limit = limit(i)
+		c.src[i].Limit = int(c.quotas[i].Limit)
 	}
-	return qs
+	return c
 }
 
 // quotasOf is s's quotas as a store takes them; nil for none.
@@ -274,8 +261,8 @@ type figure struct {
 // neverFits reports whether cost passes one of s's limits, so that a
 // request of cost is refused without asking the counter.
 func (s *quotaSet) neverFits(cost int64) bool {
-	for _, q := range s.q {
-		if cost > q.limit {
+	for _, q := range s.quotas {
+		if cost > q.Limit {
 			return true
 		}
 	}

@@ -1,7 +1,6 @@
 package ratelimit
 
 import (
-	"slices"
 	"time"
 
 	"github.com/gatewaykit/ratelimit/internal/keyed"
@@ -142,7 +141,7 @@ func (u *usageMemory) lower(r, f *request, res *store.Result, now time.Duration,
 	var caps [maxQuotas + 1]int64 // what f may spend of each limit, at most
 	caps[0] = f.Limit
 	for j := 1; j < e.n; j++ {
-		caps[j] = f.set().q[j-1].limit
+		caps[j] = f.set().quotas[j-1].Limit
 	}
 	short := false
 	for j := range e.n {
@@ -158,7 +157,7 @@ func (u *usageMemory) lower(r, f *request, res *store.Result, now time.Duration,
 	set := f.set()
 	if e.n > 1 && [maxQuotas]int64(caps[1:]) != quotaLimits(set) {
 		if e.from != set || e.caps != [maxQuotas]int64(caps[1:]) {
-			e.from, e.caps, e.capped = set, [maxQuotas]int64(caps[1:]), set.capped(caps[1:e.n])
+			e.from, e.caps, e.capped = set, [maxQuotas]int64(caps[1:]), set.capped(func(i int) int64 { return caps[i+1] })
 		}
 		set = e.capped
 	}
@@ -199,18 +198,8 @@ func (e *learned) refusal(r *request, res *store.Result, caps *[maxQuotas + 1]in
 
 // quotaLimits is the limits of s's quotas.
 func quotaLimits(s *quotaSet) (ls [maxQuotas]int64) {
-	for i, q := range s.q {
-		ls[i] = q.limit
+	for i, q := range s.quotas {
+		ls[i] = q.Limit
 	}
 	return ls
-}
-
-// capped is s with its quotas' limits lowered to caps.
-func (s *quotaSet) capped(caps []int64) *quotaSet {
-	c := &quotaSet{q: slices.Clone(s.q), src: slices.Clone(s.src), policy: s.policy, calendar: s.calendar}
-	for i := range c.q {
-		c.q[i].limit, c.src[i].Limit = caps[i], int(caps[i])
-	}
-	c.quotas = c.storeQuotas()
-	return c
 }

@@ -49,26 +49,33 @@ var slotSeq atomic.Uint64
 // newRequest returns a request of tenant on the limiter's own plan, at a
 // cost of 1, now, its key built. Give it back with free.
 func (l *Limiter) newRequest(tenant string, now time.Time) *request {
-	r := requests.Get().(*request)
-	// Field by field: a composite literal would clear the whole request
-	// first.
-	r.Budget, r.plan, r.Tenant, r.Cost, r.Now = &l.own.Budget, l.own, tenant, 1, now
-	r.Delay, r.Deadline, r.Slot, r.byAddr = 0, time.Time{}, 0, false
-	r.Key = appendKey(r.key[:0], l.own.Prefix, tenant, l.opts.Algorithm)
+	r := getRequest(l.own, tenant, now)
+	r.Key = appendKey(r.key[:0], l.prefix, tenant, l.opts.Algorithm)
 	return r
 }
 
 // newAddrRequest is newRequest for a request without a tenant, keyed by
 // its client's address.
 func (l *Limiter) newAddrRequest(addr netip.Addr, now time.Time) *request {
-	r := l.newRequest("", now)
+	r := getRequest(l.own, "", now)
 	r.addr, r.byAddr = addr, true
-	r.Key = appendAddrKey(r.key[:0], l.own.Prefix, addr, l.opts.IPv6Prefix, l.opts.Algorithm)
+	r.Key = appendAddrKey(r.key[:0], l.prefix, addr, l.opts.IPv6Prefix, l.opts.Algorithm)
+	return r
+}
+
+// getRequest returns a request of tenant on plan p, at a cost of 1, now,
+// its key not yet built: each maker builds it once.
+func getRequest(p *plan, tenant string, now time.Time) *request {
+	r := requests.Get().(*request)
+	// Field by field: a composite literal would clear the whole request
+	// first.
+	r.Budget, r.plan, r.Tenant, r.Cost, r.Now = &p.Budget, p, tenant, 1, now
+	r.Delay, r.Deadline, r.Slot, r.byAddr = 0, time.Time{}, 0, false
 	return r
 }
 
 // clone returns a copy of r that shares its key, for a request made from
-// it (a lease's claim, the fallback's request). Free it before r.
+// it (the fallback's, a charge of turns). Free it before r.
 func (r *request) clone() *request {
 	c := requests.Get().(*request)
 	c.Request, c.plan, c.addr, c.byAddr = r.Request, r.plan, r.addr, r.byAddr
@@ -133,10 +140,8 @@ type owedReq struct {
 func owedOf(r *request) owedReq { return owedReq{r.plan, r.Tenant} }
 
 // request returns a request of o under key. Give it back with free.
-func (o owedReq) request(key string) *request {
-	r := requests.Get().(*request)
-	r.Request = store.Request{Budget: &o.plan.Budget, Tenant: o.tenant}
-	r.plan, r.byAddr = o.plan, false
+func (o owedReq) request(key string, now time.Time) *request {
+	r := getRequest(o.plan, o.tenant, now)
 	r.Key = append(r.key[:0], key...)
 	return r
 }
