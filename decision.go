@@ -120,9 +120,6 @@ const (
 	numDeciders
 )
 
-// set is the quotas of the plan d was decided against; nil for none.
-func (d *Decision) set() *quotaSet { return d.quotas }
-
 // policyName is the name of the limit that d's figures are of (see
 // Decision.Policy).
 func (d *Decision) policyName() string {
@@ -130,7 +127,7 @@ func (d *Decision) policyName() string {
 		return ""
 	}
 	if d.named > 0 {
-		return d.set().quotas[d.named-1].Name
+		return d.quotas.quotas[d.named-1].Name
 	}
 	return d.policy.policy
 }
@@ -138,10 +135,10 @@ func (d *Decision) policyName() string {
 // calendar is the calendar period of the limit that d's figures are of,
 // 0 for a window.
 func (d *Decision) calendar() Calendar {
-	if d.named == 0 || d.set() == nil {
+	if d.named == 0 || d.quotas == nil {
 		return 0
 	}
-	return d.set().quotas[d.named-1].Calendar
+	return d.quotas.quotas[d.named-1].Calendar
 }
 
 // String returns "counter", "fallback", "none" or "over-limit-cache".

@@ -136,7 +136,7 @@ func planFields[T string | []byte](d *Decision, buf []byte, earlier func(i int) 
 // crowded the rest of a request's code out of the instruction cache.
 func (d *Decision) usual() bool {
 	p := d.policy
-	return p != nil && !p.shadow && p.legacy && p.draft && d.set() == nil && d.Allowed && d.Remaining >= 0 &&
+	return p != nil && !p.shadow && p.legacy && p.draft && d.quotas == nil && d.Allowed && d.Remaining >= 0 &&
 		int64(d.Limit) == p.limit && d.Window == p.window
 }
 
@@ -200,7 +200,7 @@ func planAll[T string | []byte](d *Decision, buf []byte, earlier func(i int) T) 
 			figures = true
 		}
 	}
-	if p.draft && d.set() != nil {
+	if p.draft && d.quotas != nil {
 		add(fPolicy, d.appendPolicyItems(appendList(buf, earlier(fPolicy))))
 		if remaining >= 0 {
 			add(fRateLimit, d.appendRateLimitItems(appendList(buf, earlier(fRateLimit))))
@@ -273,7 +273,7 @@ func (d *Decision) SetFastHTTPHeaders(h *fasthttp.ResponseHeader) {
 
 // setAnyFastHTTPHeaders is SetFastHTTPHeaders for any decision.
 func (d *Decision) setAnyFastHTTPHeaders(h *fasthttp.ResponseHeader) {
-	if d.set() != nil {
+	if d.quotas != nil {
 		// Every limit's items: room for them on the stack.
 		var buf [512]byte
 		d.setFastHTTPHeaders(h, buf[:0])
@@ -375,7 +375,7 @@ func (d *Decision) appendPolicyItems(b []byte) []byte {
 	} else {
 		b = appendPolicyItem(b, p.name, m.limit, m.window)
 	}
-	return append(b, d.set().policyItems(&d.lims)...)
+	return append(b, d.quotas.policyItems(&d.lims)...)
 }
 
 // appendRateLimitItems appends the items of RateLimit of d, which has
@@ -383,7 +383,7 @@ func (d *Decision) appendPolicyItems(b []byte) []byte {
 func (d *Decision) appendRateLimitItems(b []byte) []byte {
 	m := &d.lims[0]
 	b = appendRateLimitItem(b, d.policy.name, m.remaining, window.CeilDiv(m.reset, time.Second))
-	for i, quoted := range d.set().quoted {
+	for i, quoted := range d.quotas.quoted {
 		f := &d.lims[i+1]
 		b = appendRateLimitItem(append(b, ", "...), quoted, f.remaining, window.CeilDiv(f.reset, time.Second))
 	}
