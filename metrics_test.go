@@ -1,0 +1,94 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Metrics count each decision once, whichever goroutine made it.
+
+func TestMetricsCountEachDecision(t *testing.T) {
+	m := &Metrics{}
+	fc := &fakeCounter{}
+	app := newApp(RateLimitShared(Config{Counter: CounterStore(fc), Limit: 2, Window: time.Minute, Metrics: m}), nil)
+	for range 5 {
+		get(t, app, "acme")
+	}
+	if s := m.Snapshot(); s.Allowed != 2 || s.Limited != 3 || s.Breaker != "closed" || s.Breakers != 1 {
+		t.Errorf("metrics = %+v, want 2 allowed, 3 limited, one breaker, closed", s)
+	}
+	// A MemoryCounter is called without a breaker, and the metrics show
+	// none.
+	m = &Metrics{}
+	app = newApp(RateLimitShared(Config{Limit: 2, Window: time.Minute, Metrics: m}), nil)
+	get(t, app, "acme")
+	if s := m.Snapshot(); s.Allowed != 1 || s.Breakers != 0 {
+		t.Errorf("metrics on memory = %+v, want 1 allowed and no breaker", s)
+	}
+}
+
+// Each goroutine adds its decisions to one of several copies of the
+// counters (decisionStripes), picked by where its stack is; Snapshot must
+// add up every copy, and concurrent adds must lose none. Which copies a
+// goroutine meets is the scheduler's doing (one that runs after another
+// ended may reuse its stack), so each goroutine also takes from frames at
+// a depth of its own: some of its takes then land in another copy than
+// the last goroutine's, whatever ran when.
+func TestMetricsAddUpTheDecisionsOfManyGoroutines(t *testing.T) {
+	m := &Metrics{}
+	lim := NewLimiter(Options{Limit: 1 << 30, Window: time.Minute, Metrics: m})
+	const goroutines, each = 64, 50
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for g := range goroutines {
+		wg.Go(func() {
+			<-start
+			for i := range each {
+				atDepth(g%decisionStripes+i%2, func() {
+					if d := lim.Take(context.Background(), fmt.Sprint("tenant", g)); !d.Allowed {
+						t.Errorf("refused: %+v", d)
+					}
+				})
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	used := 0
+	var sum uint64
+	for i := range m.decisions {
+		n := m.decisions[i].n[outcomeAllowed][ByCounter].Load()
+		sum += n
+		if n > 0 {
+			used++
+		}
+	}
+	if used < 2 {
+		t.Fatalf("the decisions went to %d copy of the counters: the test cannot tell whether Snapshot adds them up", used)
+	}
+	if s := m.Snapshot(); s.Allowed != goroutines*each || sum != goroutines*each {
+		t.Errorf("Snapshot counts %d allowed, the %d copies hold %d; want %d", s.Allowed, used, sum, goroutines*each)
+	}
+}
+
+// atDepth calls f from n frames of a kilobyte each below the caller's, so
+// that f's frames sit n kilobytes further down the goroutine's stack.
+//
+//go:noinline
+func atDepth(n int, f func()) {
+	if n == 0 {
+		f()
+		return
+	}
+	var pad [1024]byte
+	keep(&pad)
+	atDepth(n-1, f)
+}
+
+// keep makes its caller hold pad in its frame.
+//
+//go:noinline
+func keep(pad *[1024]byte) { pad[0] = 1 }
