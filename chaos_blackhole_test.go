@@ -101,7 +101,16 @@ func testChaosBlackHole(t *testing.T, contextTimeouts, breaker bool) {
 	}
 	allowance := connectFactor * storeTimeout
 	checkLatencies(t, "requests while connecting", cold, load.probe, allowance, allowance*6/5, allowance+tailSlack)
-	checkLatencies(t, "requests that waited on the store after the first failure", waited, load.probe, storeTimeout, storeTimeout*6/5, storeTimeout+tailSlack)
+	// Each wait on the store lasts StoreTimeout at least: the cases without
+	// the breaker hold that of every request. With it, a request counted
+	// here may be an instant answer that the scheduler ran later than its
+	// probe saw (one took 39 ms under -race beside two busy processes, its
+	// probe at most 7 ms late), so only the median and the tail are held.
+	lo := storeTimeout
+	if breaker {
+		lo = instant
+	}
+	checkLatencies(t, "requests that waited on the store after the first failure", waited, load.probe, lo, storeTimeout*6/5, storeTimeout+tailSlack)
 	if !breaker {
 		if lc.open != 0 || len(waited) != len(warm) {
 			t.Errorf("with no breaker, %d open lines and %d of %d requests after the first failure waited on the store; want 0 and all",
