@@ -350,9 +350,7 @@ func (l *Limiter) chargeOne(it *owed.Item[owedReq, under]) {
 		}
 		r.Cost, r.Delay, r.Slot = -u, 0, 0
 		r.Now = l.clock.mono()
-		if r.set() != nil && r.set().calendar {
-			r.Now = l.clock.Now() // a calendar period follows the wall clock
-		}
+		r.onCalendar(l.clock)
 		err := l.call(context.Background(), r, nil, func(ctx context.Context, r *store.Request, _ *store.Result) error { return l.store.Give(ctx, r, marks) })
 		if err != nil && notSent(err) {
 			l.owed.PutBack(it, l.clock.elapsed())

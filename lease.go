@@ -44,11 +44,11 @@ const (
 )
 
 // leaseReq is what a hot key's entry keeps of its last claim, to give an
-// idle block back with: the budget, the tenant and the key.
+// idle block back with: the budget and the tenant (the entry holds the
+// key).
 type leaseReq struct {
 	budget *store.Budget
 	tenant string
-	key    string
 }
 
 func newLeaseStore(s store.Store, m *Metrics, now func() time.Time, timeout time.Duration) *leaseStore {
@@ -186,7 +186,7 @@ func (s *leaseStore) topUp(ctx context.Context, r *store.Request, res *store.Res
 	err := s.direct(ctx, r, res, e, n)
 	r.Cost += held
 	if (err != nil || !res.Allowed) && !e.Give(r.Now.UnixNano(), held, &marks, n) {
-		s.giveBack(reqOf(r), held, marks) // its block is gone: to the store
+		s.giveBack(r.Key, reqOf(r), held, marks) // its block is gone: to the store
 	}
 	return err
 }
@@ -242,26 +242,24 @@ func (s *leaseStore) claim(ctx context.Context, e *lease.Entry[leaseReq], r *sto
 }
 
 // reqOf is what an entry keeps of r, a claim's request.
-func reqOf(r *store.Request) leaseReq {
-	return leaseReq{budget: r.Budget, tenant: r.Tenant, key: string(r.Key)}
-}
+func reqOf(r *store.Request) leaseReq { return leaseReq{budget: r.Budget, tenant: r.Tenant} }
 
 // idle gives back to the store what is left of e's block when nothing was
 // spent from it for lease.IdleAfter, while its windows last.
 func (s *leaseStore) idle(e *lease.Entry[leaseReq]) {
 	give, marks, r := e.Idle(s.now().UnixNano())
 	if give > 0 {
-		s.giveBack(r, give, marks)
+		s.giveBack([]byte(e.Key()), r, give, marks)
 		e.Given()
 	}
 }
 
-// giveBack gives units of a block of r's tenant, whose windows marks
-// name, back to the store while those windows last: units the store
-// cannot take back, it failing, are counted expired.
-func (s *leaseStore) giveBack(r leaseReq, units int64, marks store.Marks) {
+// giveBack gives units of a block of r's tenant, under key, whose
+// windows marks name, back to the store while those windows last: units
+// the store cannot take back, it failing, are counted expired.
+func (s *leaseStore) giveBack(key []byte, r leaseReq, units int64, marks store.Marks) {
 	now := s.now()
-	g := store.Request{Budget: r.budget, Key: []byte(r.key), Tenant: r.tenant, Cost: units, Now: now, Deadline: now.Add(s.timeout)}
+	g := store.Request{Budget: r.budget, Key: key, Tenant: r.tenant, Cost: units, Now: now, Deadline: now.Add(s.timeout)}
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
 	if err := s.giveToStore(ctx, &g, marks); err != nil {

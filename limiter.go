@@ -281,9 +281,7 @@ func (l *Limiter) takeAny(ctx context.Context, d *Decision, r *request, cost int
 	if l.opts.PlanFor != nil {
 		l.planned(r)
 	}
-	if r.set() != nil && r.set().calendar {
-		r.Now = l.clock.Now() // a calendar period follows the wall clock
-	}
+	r.onCalendar(l.clock)
 	if r.Cost > r.Most() || r.set() != nil && r.set().neverFits(r.Cost) {
 		// It never fits: no need to ask.
 		l.neverFits(d, r)

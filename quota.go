@@ -88,8 +88,6 @@ type quotaSet struct {
 	quotas []store.Quota
 	quoted []string
 
-	src []Quota // what it was made from: Options.Quotas or a Plan's
-
 	// The same quotas at the fallback's budgets (see
 	// Limiter.fallbackLimit); nil without a fallback.
 	fallback *quotaSet
@@ -117,7 +115,7 @@ func newQuotaSet(field string, qs []Quota, policy string) (*quotaSet, error) {
 	if len(qs) > maxQuotas {
 		return nil, fmt.Errorf("ratelimit: %s: at most %d quotas, got %d", field, maxQuotas, len(qs))
 	}
-	s := &quotaSet{src: append([]Quota(nil), qs...), policy: policy}
+	s := &quotaSet{policy: policy}
 	for i, q := range qs {
 		if err := q.check(); err != nil {
 			return nil, fmt.Errorf("ratelimit: %s[%d]: %w", field, i, err)
@@ -130,7 +128,7 @@ func newQuotaSet(field string, qs []Quota, policy string) (*quotaSet, error) {
 				return nil, fmt.Errorf("ratelimit: %s[%d]: Name %q is taken by another quota", field, i, q.Name)
 			}
 		}
-		s.quotas = append(s.quotas, store.Quota{Name: q.Name, Limit: int64(q.Limit), Window: q.Window, Calendar: q.Calendar})
+		s.quotas = append(s.quotas, storeQuota(q))
 		s.quoted = append(s.quoted, `"`+q.Name+`"`)
 		s.calendar = s.calendar || q.Calendar != 0
 	}
@@ -145,10 +143,9 @@ func (s *quotaSet) scaled(scale func(int64) int64) *quotaSet {
 
 // capped is s with quota i's limit set to limit(i).
 func (s *quotaSet) capped(limit func(i int) int64) *quotaSet {
-	c := &quotaSet{quotas: slices.Clone(s.quotas), quoted: s.quoted, src: slices.Clone(s.src), policy: s.policy, calendar: s.calendar}
+	c := &quotaSet{quotas: slices.Clone(s.quotas), quoted: s.quoted, policy: s.policy, calendar: s.calendar}
 	for i := range c.quotas {
 		c.quotas[i].Limit = limit(i)
-		c.src[i].Limit = int(c.quotas[i].Limit)
 	}
 	return c
 }
@@ -193,15 +190,20 @@ func (s *quotaSet) withFallback(scale func(int64) int64) *quotaSet {
 
 // same reports whether qs is what s was made from.
 func (s *quotaSet) same(qs []Quota) bool {
-	if len(qs) != len(s.src) {
+	if len(qs) != len(s.quotas) {
 		return false
 	}
-	for i := range qs {
-		if qs[i] != s.src[i] {
+	for i, q := range qs {
+		if storeQuota(q) != s.quotas[i] {
 			return false
 		}
 	}
 	return true
+}
+
+// storeQuota is q as a store takes it.
+func storeQuota(q Quota) store.Quota {
+	return store.Quota{Name: q.Name, Limit: int64(q.Limit), Window: q.Window, Calendar: q.Calendar}
 }
 
 // planQuotas keeps the quota sets of the plans that PlanFor returns, so
@@ -309,8 +311,8 @@ type planCache struct {
 	mu    sync.Mutex                        // held to replace plans
 }
 
-// get returns the plan of k, made by make when it is new.
-func (c *planCache) get(k planKey, make func(limit int64, window time.Duration, burst int64, set *quotaSet) *plan) *plan {
+// get returns the plan of k, made by build when it is new.
+func (c *planCache) get(k planKey, build func(limit int64, window time.Duration, burst int64, set *quotaSet) *plan) *plan {
 	if m := c.plans.Load(); m != nil {
 		if p, ok := (*m)[k]; ok {
 			return p
@@ -327,7 +329,7 @@ func (c *planCache) get(k planKey, make func(limit int64, window time.Duration, 
 			maps.Copy(next, *m)
 		}
 	}
-	p := make(k.limit, k.window, k.burst, k.set)
+	p := build(k.limit, k.window, k.burst, k.set)
 	next[k] = p
 	c.plans.Store(&next)
 	return p

@@ -99,6 +99,15 @@ func (r *request) result() *store.Result {
 // set is r's quotas, prepared; nil for none.
 func (r *request) set() *quotaSet { return r.plan.set }
 
+// onCalendar moves r's time to now on c's wall clock when a quota of r's
+// plan counts in calendar periods, which follow the wall clock; r keeps
+// its monotonic time otherwise.
+func (r *request) onCalendar(c clock) {
+	if s := r.set(); s != nil && s.calendar {
+		r.Now = c.Now()
+	}
+}
+
 // newPlan returns the plan of a budget of limit per window (a bucket's
 // burst) with the quotas set, at the fallback's limits too when the
 // limiter has a fallback.

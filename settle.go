@@ -77,9 +77,7 @@ func (l *Limiter) Settle(ctx context.Context, d Decision, cost int) error {
 	defer r.free()
 	r.setPlan(d.plan) // the fallback's own, when the fallback decided
 	r.Cost, r.Slot = d.cost-int64(cost), d.slot
-	if d.quotas != nil && d.quotas.calendar {
-		r.Now = l.clock.Now() // a calendar period follows the wall clock
-	}
+	r.onCalendar(l.clock)
 	var err error
 	switch {
 	case s == l.fallback || l.info.Local:

@@ -16,6 +16,7 @@ import (
 type Entry[R any] struct {
 	mu       sync.Mutex
 	t        *Table[R]
+	key      string // the key, as the table holds it
 	b        block
 	claiming chan struct{} // closed when the claim in flight ends; nil: none
 	giving   chan struct{} // closed when the give-back of an idle block ends; nil: none
@@ -44,6 +45,9 @@ type Step struct {
 	Wait   <-chan struct{}
 	Claim  int64
 }
+
+// Key is the key e is the entry of.
+func (e *Entry[R]) Key() string { return e.key }
 
 // Spend decides a request of cost at now from the block, if it holds
 // the cost; ls are the request's limits. held is what the block holds

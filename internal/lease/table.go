@@ -126,8 +126,8 @@ func (t *Table[R]) add(key []byte, h uint64, now int64) *Entry[R] {
 			return nil
 		}
 	}
-	e := &Entry[R]{t: t}
+	e := &Entry[R]{t: t, key: string(key)}
 	e.rate.start(now)
-	s.m[string(key)] = e
+	s.m[e.key] = e
 	return e
 }

@@ -5,7 +5,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/gatewaykit/ratelimit/internal/window"
 	"github.com/gatewaykit/ratelimit/store"
@@ -20,20 +19,15 @@ import (
 type quotaArgs struct {
 	n    int // the limits: the main one and the quotas
 	args []any
-
-	// What it was made for, to tell a set reused for another.
-	main string
-	kind store.Algorithm
 }
 
-// quotaSets keeps the arguments of each set of quotas met, by the slice
-// the requests carry (store.Budget.Quotas): a Budget's quotas come in the
-// same slice every time.
-// Sets come and go (a limiter's plans keep 256 at most, and make them
-// anew past that), so past maxQuotaSets the cache starts over: it never
-// holds more, nor keeps a set's slice alive for good.
+// quotaSets keeps the arguments of the quotas of each Budget met, by its
+// pointer: a Budget never changes (see store.Budget). Budgets come and go
+// (a limiter's plans keep 256 at most, and make them anew past that), so
+// past maxQuotaSets the cache starts over: it never holds more, nor keeps
+// a Budget alive for good.
 var quotaSets struct {
-	sync.Map // *store.Quota → *quotaArgs
+	sync.Map // *store.Budget → *quotaArgs
 	n        atomic.Int64
 }
 
@@ -41,13 +35,10 @@ const maxQuotaSets = 1024
 
 // argsOf returns the arguments of r's quotas.
 func argsOf(r *store.Request) *quotaArgs {
-	p := unsafe.SliceData(r.Quotas)
-	if v, ok := quotaSets.Load(p); ok {
-		if a := v.(*quotaArgs); a.n == 1+len(r.Quotas) && a.main == r.Name && a.kind == r.Algorithm {
-			return a
-		}
+	if v, ok := quotaSets.Load(r.Budget); ok {
+		return v.(*quotaArgs)
 	}
-	a := &quotaArgs{n: 1 + len(r.Quotas), main: r.Name, kind: r.Algorithm}
+	a := &quotaArgs{n: 1 + len(r.Quotas)}
 	k, main := kindOne[window.Kind(r.Algorithm)], kindOne[window.Kind(r.Algorithm)]
 	if r.Algorithm == store.TokenBucket {
 		main = "b" // and a quota with a Window counts in fixed windows
@@ -67,7 +58,7 @@ func argsOf(r *store.Request) *quotaArgs {
 		}
 		a.args = append(a.args, qk, strconv.FormatInt(q.Limit, 16), ms, q.Name)
 	}
-	if _, replaced := quotaSets.Swap(p, a); !replaced && quotaSets.n.Add(1) > maxQuotaSets {
+	if _, replaced := quotaSets.Swap(r.Budget, a); !replaced && quotaSets.n.Add(1) > maxQuotaSets {
 		quotaSets.Clear()
 		quotaSets.n.Store(0)
 	}

@@ -7,7 +7,7 @@ import (
 	"github.com/gatewaykit/ratelimit/store"
 )
 
-// The arguments of a set of quotas are made once for its slice, and the
+// The arguments of a set of quotas are made once for its Budget, and the
 // cache of them stays bounded however many sets come and go.
 func TestQuotaArgsAreCachedAndBounded(t *testing.T) {
 	call := func() *store.Request {
