@@ -10,16 +10,19 @@ replace (
 	github.com/gatewaykit/ratelimit => ../..
 	github.com/gatewaykit/ratelimit/fiberv3 => ../../fiberv3
 	github.com/gatewaykit/ratelimit/prometheus => ../../prometheus
+	github.com/gatewaykit/ratelimit/ratelimitgrpc => ../../ratelimitgrpc
 )
 
 require (
 	github.com/gatewaykit/ratelimit v0.0.0
 	github.com/gatewaykit/ratelimit/fiberv3 v0.0.0-00010101000000-000000000000
 	github.com/gatewaykit/ratelimit/prometheus v0.0.0-00010101000000-000000000000
+	github.com/gatewaykit/ratelimit/ratelimitgrpc v0.0.0-00010101000000-000000000000
 	github.com/gofiber/fiber/v2 v2.52.15
 	github.com/gofiber/fiber/v3 v3.1.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
+	google.golang.org/grpc v1.85.0
 )
 
 require (
@@ -47,5 +50,6 @@ require (
 	golang.org/x/net v0.62.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )

@@ -159,6 +159,11 @@ type Door struct {
 	// request's CostAfterHeader, when present, in its response. The
 	// function it returns may be called from several goroutines at once.
 	New func(t testing.TB, s Settings) func(*http.Request) *http.Response
+	// Skip names the cases (by their names) that have no meaning for the
+	// door, or whose behaviour it differs from on purpose, each with the
+	// reason it is skipped, which the run reports. A name that is no
+	// case's fails the run.
+	Skip map[string]string
 }
 
 // CustomBody is the body prefix of the custom over-limit answer.
@@ -168,10 +173,18 @@ const CustomBody = "custom: Retry-After="
 // single node and a cluster (which skip or fail as
 // internal/testkit/redistest says when there is no server).
 func Run(t *testing.T, door Door) {
+	for name := range door.Skip {
+		if !slices.ContainsFunc(cases, func(c tableCase) bool { return c.name == name }) {
+			t.Errorf("door %s skips %q, which is no case of the table", door.Name, name)
+		}
+	}
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
 			for _, c := range cases {
 				t.Run(c.name, func(t *testing.T) {
+					if reason, ok := door.Skip[c.name]; ok {
+						t.Skip(reason)
+					}
 					r := &run{t: t, door: door, store: st, name: uniqueName(t)}
 					c.run(r)
 				})
