@@ -11,9 +11,10 @@ FUZZTIME ?= 300000x
 # The nested modules, each with a go.mod of its own, and the examples:
 # make test runs the first's tests and builds and vets the second, so that
 # neither rots unseen. examples/gateway is part of the library's module
-# (lint checks it there); the other examples are modules of their own.
-MODULES = fiberv3 prometheus
-EXAMPLE_MODULES = examples/fiberv3 examples/nethttp examples/quickstart
+# (lint checks it there); the other examples, its OpenTelemetry variant
+# (examples/gateway/otel) included, are modules of their own.
+MODULES = fiberv3 prometheus ratelimitgrpc ratelimitotel
+EXAMPLE_MODULES = examples/fiberv3 examples/nethttp examples/quickstart examples/gateway/otel
 EXAMPLES = examples/gateway examples/outbound $(EXAMPLE_MODULES)
 
 export GOWORK = off
@@ -95,8 +96,8 @@ else
 	"$$promtool" check rules prometheus/rules.yml && "$$promtool" test rules prometheus/rules_test.yml
 endif
 
-# The library's tests (unit, Redis, cluster, chaos) and the Fiber v3
-# module's once on each of TEST_SERVERS, fetched into REDIS_SERVERS_DIR,
+# The library's tests (unit, Redis, cluster, chaos) and those of the
+# modules that run on Redis (Fiber v3, gRPC) once on each of TEST_SERVERS, fetched into REDIS_SERVERS_DIR,
 # each first on PATH in its turn. TEST_REDIS_URL and
 # TEST_REDIS_CLUSTER_ADDRS are ignored here: every run starts its own
 # servers. Fails if any run fails, after running all, each run listing its
@@ -108,7 +109,7 @@ test-servers:
 		bin="$(servers_dir)/$$name/bin"; \
 		echo "test-servers: $$name: $$("$$bin/redis-server" --version)"; \
 		PATH="$$bin:$$PATH" RATELIMIT_REQUIRE_REDIS=1 env -u TEST_REDIS_URL -u TEST_REDIS_CLUSTER_ADDRS \
-			MODULES=fiberv3 ./scripts/test-modules.sh -race -count=1 || failed="$$failed $$name"; \
+			MODULES="fiberv3 ratelimitgrpc" ./scripts/test-modules.sh -race -count=1 || failed="$$failed $$name"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "test-servers: failed on$$failed" >&2; exit 1; fi; \
 	echo "test-servers: passed on $(TEST_SERVERS)"
@@ -149,7 +150,7 @@ lint: vuln
 		(cd $$dir && go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...) || exit 1; \
 	done
 
-# govulncheck on the library, the Fiber v3 module and the examples; fails
+# govulncheck on the library, its modules and the examples; fails
 # on a called vulnerability in a required module (see .ci/vulncheck.sh).
 vuln:
 	./.ci/vulncheck.sh . $(MODULES) $(EXAMPLE_MODULES)

@@ -27,8 +27,9 @@ import (
 // Limiter.TenantOf (90: two had gone to package store meanwhile); 82
 // since the store's contract (Store, Request, Answer, StoreInfo and their
 // methods) lives in package store, CounterStore being the root's one new
-// name.
-const maxExportedNames = 82
+// name; 83 since Metrics.OnRoundTrip hands each round trip to a histogram
+// of another library (OpenTelemetry's, in the ratelimitotel module).
+const maxExportedNames = 83
 
 // parsePackage parses the package's own files, its tests left out, with
 // their comments.
@@ -122,9 +123,10 @@ func TestExportedNames(t *testing.T) {
 // in meanwhile (lease.go), 6,285 since the three middlewares run one
 // sequence, Middleware, that other modules build on (middleware.go), and
 // 6,080 since the seam's types live in a package of their own, store, as
-// database/sql/driver's do.
+// database/sql/driver's do, and 6,094 since a Metrics hands each round
+// trip to a histogram of another library (Metrics.OnRoundTrip).
 func TestFileSizes(t *testing.T) {
-	const maxLines, maxRoot = 500, 6080
+	const maxLines, maxRoot = 500, 6094
 	root := 0
 	err := filepath.WalkDir(".", func(path string, e os.DirEntry, err error) error {
 		if err != nil {

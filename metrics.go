@@ -50,6 +50,7 @@ type Metrics struct {
 	storeErrors [numCauses]atomic.Uint64
 	latency     [len(latencyBuckets) + 1]atomic.Uint64 // per bucket, the last past every bound
 	latencySum  atomic.Int64                           // nanoseconds
+	onRoundTrip atomic.Pointer[func(time.Duration)]    // see OnRoundTrip
 }
 
 // decisionStripes is how many copies of the decision counters a Metrics
@@ -273,6 +274,18 @@ func (m *Metrics) Snapshot() MetricsSnapshot {
 	return s
 }
 
+// OnRoundTrip makes m call f with the latency of each round trip to the
+// store, after counting it, for a histogram that another library keeps:
+// OpenTelemetry's cannot read m's. f runs on the request's goroutine, so
+// it must be quick and safe for concurrent use. It misses the round trips
+// made before the call, and a MemoryCounter's, which are not timed.
+// OnRoundTrip panics when f is nil, or when m already has one.
+func (m *Metrics) OnRoundTrip(f func(time.Duration)) {
+	if f == nil || !m.onRoundTrip.CompareAndSwap(nil, &f) {
+		panic("ratelimit: Metrics.OnRoundTrip called twice, or with a nil func")
+	}
+}
+
 // The recorders. A nil Metrics records nothing.
 
 // decided records one decision.
@@ -402,5 +415,8 @@ func (m *Metrics) roundTrip(d time.Duration, ok bool, c cause) {
 	m.latencySum.Add(int64(d))
 	if !ok {
 		m.storeErrors[c].Add(1)
+	}
+	if f := m.onRoundTrip.Load(); f != nil {
+		(*f)(d)
 	}
 }

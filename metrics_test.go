@@ -2,7 +2,10 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -92,3 +95,69 @@ func atDepth(n int, f func()) {
 //
 //go:noinline
 func keep(pad *[1024]byte) { pad[0] = 1 }
+
+// OnRoundTrip hands f every round trip that the histogram counts, failed
+// ones included, with the latency the histogram adds up; a MemoryCounter's
+// calls are not timed and reach f none.
+func TestMetricsOnRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		counter Counter // nil: a MemoryCounter
+		trips   uint64
+	}{
+		{"counter", &fakeCounter{}, 3}, // the fourth is refused by the over-limit cache
+		{"failing counter", &fakeCounter{err: errors.New("disk full")}, 4},
+		{"memory", nil, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &Metrics{}
+			var mu sync.Mutex
+			var trips uint64
+			var sum time.Duration
+			m.OnRoundTrip(func(d time.Duration) {
+				mu.Lock()
+				defer mu.Unlock()
+				trips++
+				sum += d
+			})
+			opts := Options{Limit: 2, Window: time.Minute, Metrics: m, Logger: slog.New(slog.DiscardHandler), BreakerFailures: 10}
+			if tc.counter != nil {
+				opts.Counter = CounterStore(tc.counter)
+			}
+			lim := NewLimiter(opts)
+			for range 4 {
+				lim.Take(context.Background(), "acme")
+			}
+			h := m.Snapshot().StoreLatency
+			if trips != tc.trips || h.Count != tc.trips || sum.Seconds() != h.Sum {
+				t.Errorf("f saw %d round trips taking %v s; the histogram counts %d taking %v s; want %d", trips, sum.Seconds(), h.Count, h.Sum, tc.trips)
+			}
+		})
+	}
+}
+
+// A Metrics hands its round trips to one func: a second call, or a nil
+// func, is a setup mistake.
+func TestMetricsOnRoundTripPanics(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		first bool // OnRoundTrip was called before
+		f     func(time.Duration)
+	}{
+		{"nil func", false, nil},
+		{"second call", true, func(time.Duration) {}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &Metrics{}
+			if tc.first {
+				m.OnRoundTrip(func(time.Duration) {})
+			}
+			defer func() {
+				if msg, _ := recover().(string); !strings.HasPrefix(msg, "ratelimit: Metrics.OnRoundTrip") {
+					t.Errorf("panic %q, want one of ratelimit: naming Metrics.OnRoundTrip", msg)
+				}
+			}()
+			m.OnRoundTrip(tc.f)
+		})
+	}
+}

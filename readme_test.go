@@ -13,7 +13,7 @@ import (
 // compiles.
 func TestREADMEQuickStartIsTheExamples(t *testing.T) {
 	readme := readFile(t, "README.md")
-	for _, door := range []string{"fiberv2", "fiberv3", "nethttp"} {
+	for _, door := range []string{"fiberv2", "nethttp", "grpc"} {
 		path := filepath.Join("examples", "quickstart", door, "main.go")
 		if !hasGoBlock(readme, readFile(t, path)) {
 			t.Errorf("README.md has no go block that is %s word for word", path)
@@ -39,11 +39,13 @@ func TestREADMESnippetsAreExamples(t *testing.T) {
 }
 
 // The README stays short (depth goes to docs/), and its links to files of
-// the repository lead somewhere.
+// the repository lead somewhere. 10,000 characters until the gRPC quick
+// start, a program of its own (Fiber v3's went to a link, the demo on
+// three replicas to docs/redis.md): 10,700 since.
 func TestREADMEIsShortAndItsLinksResolve(t *testing.T) {
 	readme := readFile(t, "README.md")
-	if n := len(readme); n > 10000 {
-		t.Errorf("README.md has %d characters; keep it to 10,000 and move depth to docs/", n)
+	if n := len(readme); n > 10700 {
+		t.Errorf("README.md has %d characters; keep it to 10,700 and move depth to docs/", n)
 	}
 	links := regexp.MustCompile(`\]\(([^)#:]+)(#[^)]*)?\)`).FindAllStringSubmatch(readme, -1)
 	if len(links) == 0 {

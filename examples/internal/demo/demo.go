@@ -3,7 +3,9 @@
 // to do with rate limiting in itself: reading their settings from the
 // environment, making the counter, checking it at start-up, and the demo's
 // API keys and plans. Each example's main.go sets up its limiters and its
-// routes, which is the part worth reading.
+// routes, which is the part worth reading; examples/gateway's are in the
+// package gateway below this one, which its OpenTelemetry variant,
+// examples/gateway/otel, runs too.
 package demo
 
 import (
