@@ -1,8 +1,8 @@
 package ratelimitgrpc_test
 
 // The measurements on a real Redis: replicas that share one budget, the
-// RetryInfo delay a client waits, a stream counted per message, and
-// clients in two processes keeping to one rate.
+// RetryInfo delay a client waits, and a stream counted per message
+// (clients in two processes keeping to one rate: client_rate_test.go).
 
 import (
 	"context"
@@ -204,97 +204,4 @@ func (s *countingService) StreamingInputCall(stream testgrpc.TestService_Streami
 		}
 		s.received.Add(1)
 	}
-}
-
-// TestClientsShareTheRate: two processes (two Limiters, each with a Redis
-// client of its own) call one server through UnaryClientInterceptor on a
-// token bucket of 10 a second with a burst of 5, four callers each, for
-// 2.5 s. Counted by the second the server received them in, from the
-// first call's arrival, no second holds more than rate + burst, 15.
-//
-// The bound tolerates the machine's lateness. A caller that wakes late for
-// its turn only moves its call into a later second. After the burst the
-// store hands out turns 100 ms apart, 10 a second, so that every second
-// but the first has room for 5 calls more: lateness under 500 ms fits.
-// The first second holds the burst and the turns up to 1 s, 15, and would
-// hold one more only if the first call arrived 100 ms later than the
-// others after their turns: the connections, to the server and to Redis,
-// are made before the run, so that no call dials.
-func TestClientsShareTheRate(t *testing.T) {
-	const rate, burst, callers = 10, 5, 4
-	const run = 2500 * time.Millisecond
-	var mu sync.Mutex
-	var received []time.Time
-	svc := &service{unary: func(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
-		mu.Lock()
-		received = append(received, time.Now())
-		mu.Unlock()
-		return &testgrpc.SimpleResponse{}, nil
-	}}
-	addr := serveAddr(t, svc)
-	name := "outbound-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	var wg sync.WaitGroup
-	var sent [2]atomic.Int64
-	var clients [2]testgrpc.TestServiceClient
-	for p := range 2 {
-		lim := redisLimiter(t, ratelimit.Options{Name: name, Limit: rate, Window: time.Second, Algorithm: ratelimit.TokenBucket, Burst: burst})
-		warmUp := func(_ context.Context, method string) bool {
-			return method == testgrpc.TestService_EmptyCall_FullMethodName
-		}
-		client := dial(t, addr, grpc.WithUnaryInterceptor(ratelimitgrpc.UnaryClientInterceptor(lim, ratelimitgrpc.Config{Next: warmUp})))
-		if err := lim.Ping(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := client.EmptyCall(context.Background(), &testgrpc.Empty{}); status.Code(err) != codes.Unimplemented {
-			t.Fatalf("the warm-up call: %v, want Unimplemented", err)
-		}
-		clients[p] = client
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), run)
-	defer cancel()
-	for p, client := range clients {
-		for range callers {
-			wg.Go(func() {
-				for {
-					_, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{})
-					switch status.Code(err) {
-					case codes.OK:
-						sent[p].Add(1)
-						continue
-					case codes.ResourceExhausted, codes.DeadlineExceeded:
-						// The next turn comes after the run's end.
-					default:
-						t.Errorf("process %d: %v", p+1, err)
-					}
-					return
-				}
-			})
-		}
-	}
-	wg.Wait()
-	mu.Lock()
-	defer mu.Unlock()
-	if len(received) == 0 {
-		t.Fatal("no call reached the server")
-	}
-	var perSecond []int
-	for _, at := range received {
-		s := int(at.Sub(received[0]) / time.Second)
-		for len(perSecond) <= s {
-			perSecond = append(perSecond, 0)
-		}
-		perSecond[s]++
-	}
-	for s, n := range perSecond {
-		if n > rate+burst {
-			t.Errorf("second %d received %d calls, want at most rate + burst, %d (by second: %v)", s, n, rate+burst, perSecond)
-		}
-	}
-	if sent[0].Load() == 0 || sent[1].Load() == 0 {
-		t.Errorf("calls sent by each process: %d, %d; want both to share the rate", sent[0].Load(), sent[1].Load())
-	}
-	if len(received) < rate {
-		t.Errorf("%d calls in %v, want at least a second's rate, %d", len(received), run, rate)
-	}
-	t.Logf("%d calls in %v (processes: %d, %d), by second: %v", len(received), run, sent[0].Load(), sent[1].Load(), perSecond)
 }
