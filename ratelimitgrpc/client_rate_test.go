@@ -153,7 +153,9 @@ func TestClientsShareTheRate(t *testing.T) {
 	if sent[0] == 0 || sent[1] == 0 {
 		t.Errorf("calls sent by each process: %d, %d; want both to share the rate", sent[0], sent[1])
 	}
-	if sent[0]+sent[1] != len(received) {
+	// A call the server received may still have been cut short by the run's
+	// deadline on its way back, so that its process does not count it.
+	if sent[0]+sent[1] > len(received) {
 		t.Errorf("the processes sent %d calls, the server received %d", sent[0]+sent[1], len(received))
 	}
 	if len(received) < shareRate {
