@@ -118,7 +118,7 @@ func (s *leaseStore) Take(ctx context.Context, r *store.Request, res *store.Resu
 		// Cold, or asked before the store's first answer: a block may
 		// be claimed while it is on its way.
 		err := s.direct(ctx, r, res, nil, 0)
-		return s.refused(ctx, nil, r, res, err)
+		return s.refused(ctx, nil, 0, r, res, err)
 	}
 	ls, n := window.Limits(r.Budget)
 	for first := true; ; first = false {
@@ -140,26 +140,30 @@ func (s *leaseStore) Take(ctx context.Context, r *store.Request, res *store.Resu
 			}
 		}
 		err := s.topUp(ctx, r, res, e, n)
-		return s.refused(ctx, e, r, res, err)
+		return s.refused(ctx, e, st.Gives, r, res, err)
 	}
 }
 
 // refused decides r, which the store refused into res (err: it failed),
 // from its tenant's block e (nil: the one of r's key, hot since) when
 // units came into it while r was on its way, or by the store once more
-// when units of an idle block were on their way back to it (see
+// when units of an idle block were on their way back to it or got there
+// after gives, what e said of its give-backs when r was sent (see
 // lease.Entry.Refused).
-func (s *leaseStore) refused(ctx context.Context, e *lease.Entry[leaseReq], r *store.Request, res *store.Result, err error) error {
+func (s *leaseStore) refused(ctx context.Context, e *lease.Entry[leaseReq], gives uint64, r *store.Request, res *store.Result, err error) error {
 	if err != nil || res.Allowed || res.Counted { // (a transaction's refusal stays counted)
 		return err
 	}
 	if e == nil {
+		// Cold when r was sent: only a give-back still in flight
+		// makes it ask again.
 		if e = s.table.Lookup(r.Key); e == nil {
 			return nil
 		}
+		gives = e.Gives()
 	}
 	ls, n := window.Limits(r.Budget)
-	st, again := e.Refused(r.Now.UnixNano(), r.Cost, ls[:n], ctx.Done())
+	st, again := e.Refused(r.Now.UnixNano(), r.Cost, ls[:n], gives, ctx.Done())
 	switch {
 	case st.Spent:
 		answer(res, &st, n)

@@ -92,13 +92,17 @@ func heldRefusalSpendsTheBlock(t *testing.T, held, limit int) {
 
 // holdGive is a MemoryCounter whose first Give, once entered, waits until
 // open is closed: units of an idle block on their way back to the store.
-// refused is closed when it refuses a Take meanwhile.
+// refused is closed when it refuses a Take meanwhile; with landFirst, that
+// Take then lets the units reach the store, and answers once landed
+// returns true: the give-back has ended before the refusal is heard.
 type holdGive struct {
 	*MemoryCounter
 	once, refusal sync.Once
 	entered       chan struct{}
 	open          chan struct{}
 	refused       chan struct{}
+	landFirst     bool
+	landed        func() bool
 }
 
 func (h *holdGive) Take(ctx context.Context, r *store.Request, res *store.Result) error {
@@ -106,7 +110,15 @@ func (h *holdGive) Take(ctx context.Context, r *store.Request, res *store.Result
 	select {
 	case <-h.entered:
 		if err == nil && !res.Allowed {
-			h.refusal.Do(func() { close(h.refused) })
+			h.refusal.Do(func() {
+				close(h.refused)
+				if h.landFirst {
+					close(h.open)
+					for !h.landed() {
+						time.Sleep(time.Millisecond)
+					}
+				}
+			})
 		}
 	default:
 	}
@@ -130,9 +142,25 @@ func (h *holdGive) Give(ctx context.Context, r *store.Request, marks store.Marks
 // one; the block goes idle and gives the other back, held on its way;
 // the tenth request, refused meanwhile, is then allowed.
 func TestLeasesARefusalWaitsForAnIdleBlocksGiveBack(t *testing.T) {
+	refusedBesideAGiveBack(t, false)
+}
+
+// The same when the units reach the store, and the give-back ends,
+// before the refusal is heard: the request asks again all the same.
+// (Before, it looked for a give-back still in flight only, and CI's
+// scheduler once let the give-back end first.)
+func TestLeasesARefusalHeardAfterAGiveBackEndedAsksAgain(t *testing.T) {
+	refusedBesideAGiveBack(t, true)
+}
+
+// refusedBesideAGiveBack has the tenth request of a tenant at a limit of
+// 10 refused by the store while the ninth's idle block gives a unit back;
+// landFirst: the give-back ends before the refusal comes back.
+func refusedBesideAGiveBack(t *testing.T, landFirst bool) {
 	clock := newFakeClock()
-	h := &holdGive{MemoryCounter: newMemoryCounter(clock.Now), entered: make(chan struct{}), open: make(chan struct{}), refused: make(chan struct{})}
+	h := &holdGive{MemoryCounter: newMemoryCounter(clock.Now), entered: make(chan struct{}), open: make(chan struct{}), refused: make(chan struct{}), landFirst: landFirst}
 	s := newLeaseStore(h, nil, clock.Now, time.Second)
+	h.landed = func() bool { e := s.table.Lookup([]byte("rl:t")); return e != nil && e.Gives() > 0 }
 	take := leaseTaker(t, s, clock, 10)
 	for i := range 9 {
 		if a := take(); !a.Allowed {
@@ -147,7 +175,9 @@ func TestLeasesARefusalWaitsForAnIdleBlocksGiveBack(t *testing.T) {
 	tenth := make(chan *store.Result)
 	go func() { tenth <- take() }()
 	<-h.refused // by the store, which counts the unit on its way back
-	close(h.open)
+	if !landFirst {
+		close(h.open)
+	}
 	if a := <-tenth; !a.Allowed {
 		t.Fatalf("the tenth request, refused while the unit was on its way back: %+v; want it allowed by the store, asked again", a)
 	}

@@ -20,6 +20,7 @@ type Entry[R any] struct {
 	b        block
 	claiming chan struct{} // closed when the claim in flight ends; nil: none
 	giving   chan struct{} // closed when the give-back of an idle block ends; nil: none
+	gives    uint64        // how many give-backs of idle blocks have ended
 	rate     rate          // the key's rate here, and its last request
 
 	// What the store last reported of the key's limits, and when.
@@ -38,12 +39,14 @@ type Entry[R any] struct {
 // replica sees them), or it waits for the claim in flight and asks again
 // (Wait), or it claims Claim units, its own cost included, then calls
 // Claimed; or, none of those, the store decides it and Learn hears the
-// answer.
+// answer. Gives, for a request the store is to decide, is how many
+// give-backs of idle blocks had ended when it was sent (see Refused).
 type Step struct {
 	Spent  bool
 	Counts [window.MaxLimits]store.Count
 	Wait   <-chan struct{}
 	Claim  int64
+	Gives  uint64
 }
 
 // Key is the key e is the entry of.
@@ -81,10 +84,17 @@ func (e *Entry[R]) Next(now, cost int64, ls []window.Limit, first bool) Step {
 	size := e.size(now, ls)
 	if size <= cost {
 		// Near the limit, or not hot enough: one by one, as a cold key.
-		return Step{}
+		return Step{Gives: e.gives}
 	}
 	e.claiming = make(chan struct{})
-	return Step{Claim: size}
+	return Step{Claim: size, Gives: e.gives}
+}
+
+// Gives is how many give-backs of idle blocks have ended, for Refused.
+func (e *Entry[R]) Gives() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.gives
 }
 
 // Refused decides from the block a request of cost at now that the store
@@ -94,11 +104,17 @@ func (e *Entry[R]) Next(now, cost int64, ls []window.Limit, first bool) Step {
 // not left to expire beside a refusal. It waits, until done is closed,
 // for a claim in flight, then spends from its block; or for the give-back
 // of an idle block, after which again says to ask the store once more:
-// it holds those units again. Neither: the refusal stands.
-func (e *Entry[R]) Refused(now, cost int64, ls []window.Limit, done <-chan struct{}) (st Step, again bool) {
+// it holds those units again. again says so at once when a give-back
+// has ended since the request was sent, when gives had ended (its units
+// may have reached the store after the refusal). None of those: the
+// refusal stands.
+func (e *Entry[R]) Refused(now, cost int64, ls []window.Limit, gives uint64, done <-chan struct{}) (st Step, again bool) {
 	e.mu.Lock()
-	st, claiming, giving := e.spend(now, cost, ls), e.claiming, e.giving
+	st, claiming, giving, given := e.spend(now, cost, ls), e.claiming, e.giving, e.gives != gives
 	e.mu.Unlock()
+	if !st.Spent && claiming == nil && given {
+		return st, true
+	}
 	wait := claiming
 	if wait == nil {
 		wait = giving
@@ -302,6 +318,7 @@ func (e *Entry[R]) Given() {
 	if e.giving != nil {
 		close(e.giving)
 		e.giving = nil
+		e.gives++
 	}
 }
 
