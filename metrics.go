@@ -112,12 +112,15 @@ var latencyBuckets = [...]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, 
 
 // MetricsSnapshot is a reading of Metrics. The counts only grow.
 type MetricsSnapshot struct {
-	// Every decision, by outcome and decider: the outcomes and deciders
-	// that have counted any. The outcomes are "allowed", "limited"
-	// (over the budget: 429), "shadow-limited" (would have been refused,
-	// let through by Options.Shadow), "failed-open" (let through: nothing
-	// could count it) and "failed-closed" (refused with 503: nothing
-	// could count it, and Options.FailClosed).
+	// Every decision, by outcome and decider: every pair of the two,
+	// those that counted none too, in the same order at every reading
+	// (outcome by outcome as listed here, each by decider in Decider's
+	// order), so that an exporter reports each pair from the start. The
+	// outcomes are "allowed", "limited" (over the budget: 429),
+	// "shadow-limited" (would have been refused, let through by
+	// Options.Shadow), "failed-open" (let through: nothing could count
+	// it) and "failed-closed" (refused with 503: nothing could count it,
+	// and Options.FailClosed).
 	Decisions []DecisionCount
 
 	// Sums of Decisions.
@@ -213,15 +216,12 @@ type Histogram struct {
 // Snapshot reads the counts. It is safe to call at any time from any
 // goroutine; the fields are read one by one, not as one atomic unit.
 func (m *Metrics) Snapshot() MetricsSnapshot {
-	var s MetricsSnapshot
+	s := MetricsSnapshot{Decisions: make([]DecisionCount, 0, int(numOutcomes)*int(numDeciders))}
 	for o := range numOutcomes {
 		for by := range numDeciders {
 			var n uint64
 			for i := range m.decisions {
 				n += m.decisions[i].n[o][by].Load()
-			}
-			if n == 0 {
-				continue
 			}
 			s.Decisions = append(s.Decisions, DecisionCount{outcomeNames[o], by, n})
 			switch {

@@ -161,3 +161,39 @@ func TestMetricsOnRoundTripPanics(t *testing.T) {
 		})
 	}
 }
+
+// A snapshot lists every pair of outcome and decider, those that counted
+// none too, each once and always in the same order: the exporters report
+// each pair from the start, indexing their series by position.
+func TestSnapshotListsEveryPair(t *testing.T) {
+	m := &Metrics{}
+	before := m.Snapshot().Decisions
+	if want := 5 * 4; len(before) != want {
+		t.Fatalf("%d pairs in a fresh snapshot; want %d (5 outcomes, 4 deciders)", len(before), want)
+	}
+	seen := map[string]bool{}
+	deciders := map[Decider]bool{}
+	for _, d := range before {
+		pair := d.Outcome + " " + d.By.String()
+		if d.Count != 0 || seen[pair] || d.By.String() == "invalid" {
+			t.Errorf("pair %+v: counted, listed twice or invalid", d)
+		}
+		seen[pair], deciders[d.By] = true, true
+	}
+	for by := Decider(0); by.String() != "invalid"; by++ {
+		if !deciders[by] {
+			t.Errorf("Decider %q is in no pair", by)
+		}
+	}
+	m.decided(outcomeLimited, ByCache)
+	after := m.Snapshot().Decisions
+	for i := range after {
+		want := before[i]
+		if want.Outcome == "limited" && want.By == ByCache {
+			want.Count = 1
+		}
+		if after[i] != want {
+			t.Errorf("pair %d after one decision: %+v; want %+v", i, after[i], want)
+		}
+	}
+}

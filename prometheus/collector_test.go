@@ -10,13 +10,14 @@ import (
 	"testing"
 
 	"github.com/gatewaykit/ratelimit"
+	"github.com/gatewaykit/ratelimit/internal/testkit/metricstest"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // The series follow Prometheus's naming conventions.
 func TestLint(t *testing.T) {
-	l, m := limiter(ratelimit.Options{Counter: ratelimit.CounterStore(&mapCounter{}), Limit: 1})
-	take(l, 2)
+	l, m := metricstest.Limiter(ratelimit.Options{Counter: ratelimit.CounterStore(&metricstest.MapCounter{}), Limit: 1})
+	metricstest.Take(l, 2)
 	c := NewCollector()
 	c.Add("global", m)
 	c.AddMemoryCounter("fallback", ratelimit.NewMemoryCounter())
@@ -27,37 +28,6 @@ func TestLint(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("%s: %s", p.Metric, p.Text)
 	}
-}
-
-// The label values are every value the core has: a new one there would
-// otherwise go unexported.
-func TestLabelValues(t *testing.T) {
-	for _, tc := range []struct {
-		kind  string
-		names []fmt.Stringer
-		next  fmt.Stringer
-	}{
-		{"Decider", stringers(deciders[:]), ratelimit.Decider(len(deciders))},
-	} {
-		seen := map[string]bool{}
-		for _, s := range tc.names {
-			if s.String() == "invalid" || seen[s.String()] {
-				t.Errorf("%s %q: invalid or listed twice", tc.kind, s)
-			}
-			seen[s.String()] = true
-		}
-		if tc.next.String() != "invalid" {
-			t.Errorf("%s %q is not exported", tc.kind, tc.next)
-		}
-	}
-}
-
-func stringers[T fmt.Stringer](s []T) []fmt.Stringer {
-	out := make([]fmt.Stringer, len(s))
-	for i, v := range s {
-		out[i] = v
-	}
-	return out
 }
 
 func TestAddPanics(t *testing.T) {
@@ -121,10 +91,10 @@ func TestConcurrentAdd(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Go(func() {
-			l, m := limiter(ratelimit.Options{Limit: 1})
+			l, m := metricstest.Limiter(ratelimit.Options{Limit: 1})
 			c.Add(fmt.Sprint("limiter ", i), m)
 			c.AddMemoryCounter(fmt.Sprint("counter ", i), ratelimit.NewMemoryCounter())
-			take(l, 2)
+			metricstest.Take(l, 2)
 			testutil.CollectAndCount(c)
 		})
 	}

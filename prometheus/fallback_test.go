@@ -5,7 +5,6 @@ package prometheus
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -13,21 +12,20 @@ import (
 	"time"
 
 	"github.com/gatewaykit/ratelimit"
+	"github.com/gatewaykit/ratelimit/internal/testkit/metricstest"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/gatewaykit/ratelimit/store"
 )
 
 // What a limiter with a fallback remembers of its tenants' usage: the keys
 // it holds, within its fallback's MaxKeys, and those it evicted; a
 // limiter without a fallback exports zeros.
 func TestRemembered(t *testing.T) {
-	l, m := limiter(ratelimit.Options{Counter: ratelimit.CounterStore(&mapCounter{}), Limit: 5,
+	l, m := metricstest.Limiter(ratelimit.Options{Counter: ratelimit.CounterStore(&metricstest.MapCounter{}), Limit: 5,
 		Fallback: ratelimit.NewMemoryCounter(ratelimit.MaxKeys(10))})
 	for i := range 30 {
 		l.Take(context.Background(), fmt.Sprint("tenant-", i))
 	}
-	_, none := limiter(ratelimit.Options{Counter: ratelimit.CounterStore(&mapCounter{}), Limit: 5})
+	_, none := metricstest.Limiter(ratelimit.Options{Counter: ratelimit.CounterStore(&metricstest.MapCounter{}), Limit: 5})
 	c := NewCollector()
 	c.Add("fallback", m)
 	c.Add("none", none)
@@ -46,41 +44,15 @@ ratelimit_fallback_remembered_evicted_total{limiter="none"} 0
 	}
 }
 
-// remoteMemory is a MemoryCounter that is not local, as Redis is not (the
-// limiter remembers usage for its fallback), and that fails while down.
-type remoteMemory struct {
-	*ratelimit.MemoryCounter
-	down *atomic.Bool
-}
-
-func (s remoteMemory) Attach(b *store.Budget, plans bool) (store.Info, error) {
-	_, err := s.MemoryCounter.Attach(b, plans)
-	return store.Info{Features: store.All}, err
-}
-
-func (s remoteMemory) Take(ctx context.Context, r *store.Request, res *store.Result) error {
-	if s.down.Load() {
-		return errors.New("down")
-	}
-	return s.MemoryCounter.Take(ctx, r, res)
-}
-
-func (s remoteMemory) Give(ctx context.Context, r *store.Request, marks store.Marks) error {
-	if s.down.Load() {
-		return errors.New("down")
-	}
-	return s.MemoryCounter.Give(ctx, r, marks)
-}
-
 // What the fallback admitted while the store failed: owed by one key
 // during the outage, charged once the store answers.
 func TestOwed(t *testing.T) {
 	down := &atomic.Bool{}
-	l, m := limiter(ratelimit.Options{Counter: remoteMemory{ratelimit.NewMemoryCounter(), down}, Limit: 10,
+	l, m := metricstest.Limiter(ratelimit.Options{Counter: metricstest.RemoteMemory{MemoryCounter: ratelimit.NewMemoryCounter(), Down: down}, Limit: 10,
 		Fallback: ratelimit.NewMemoryCounter(), FallbackLimit: 5})
-	take(l, 2)
+	metricstest.Take(l, 2)
 	down.Store(true)
-	take(l, 3)
+	metricstest.Take(l, 3)
 	c := NewCollector()
 	c.Add("fallback", m)
 	if got := value(t, c, "ratelimit_fallback_owed_keys", "limiter", "fallback"); got != 1 {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gatewaykit/ratelimit"
+	"github.com/gatewaykit/ratelimit/internal/testkit/metricstest"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -17,11 +18,11 @@ import (
 // one taken, one refused, and one expired, dropped by the tenant's next
 // request once its lease had ended.
 func TestSlots(t *testing.T) {
-	busy, bm := limiter(ratelimit.Options{Limit: 1, Algorithm: ratelimit.InFlight})
-	take(busy, 2)
+	busy, bm := metricstest.Limiter(ratelimit.Options{Limit: 1, Algorithm: ratelimit.InFlight})
+	metricstest.Take(busy, 2)
 	lm := expiredSlot(t)
-	fixed, fm := limiter(ratelimit.Options{Limit: 1})
-	take(fixed, 2)
+	fixed, fm := metricstest.Limiter(ratelimit.Options{Limit: 1})
+	metricstest.Take(fixed, 2)
 
 	c := NewCollector()
 	c.Add("busy", bm)
@@ -53,9 +54,9 @@ ratelimit_slots_total{event="expired",limiter="leased"} 1
 func expiredSlot(t *testing.T) *ratelimit.Metrics {
 	t.Helper()
 	for lease := 50 * time.Millisecond; lease <= 800*time.Millisecond; lease *= 4 {
-		l, m := limiter(ratelimit.Options{Limit: 1, Window: lease, Algorithm: ratelimit.InFlight})
+		l, m := metricstest.Limiter(ratelimit.Options{Limit: 1, Window: lease, Algorithm: ratelimit.InFlight})
 		start := time.Now()
-		take(l, 1)
+		metricstest.Take(l, 1)
 		time.Sleep(lease * 3 / 2)
 		if d := l.Take(context.Background(), "acme"); !d.Allowed {
 			t.Fatalf("after the lease: %+v; want allowed", d)
@@ -73,9 +74,9 @@ func expiredSlot(t *testing.T) *ratelimit.Metrics {
 // 50 ms without a request, on the real clock) or that expired; a limiter
 // without leases exports zeros.
 func TestLeases(t *testing.T) {
-	l, m := limiter(ratelimit.Options{Limit: 1000, Leases: true})
-	take(l, 100) // hot within a few requests: blocks of its budget
-	_, none := limiter(ratelimit.Options{Limit: 5})
+	l, m := metricstest.Limiter(ratelimit.Options{Limit: 1000, Leases: true})
+	metricstest.Take(l, 100) // hot within a few requests: blocks of its budget
+	_, none := metricstest.Limiter(ratelimit.Options{Limit: 5})
 	c := NewCollector()
 	c.Add("leased", m)
 	if n := value(t, c, "ratelimit_lease_blocks_total"); n < 1 {

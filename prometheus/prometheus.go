@@ -104,18 +104,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// The values that the labels take, every one of them exported on every
-// scrape.
-var (
-	outcomes = [...]string{"allowed", "limited", "shadow-limited", "failed-open", "failed-closed"}
-	deciders = [...]ratelimit.Decider{
-		ratelimit.ByCounter,
-		ratelimit.ByCache,
-		ratelimit.ByFallback,
-		ratelimit.ByNone,
-	}
-)
-
 var (
 	decisionsDesc = prometheus.NewDesc("ratelimit_decisions_total",
 		"Decisions of the limiter, by how they ended and what decided them.",
@@ -265,19 +253,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 
 // collect sends what s counts, for the limiter name.
 func collect(ch chan<- prometheus.Metric, name string, s ratelimit.MetricsSnapshot) {
-	// A snapshot lists only the pairs that counted any decision.
-	var counts [len(outcomes)][len(deciders)]uint64
+	// (Every pair of outcome and decider, those that counted none too.)
 	for _, d := range s.Decisions {
-		o, by := slices.Index(outcomes[:], d.Outcome), slices.Index(deciders[:], d.By)
-		if o >= 0 && by >= 0 {
-			counts[o][by] += d.Count
-		}
-	}
-	for o, outcome := range outcomes {
-		for by, decider := range deciders {
-			ch <- prometheus.MustNewConstMetric(decisionsDesc, prometheus.CounterValue,
-				float64(counts[o][by]), name, outcome, decider.String())
-		}
+		ch <- prometheus.MustNewConstMetric(decisionsDesc, prometheus.CounterValue,
+			float64(d.Count), name, d.Outcome, d.By.String())
 	}
 
 	closed := s.Breakers - s.BreakersOpen - s.BreakersHalf

@@ -4,72 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gatewaykit/ratelimit"
+	"github.com/gatewaykit/ratelimit/internal/testkit/metricstest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 )
-
-// mapCounter is a Counter of the test's own, counting in a map: the
-// limiter times its round trips and keeps its over-limit cache for it, as
-// for Redis, and not for a MemoryCounter. Its calls fail with errs, in
-// order, until none is left.
-type mapCounter struct {
-	mu     sync.Mutex
-	counts map[string]int64
-	errs   []error
-	calls  int
-}
-
-func (c *mapCounter) Incr(ctx context.Context, key string, window time.Duration) (int64, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.calls++
-	if len(c.errs) > 0 {
-		err := c.errs[0]
-		c.errs = c.errs[1:]
-		return 0, err
-	}
-	if c.counts == nil {
-		c.counts = make(map[string]int64)
-	}
-	c.counts[key]++ // the test ends well within one window
-	return c.counts[key], nil
-}
-
-// closedMemory is a MemoryCounter that fails every call.
-func closedMemory() *ratelimit.MemoryCounter {
-	m := ratelimit.NewMemoryCounter()
-	m.Close()
-	return m
-}
-
-// limiter returns a limiter of opts, counted in a new Metrics, and the
-// Metrics. Its failures are not logged: the test reads them in the
-// metrics.
-func limiter(opts ratelimit.Options) (*ratelimit.Limiter, *ratelimit.Metrics) {
-	m := new(ratelimit.Metrics)
-	opts.Metrics = m
-	if opts.Window == 0 {
-		opts.Window = time.Minute
-	}
-	opts.Logger = slog.New(slog.DiscardHandler)
-	return ratelimit.NewLimiter(opts), m
-}
-
-// take makes n requests of one tenant.
-func take(l *ratelimit.Limiter, n int) {
-	for range n {
-		l.Take(context.Background(), "acme")
-	}
-}
 
 // value is the value of the series of c named name with labels (pairs of
 // label name and value, limiter's left out): a counter's or gauge's value,
@@ -114,11 +59,11 @@ func value(t *testing.T, c prometheus.Collector, name string, labels ...string) 
 // Two limiters' decisions, every pair of outcome and decider among them,
 // zeros included.
 func TestDecisions(t *testing.T) {
-	memory, mm := limiter(ratelimit.Options{Counter: ratelimit.NewMemoryCounter(), Limit: 2})
-	take(memory, 3)
-	fallback, fm := limiter(ratelimit.Options{Counter: closedMemory(), Limit: 10,
+	memory, mm := metricstest.Limiter(ratelimit.Options{Counter: ratelimit.NewMemoryCounter(), Limit: 2})
+	metricstest.Take(memory, 3)
+	fallback, fm := metricstest.Limiter(ratelimit.Options{Counter: metricstest.ClosedMemory(), Limit: 10,
 		Fallback: ratelimit.NewMemoryCounter(), FallbackLimit: 1})
-	take(fallback, 2)
+	metricstest.Take(fallback, 2)
 
 	c := NewCollector()
 	c.Add("memory", mm)
@@ -153,27 +98,29 @@ func TestOutcomes(t *testing.T) {
 		takes int
 		want  map[[2]string]float64 // by outcome and decider; any other is 0
 	}{
-		{"fail open", ratelimit.Options{Counter: closedMemory(), Limit: 1}, 2,
+		{"fail open", ratelimit.Options{Counter: metricstest.ClosedMemory(), Limit: 1}, 2,
 			map[[2]string]float64{{"failed-open", "none"}: 2}},
-		{"fail closed", ratelimit.Options{Counter: closedMemory(), Limit: 1, FailClosed: true}, 2,
+		{"fail closed", ratelimit.Options{Counter: metricstest.ClosedMemory(), Limit: 1, FailClosed: true}, 2,
 			map[[2]string]float64{{"failed-closed", "none"}: 2}},
 		{"shadow", ratelimit.Options{Counter: ratelimit.NewMemoryCounter(), Limit: 1, Shadow: true}, 3,
 			map[[2]string]float64{{"allowed", "counter"}: 1, {"shadow-limited", "counter"}: 2}},
-		{"over-limit cache", ratelimit.Options{Counter: ratelimit.CounterStore(&mapCounter{}), Limit: 1}, 4,
+		{"over-limit cache", ratelimit.Options{Counter: ratelimit.CounterStore(&metricstest.MapCounter{}), Limit: 1}, 4,
 			map[[2]string]float64{{"allowed", "counter"}: 1, {"limited", "counter"}: 1, {"limited", "over-limit-cache"}: 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l, m := limiter(tc.opts)
-			take(l, tc.takes)
+			l, m := metricstest.Limiter(tc.opts)
+			metricstest.Take(l, tc.takes)
 			c := NewCollector()
 			c.Add(tc.name, m)
+			outcomes := []string{"allowed", "limited", "shadow-limited", "failed-open", "failed-closed"}
+			deciders := []string{"counter", "over-limit-cache", "fallback", "none"}
 			if n := testutil.CollectAndCount(c, "ratelimit_decisions_total"); n != len(outcomes)*len(deciders) {
 				t.Errorf("%d series of ratelimit_decisions_total, want %d", n, len(outcomes)*len(deciders))
 			}
 			for _, o := range outcomes {
 				for _, d := range deciders {
-					want := tc.want[[2]string{o, d.String()}]
-					if got := value(t, c, "ratelimit_decisions_total", "limiter", tc.name, "outcome", o, "decider", d.String()); got != want {
+					want := tc.want[[2]string{o, d}]
+					if got := value(t, c, "ratelimit_decisions_total", "limiter", tc.name, "outcome", o, "decider", d); got != want {
 						t.Errorf("outcome %s, decider %s: %v decisions, want %v", o, d, got, want)
 					}
 				}
@@ -184,7 +131,7 @@ func TestOutcomes(t *testing.T) {
 
 // A failure opens the breaker, and the gauge follows it.
 func TestBreakers(t *testing.T) {
-	l, m := limiter(ratelimit.Options{Counter: ratelimit.CounterStore(&mapCounter{errs: []error{errors.New("disk full")}}),
+	l, m := metricstest.Limiter(ratelimit.Options{Counter: ratelimit.CounterStore(&metricstest.MapCounter{Errs: []error{errors.New("disk full")}}),
 		Limit: 1, BreakerFailures: 1, BreakerCooldown: time.Hour})
 	c := NewCollector()
 	c.Add("global", m)
@@ -195,7 +142,7 @@ func TestBreakers(t *testing.T) {
 		takes               int
 		closed, open, probe int
 	}{{0, 1, 0, 0}, {1, 0, 1, 0}} {
-		take(l, step.takes)
+		metricstest.Take(l, step.takes)
 		want := fmt.Sprintf(head+`ratelimit_breakers{limiter="global",state="closed"} %d
 ratelimit_breakers{limiter="global",state="open"} %d
 ratelimit_breakers{limiter="global",state="half-open"} %d
@@ -209,13 +156,13 @@ ratelimit_breakers{limiter="global",state="half-open"} %d
 // The store's failures by cause, and every round trip in the histogram; a
 // request that the over-limit cache refused made none.
 func TestStore(t *testing.T) {
-	counter := &mapCounter{errs: []error{
+	counter := &metricstest.MapCounter{Errs: []error{
 		context.DeadlineExceeded,
 		fmt.Errorf("dial tcp: %w", syscall.ECONNREFUSED),
 		errors.New("disk full"),
 	}}
-	l, m := limiter(ratelimit.Options{Counter: ratelimit.CounterStore(counter), Limit: 1})
-	take(l, 6) // 3 failures, allowed, limited, then limited by the cache
+	l, m := metricstest.Limiter(ratelimit.Options{Counter: ratelimit.CounterStore(counter), Limit: 1})
+	metricstest.Take(l, 6) // 3 failures, allowed, limited, then limited by the cache
 	c := NewCollector()
 	c.Add("global", m)
 
@@ -230,11 +177,11 @@ ratelimit_store_errors_total{cause="canceled",limiter="global"} 0
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "ratelimit_store_errors_total"); err != nil {
 		t.Error(err)
 	}
-	if counter.calls != 5 {
-		t.Fatalf("the counter was called %d times, want 5", counter.calls)
+	if counter.Calls() != 5 {
+		t.Fatalf("the counter was called %d times, want 5", counter.Calls())
 	}
-	if got := value(t, c, "ratelimit_store_round_trip_seconds", "limiter", "global"); got != float64(counter.calls) {
-		t.Errorf("%v round trips in the histogram, want %d", got, counter.calls)
+	if got := value(t, c, "ratelimit_store_round_trip_seconds", "limiter", "global"); got != float64(counter.Calls()) {
+		t.Errorf("%v round trips in the histogram, want %d", got, counter.Calls())
 	}
 	if got := value(t, c, "ratelimit_decisions_total", "outcome", "limited", "decider", "over-limit-cache"); got != 1 {
 		t.Errorf("%v decisions by the over-limit cache, want 1", got)
@@ -244,8 +191,8 @@ ratelimit_store_errors_total{cause="canceled",limiter="global"} 0
 // A limiter on a MemoryCounter makes no timed round trip: its histogram is
 // there, empty, with the core's buckets.
 func TestHistogramBuckets(t *testing.T) {
-	l, m := limiter(ratelimit.Options{Limit: 1})
-	take(l, 2)
+	l, m := metricstest.Limiter(ratelimit.Options{Limit: 1})
+	metricstest.Take(l, 2)
 	c := NewCollector()
 	c.Add("global", m)
 	reg := prometheus.NewPedanticRegistry()
@@ -285,8 +232,8 @@ func TestMemoryEvictions(t *testing.T) {
 			}
 		}
 	}
-	l, lm := limiter(ratelimit.Options{Counter: small, Limit: 10})
-	take(l, 1) // a fourth key: a third eviction
+	l, lm := metricstest.Limiter(ratelimit.Options{Counter: small, Limit: 10})
+	metricstest.Take(l, 1) // a fourth key: a third eviction
 	c := NewCollector()
 	c.Add("global", lm)
 	c.AddMemoryCounter("small", small)

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/gatewaykit/ratelimit"
+	"github.com/gatewaykit/ratelimit/internal/testkit/metricstest"
 )
 
 // run is a limiter of the scripted run: its options, and what it is made
@@ -32,7 +33,7 @@ type run struct {
 
 // takes is a script of n requests of one tenant.
 func takes(n int) func(*testing.T, *ratelimit.Limiter, *ratelimit.Metrics) {
-	return func(_ *testing.T, l *ratelimit.Limiter, _ *ratelimit.Metrics) { take(l, n) }
+	return func(_ *testing.T, l *ratelimit.Limiter, _ *ratelimit.Metrics) { metricstest.Take(l, n) }
 }
 
 // until takes a request of another tenant every millisecond until done
@@ -60,19 +61,19 @@ func runs() []run {
 		// a request whose own context had ended; the allowed and limited
 		// round trips take a few milliseconds, to land in buckets of their
 		// own.
-		{"failing", ratelimit.Options{Limit: 1, BreakerFailures: 10, Counter: ratelimit.CounterStore(&mapCounter{
-			errs:   []error{context.DeadlineExceeded, fmt.Errorf("dial tcp: %w", syscall.ECONNREFUSED), errors.New("disk full")},
-			delays: []time.Duration{0, 0, 0, 3 * time.Millisecond, 30 * time.Millisecond},
+		{"failing", ratelimit.Options{Limit: 1, BreakerFailures: 10, Counter: ratelimit.CounterStore(&metricstest.MapCounter{
+			Errs:   []error{context.DeadlineExceeded, fmt.Errorf("dial tcp: %w", syscall.ECONNREFUSED), errors.New("disk full")},
+			Delays: []time.Duration{0, 0, 0, 3 * time.Millisecond, 30 * time.Millisecond},
 		})}, func(_ *testing.T, l *ratelimit.Limiter, _ *ratelimit.Metrics) {
-			take(l, 6)
+			metricstest.Take(l, 6)
 			l.Take(canceled, "globex") // not in the over-limit cache
 		}},
-		{"closed", ratelimit.Options{Counter: closedMemory(), Limit: 1, FailClosed: true}, takes(2)},
+		{"closed", ratelimit.Options{Counter: metricstest.ClosedMemory(), Limit: 1, FailClosed: true}, takes(2)},
 		{"breaker", ratelimit.Options{Limit: 1, BreakerFailures: 1, BreakerCooldown: time.Hour,
-			Counter: ratelimit.CounterStore(&mapCounter{errs: []error{errors.New("disk full")}})}, takes(3)},
-		{"fallback", ratelimit.Options{Counter: closedMemory(), Limit: 10,
+			Counter: ratelimit.CounterStore(&metricstest.MapCounter{Errs: []error{errors.New("disk full")}})}, takes(3)},
+		{"fallback", ratelimit.Options{Counter: metricstest.ClosedMemory(), Limit: 10,
 			Fallback: ratelimit.NewMemoryCounter(), FallbackLimit: 2}, takes(5)},
-		{"remembered", ratelimit.Options{Counter: ratelimit.CounterStore(&mapCounter{}), Limit: 5,
+		{"remembered", ratelimit.Options{Counter: ratelimit.CounterStore(&metricstest.MapCounter{}), Limit: 5,
 			Fallback: ratelimit.NewMemoryCounter(ratelimit.MaxKeys(10))},
 			func(_ *testing.T, l *ratelimit.Limiter, _ *ratelimit.Metrics) {
 				for i := range 30 {
@@ -80,27 +81,27 @@ func runs() []run {
 				}
 			}},
 		// Owes the store what its fallback admitted: the store stays down.
-		{"owing", ratelimit.Options{Counter: remoteMemory{ratelimit.NewMemoryCounter(), owing}, Limit: 10,
+		{"owing", ratelimit.Options{Counter: metricstest.RemoteMemory{MemoryCounter: ratelimit.NewMemoryCounter(), Down: owing}, Limit: 10,
 			Fallback: ratelimit.NewMemoryCounter(), FallbackLimit: 5},
 			func(_ *testing.T, l *ratelimit.Limiter, _ *ratelimit.Metrics) {
-				take(l, 2)
+				metricstest.Take(l, 2)
 				owing.Store(true)
-				take(l, 3)
+				metricstest.Take(l, 3)
 			}},
 		// Charges the store once it answers again.
-		{"charged", ratelimit.Options{Counter: remoteMemory{ratelimit.NewMemoryCounter(), charged}, Limit: 10,
+		{"charged", ratelimit.Options{Counter: metricstest.RemoteMemory{MemoryCounter: ratelimit.NewMemoryCounter(), Down: charged}, Limit: 10,
 			Fallback: ratelimit.NewMemoryCounter(), FallbackLimit: 5},
 			func(t *testing.T, l *ratelimit.Limiter, m *ratelimit.Metrics) {
-				take(l, 2)
+				metricstest.Take(l, 2)
 				charged.Store(true)
-				take(l, 3)
+				metricstest.Take(l, 3)
 				charged.Store(false)
 				until(t, l, "charged", func() bool { return m.Snapshot().OwedCharged == 3 })
 			}},
 		{"inflight", ratelimit.Options{Limit: 2, Algorithm: ratelimit.InFlight}, takes(3)},
 		{"leased", ratelimit.Options{Limit: 1000, Leases: true},
 			func(t *testing.T, l *ratelimit.Limiter, m *ratelimit.Metrics) {
-				take(l, 100) // hot within a few requests: blocks of its budget
+				metricstest.Take(l, 100) // hot within a few requests: blocks of its budget
 				// Given back once the tenant is quiet for 50 ms.
 				deadline := time.Now().Add(10 * time.Second)
 				for m.Snapshot().LeaseUnitsGivenBack == 0 {
@@ -166,7 +167,7 @@ func TestFiguresAreTheSnapshots(t *testing.T) {
 	in, reader := newInstruments(t)
 	metrics := map[string]*ratelimit.Metrics{}
 	for _, r := range runs() {
-		l, m := limiter(r.opts)
+		l, m := metricstest.Limiter(r.opts)
 		in.Add(r.name, m)
 		r.script(t, l, m)
 		metrics[r.name] = m
@@ -274,7 +275,9 @@ func checkCoverage(t *testing.T, snaps map[string]ratelimit.MetricsSnapshot) {
 	buckets := map[int]bool{}
 	for _, s := range snaps {
 		for _, d := range s.Decisions {
-			pairs[d.Outcome+" "+d.By.String()] = true
+			if d.Count > 0 {
+				pairs[d.Outcome+" "+d.By.String()] = true
+			}
 		}
 		sum.BreakersOpen += s.BreakersOpen
 		sum.Breakers += s.Breakers
@@ -327,19 +330,19 @@ func TestNoTenantInAnyAttribute(t *testing.T) {
 	in, reader := newInstruments(t)
 	names := []string{}
 	for _, r := range runs() {
-		l, m := limiter(r.opts)
+		l, m := metricstest.Limiter(r.opts)
 		in.Add(r.name, m)
 		r.script(t, l, m)
 		names = append(names, r.name)
 	}
 	allowed := map[string]bool{}
-	for _, vs := range [][]string{names, outcomes[:], states[:], causes[:], slotEvents[:], owedEvents[:], leaseEvents[:]} {
+	for _, vs := range [][]string{names, states[:], causes[:], slotEvents[:], owedEvents[:], leaseEvents[:]} {
 		for _, v := range vs {
 			allowed[v] = true
 		}
 	}
-	for _, d := range deciders {
-		allowed[d.String()] = true
+	for _, d := range decisions {
+		allowed[d.Outcome], allowed[d.By.String()] = true, true
 	}
 	for _, v := range attributeValues(collect(t, reader)) {
 		if !allowed[v] {

@@ -6,107 +6,15 @@ package ratelimitotel
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-
-	"github.com/gatewaykit/ratelimit"
-	"github.com/gatewaykit/ratelimit/store"
 )
-
-// mapCounter is a Counter of the test's own, counting in a map: the
-// limiter times its round trips and keeps its over-limit cache for it, as
-// for Redis, and not for a MemoryCounter. Its calls fail with errs, in
-// order, until none is left; call i (from 0) first sleeps delays[i].
-type mapCounter struct {
-	mu     sync.Mutex
-	counts map[string]int64
-	errs   []error
-	delays []time.Duration
-	calls  int
-}
-
-func (c *mapCounter) Incr(ctx context.Context, key string, window time.Duration) (int64, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.calls < len(c.delays) {
-		time.Sleep(c.delays[c.calls])
-	}
-	c.calls++
-	if len(c.errs) > 0 {
-		err := c.errs[0]
-		c.errs = c.errs[1:]
-		return 0, err
-	}
-	if c.counts == nil {
-		c.counts = make(map[string]int64)
-	}
-	c.counts[key]++ // the test ends well within one window
-	return c.counts[key], nil
-}
-
-// closedMemory is a MemoryCounter that fails every call.
-func closedMemory() *ratelimit.MemoryCounter {
-	m := ratelimit.NewMemoryCounter()
-	m.Close()
-	return m
-}
-
-// remoteMemory is a MemoryCounter that is not local, as Redis is not (the
-// limiter remembers usage for its fallback), and that fails while down.
-type remoteMemory struct {
-	*ratelimit.MemoryCounter
-	down *atomic.Bool
-}
-
-func (s remoteMemory) Attach(b *store.Budget, plans bool) (store.Info, error) {
-	_, err := s.MemoryCounter.Attach(b, plans)
-	return store.Info{Features: store.All}, err
-}
-
-func (s remoteMemory) Take(ctx context.Context, r *store.Request, res *store.Result) error {
-	if s.down.Load() {
-		return errors.New("down")
-	}
-	return s.MemoryCounter.Take(ctx, r, res)
-}
-
-func (s remoteMemory) Give(ctx context.Context, r *store.Request, marks store.Marks) error {
-	if s.down.Load() {
-		return errors.New("down")
-	}
-	return s.MemoryCounter.Give(ctx, r, marks)
-}
-
-// limiter returns a limiter of opts, counted in a new Metrics, and the
-// Metrics. Its failures are not logged: the tests read them in the
-// figures.
-func limiter(opts ratelimit.Options) (*ratelimit.Limiter, *ratelimit.Metrics) {
-	m := new(ratelimit.Metrics)
-	opts.Metrics = m
-	if opts.Window == 0 {
-		opts.Window = time.Minute
-	}
-	opts.Logger = slog.New(slog.DiscardHandler)
-	return ratelimit.NewLimiter(opts), m
-}
-
-// take makes n requests of one tenant.
-func take(l *ratelimit.Limiter, n int) {
-	for range n {
-		l.Take(context.Background(), "acme")
-	}
-}
 
 // newInstruments returns Instruments on a MeterProvider of their own,
 // and the reader that collects from it.

@@ -13,13 +13,7 @@ import (
 // The values that the attributes take, every one of them observed at
 // every collection, in the order of MetricsSnapshot's fields.
 var (
-	outcomes = [...]string{"allowed", "limited", "shadow-limited", "failed-open", "failed-closed"}
-	deciders = [...]ratelimit.Decider{
-		ratelimit.ByCounter,
-		ratelimit.ByCache,
-		ratelimit.ByFallback,
-		ratelimit.ByNone,
-	}
+	decisions   = new(ratelimit.Metrics).Snapshot().Decisions // every pair of outcome and decider, in a snapshot's order
 	states      = [...]string{"closed", "open", "half-open"}
 	causes      = [...]string{"timeout", "refused", "configuration", "other", "canceled"}
 	slotEvents  = [...]string{"taken", "refused", "expired"}
@@ -117,8 +111,8 @@ func (i *instruments) observables() []metric.Observable {
 // above.
 type limiterAttrs struct {
 	limiter   metric.MeasurementOption
-	record    []metric.RecordOption // the limiter's, for the histogram
-	decisions [len(outcomes)][len(deciders)]metric.MeasurementOption
+	record    []metric.RecordOption      // the limiter's, for the histogram
+	decisions []metric.MeasurementOption // as the pairs of decisions
 	breakers  [len(states)]metric.MeasurementOption
 	errors    [len(causes)]metric.MeasurementOption
 	slots     [len(slotEvents)]metric.MeasurementOption
@@ -133,10 +127,9 @@ func newLimiterAttrs(name string) *limiterAttrs {
 	}
 	a := &limiterAttrs{limiter: with()}
 	a.record = []metric.RecordOption{a.limiter}
-	for o, outcome := range outcomes {
-		for by, decider := range deciders {
-			a.decisions[o][by] = with(outcomeKey.String(outcome), deciderKey.String(decider.String()))
-		}
+	a.decisions = make([]metric.MeasurementOption, len(decisions))
+	for k, d := range decisions {
+		a.decisions[k] = with(outcomeKey.String(d.Outcome), deciderKey.String(d.By.String()))
 	}
 	for k, v := range states {
 		a.breakers[k] = with(stateKey.String(v))
@@ -163,18 +156,9 @@ func counterAttrs(name string) attribute.Set {
 
 // observeLimiter observes what s counts, under a's attributes.
 func (i *instruments) observeLimiter(obs metric.Observer, a *limiterAttrs, s ratelimit.MetricsSnapshot) {
-	// A snapshot lists only the pairs that counted any decision.
-	var counts [len(outcomes)][len(deciders)]uint64
-	for _, d := range s.Decisions {
-		o, by := slices.Index(outcomes[:], d.Outcome), slices.Index(deciders[:], d.By)
-		if o >= 0 && by >= 0 {
-			counts[o][by] += d.Count
-		}
-	}
-	for o := range outcomes {
-		for by := range deciders {
-			obs.ObserveInt64(i.decisions, int64(counts[o][by]), a.decisions[o][by])
-		}
+	// Every pair of outcome and decider, always in the same order.
+	for k, d := range s.Decisions {
+		obs.ObserveInt64(i.decisions, int64(d.Count), a.decisions[k])
 	}
 
 	closed := s.Breakers - s.BreakersOpen - s.BreakersHalf

@@ -21,15 +21,16 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/gatewaykit/ratelimit"
+	"github.com/gatewaykit/ratelimit/internal/testkit/metricstest"
 )
 
 // Each instrument's kind and unit, as the package doc lists them.
 func TestInstruments(t *testing.T) {
 	in, reader := newInstruments(t)
-	l, m := limiter(ratelimit.Options{Counter: ratelimit.CounterStore(&mapCounter{}), Limit: 1})
+	l, m := metricstest.Limiter(ratelimit.Options{Counter: ratelimit.CounterStore(&metricstest.MapCounter{}), Limit: 1})
 	in.Add("global", m)
 	in.AddMemoryCounter("local", ratelimit.NewMemoryCounter())
-	take(l, 1) // a round trip, for the histogram's first point
+	metricstest.Take(l, 1) // a round trip, for the histogram's first point
 	rm := collect(t, reader)
 	const counter, upDown, histogram = "counter", "up-down counter", "histogram"
 	for _, tc := range []struct{ name, kind, unit string }{
@@ -120,12 +121,12 @@ func TestMeter(t *testing.T) {
 // histogram's included.
 func TestEachLimiterItsOwnFigures(t *testing.T) {
 	in, reader := newInstruments(t)
-	a, am := limiter(ratelimit.Options{Counter: ratelimit.CounterStore(&mapCounter{}), Limit: 10})
-	b, bm := limiter(ratelimit.Options{Counter: ratelimit.CounterStore(&mapCounter{}), Limit: 10})
+	a, am := metricstest.Limiter(ratelimit.Options{Counter: ratelimit.CounterStore(&metricstest.MapCounter{}), Limit: 10})
+	b, bm := metricstest.Limiter(ratelimit.Options{Counter: ratelimit.CounterStore(&metricstest.MapCounter{}), Limit: 10})
 	in.Add("a", am)
 	in.Add("b", bm)
-	take(a, 3)
-	take(b, 1)
+	metricstest.Take(a, 3)
+	metricstest.Take(b, 1)
 	rm := collect(t, reader)
 	got := sums(t, rm)
 	for name, n := range map[string]int64{"a": 3, "b": 1} {
@@ -143,9 +144,9 @@ func TestEachLimiterItsOwnFigures(t *testing.T) {
 // second Close does nothing.
 func TestClose(t *testing.T) {
 	in, reader := newInstruments(t)
-	l, m := limiter(ratelimit.Options{Counter: ratelimit.CounterStore(&mapCounter{}), Limit: 10})
+	l, m := metricstest.Limiter(ratelimit.Options{Counter: ratelimit.CounterStore(&metricstest.MapCounter{}), Limit: 10})
 	in.Add("global", m)
-	take(l, 1)
+	metricstest.Take(l, 1)
 	if _, ok := instrument(collect(t, reader), "ratelimit.decisions"); !ok {
 		t.Fatal("no ratelimit.decisions before Close")
 	}
@@ -154,7 +155,7 @@ func TestClose(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	take(l, 2)
+	metricstest.Take(l, 2)
 	rm := collect(t, reader)
 	if got := sums(t, rm); len(got) != 0 {
 		t.Errorf("after Close: %v, want nothing observed", got)
@@ -242,21 +243,6 @@ func TestFailedAddLeavesNothing(t *testing.T) {
 	}
 }
 
-// The attribute values are every value the library has: a new Decider
-// would otherwise go unexported.
-func TestDecidersAreEveryDecider(t *testing.T) {
-	seen := map[string]bool{}
-	for _, d := range deciders {
-		if d.String() == "invalid" || seen[d.String()] {
-			t.Errorf("Decider %q: invalid or listed twice", d)
-		}
-		seen[d.String()] = true
-	}
-	if next := ratelimit.Decider(len(deciders)); next.String() != "invalid" {
-		t.Errorf("Decider %q is not exported", next)
-	}
-}
-
 // Limiters and counters may be added while a reader collects (run with
 // -race).
 func TestConcurrentAdd(t *testing.T) {
@@ -264,10 +250,10 @@ func TestConcurrentAdd(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Go(func() {
-			l, m := limiter(ratelimit.Options{Limit: 1, Counter: ratelimit.CounterStore(&mapCounter{})})
+			l, m := metricstest.Limiter(ratelimit.Options{Limit: 1, Counter: ratelimit.CounterStore(&metricstest.MapCounter{})})
 			in.Add(fmt.Sprint("limiter ", i), m)
 			in.AddMemoryCounter(fmt.Sprint("counter ", i), ratelimit.NewMemoryCounter())
-			take(l, 2)
+			metricstest.Take(l, 2)
 			var rm metricdata.ResourceMetrics
 			if err := reader.Collect(context.Background(), &rm); err != nil {
 				t.Error(err)
