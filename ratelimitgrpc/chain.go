@@ -29,26 +29,30 @@ type callState struct {
 	header http.Header
 
 	mu sync.Mutex
-	// set sets header metadata on the call's stream; nil when there is no
+	// stream takes the call's header metadata; nil when there is no
 	// stream (an interceptor called directly, in a test).
-	set     func(metadata.MD) error
+	stream  headerSetter
 	flushed bool
 	// sent is the metadata the handler set, header and trailer, for
 	// CostAfter.
 	sent metadata.MD
 }
 
+// headerSetter is what sets a call's header metadata: its
+// grpc.ServerTransportStream, or its grpc.ServerStream.
+type headerSetter interface{ SetHeader(metadata.MD) error }
+
 // flush sets the fields the limiters wrote as the call's header metadata,
 // once.
 func (c *callState) flush() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.flushed || c.set == nil {
+	if c.flushed || c.stream == nil {
 		return
 	}
 	c.flushed = true
 	if len(c.header) > 0 {
-		_ = c.set(toMetadata(c.header)) // fails only once the call has ended
+		_ = c.stream.SetHeader(toMetadata(c.header)) // fails only once the call has ended
 	}
 }
 
@@ -72,9 +76,23 @@ func (c *callState) handlerMetadata() metadata.MD {
 func toMetadata(h http.Header) metadata.MD {
 	md := make(metadata.MD, len(h))
 	for k, v := range h {
-		md[strings.ToLower(k)] = v
+		md[lowerName(k)] = v
 	}
 	return md
+}
+
+// lowerNames holds the lower-case form of each field name the limiters
+// have written: a handful (see ratelimit.Decision.SetHeaders), lowered
+// once rather than on every call.
+var lowerNames sync.Map
+
+func lowerName(k string) string {
+	if v, ok := lowerNames.Load(k); ok {
+		return v.(string)
+	}
+	v := strings.ToLower(k)
+	lowerNames.Store(k, v)
+	return v
 }
 
 // link is one interceptor of this package on a call, linked to the one
@@ -82,9 +100,9 @@ func toMetadata(h http.Header) metadata.MD {
 type link struct {
 	prev *link
 	call *callState
-	// owner: the first of the call's interceptors, which made call and
-	// sends its header.
-	owner bool
+	// own is the call's state when l is its first interceptor: one
+	// allocation for both.
+	own callState
 	// refused: an interceptor after this one refused the call, or the
 	// stream, when it opened.
 	refused atomic.Bool
@@ -103,10 +121,15 @@ func join(ctx context.Context) (context.Context, *link) {
 	if prev != nil {
 		l.call = prev.call
 	} else {
-		l.call, l.owner = &callState{header: http.Header{}}, true
+		l.own.header = http.Header{}
+		l.call = &l.own
 	}
 	return context.WithValue(ctx, linkKey{}, l), l
 }
+
+// owner reports whether l is the first of its call's interceptors, which
+// made its callState and sends its header.
+func (l *link) owner() bool { return l.prev == nil }
 
 // refuseEarlier tells the call's interceptors before l that l refused
 // the call, or one of its stream's messages: each gives back what it
@@ -130,7 +153,7 @@ func (l *link) unaryOwner(ctx context.Context) context.Context {
 	if ts == nil {
 		return ctx
 	}
-	l.call.set = ts.SetHeader
+	l.call.stream = ts
 	return grpc.NewContextWithServerTransportStream(ctx, &transportStream{ServerTransportStream: ts, call: l.call})
 }
 
@@ -164,10 +187,10 @@ func (s *transportStream) SetTrailer(md metadata.MD) error {
 // the limiters' fields before the handler's first header or message, and
 // records what the handler sets.
 func (l *link) joinStream(ctx context.Context, ss grpc.ServerStream) grpc.ServerStream {
-	if !l.owner {
+	if !l.owner() {
 		return &contextStream{ServerStream: ss, ctx: ctx}
 	}
-	l.call.set = ss.SetHeader
+	l.call.stream = ss
 	if ts := grpc.ServerTransportStreamFromContext(ctx); ts != nil {
 		ctx = grpc.NewContextWithServerTransportStream(ctx, &transportStream{ServerTransportStream: ts, call: l.call})
 	}

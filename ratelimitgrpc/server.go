@@ -62,6 +62,18 @@ type call struct {
 	resp  any
 	err   error
 	state *callState
+	// stream is the call's stream; nil for a unary call, whose trailer
+	// is set through its context.
+	stream grpc.ServerStream
+}
+
+// setTrailer sets md as c's trailer metadata.
+func (c *call) setTrailer(md metadata.MD) {
+	if c.stream != nil {
+		c.stream.SetTrailer(md)
+		return
+	}
+	_ = grpc.SetTrailer(c.ctx, md) // fails only without a stream (an interceptor called directly)
 }
 
 func newServer(lim *ratelimit.Limiter, cfg Config, who string) *server {
@@ -106,12 +118,12 @@ func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 		return handler(ctx, req)
 	}
 	ctx, l := join(ctx)
-	if l.owner {
+	if l.owner() {
 		ctx = l.unaryOwner(ctx)
 		defer l.call.flush()
 	}
 	c := call{ctx: ctx, method: info.FullMethod, req: req, state: l.call}
-	d, refused := s.decide(&c, l, func(md metadata.MD) { _ = grpc.SetTrailer(ctx, md) })
+	d, refused := s.decide(&c, l)
 	if refused != nil {
 		return nil, refused
 	}
@@ -133,14 +145,14 @@ func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	}
 	ctx, l := join(ss.Context())
 	ss = l.joinStream(ctx, ss)
-	if l.owner {
+	if l.owner() {
 		defer l.call.flush()
 	}
 	if s.perMessage {
 		return s.perMessageStream(srv, ss, l, info.FullMethod, handler)
 	}
-	c := call{ctx: ss.Context(), method: info.FullMethod, state: l.call}
-	d, refused := s.decide(&c, l, ss.SetTrailer)
+	c := call{ctx: ss.Context(), method: info.FullMethod, state: l.call, stream: ss}
+	d, refused := s.decide(&c, l)
 	if refused != nil {
 		return refused
 	}
@@ -158,11 +170,11 @@ func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 
 // decide decides c, the call of l, and writes the decision's fields into
 // the call's header. It returns the error a refused call is answered
-// with, having told the interceptors before l; setTrailer sets the
-// refusal's trailer. A call whose context is done is answered with its
+// with, having told the interceptors before l, and sets the refusal's
+// trailer. A call whose context is done is answered with its
 // context's status and spends nothing: its client is gone, or its
 // deadline has passed, so that no answer reaches it.
-func (s *server) decide(c *call, l *link, setTrailer func(metadata.MD)) (ratelimit.Decision, error) {
+func (s *server) decide(c *call, l *link) (ratelimit.Decision, error) {
 	if c.ctx.Err() != nil {
 		// A MemoryCounter decides whatever the context says: it is not
 		// asked.
@@ -179,17 +191,17 @@ func (s *server) decide(c *call, l *link, setTrailer func(metadata.MD)) (ratelim
 		return d, nil
 	}
 	l.refuseEarlier(false)
-	return d, s.refuse(c, &d, setTrailer, false)
+	return d, s.refuse(c, &d, false)
 }
 
 // refuse returns the error that the call c, refused by d, is answered
 // with, and sets its trailer: the pushback, and, for a stream's message,
 // d's fields.
-func (s *server) refuse(c *call, d *ratelimit.Decision, setTrailer func(metadata.MD), message bool) error {
+func (s *server) refuse(c *call, d *ratelimit.Decision, message bool) error {
 	if d.By == ratelimit.ByNone {
 		return errUnavailable
 	}
-	setTrailer(refusalTrailer(d, message))
+	c.setTrailer(refusalTrailer(d, message))
 	if s.limitReached != nil {
 		if err := s.limitReached(c.ctx, c.method, *d); err != nil {
 			return err

@@ -52,7 +52,7 @@ func (w *messageStream) RecvMsg(m any) error {
 	if err := w.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	c := call{ctx: w.Context(), method: w.method, req: m, state: w.l.call}
+	c := call{ctx: w.Context(), method: w.method, req: m, state: w.l.call, stream: w.ServerStream}
 	if c.ctx.Err() != nil {
 		w.end(contextStatus(c.ctx, nil))
 		return w.refusal
@@ -65,7 +65,7 @@ func (w *messageStream) RecvMsg(m any) error {
 		w.last, w.decided, w.took = d, true, true
 		return nil
 	default:
-		w.end(w.s.refuse(&c, &d, w.ServerStream.SetTrailer, true))
+		w.end(w.s.refuse(&c, &d, true))
 	}
 	return w.refusal
 }
