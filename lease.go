@@ -147,20 +147,17 @@ func (s *leaseStore) Take(ctx context.Context, r *store.Request, res *store.Resu
 // refused decides r, which the store refused into res (err: it failed),
 // from its tenant's block e (nil: the one of r's key, hot since) when
 // units came into it while r was on its way, or by the store once more
-// when units of an idle block were on their way back to it or got there
-// after gives, what e said of its give-backs when r was sent (see
-// lease.Entry.Refused).
+// when an idle block's units were on their way back to it, or got there
+// after gives, e's give-backs when r was sent (see lease.Entry.Refused).
 func (s *leaseStore) refused(ctx context.Context, e *lease.Entry[leaseReq], gives uint64, r *store.Request, res *store.Result, err error) error {
 	if err != nil || res.Allowed || res.Counted { // (a transaction's refusal stays counted)
 		return err
 	}
 	if e == nil {
-		// Cold when r was sent: only a give-back still in flight
-		// makes it ask again.
 		if e = s.table.Lookup(r.Key); e == nil {
 			return nil
 		}
-		gives = e.Gives()
+		gives = e.Gives() // cold when sent: only a give-back in flight counts
 	}
 	ls, n := window.Limits(r.Budget)
 	st, again := e.Refused(r.Now.UnixNano(), r.Cost, ls[:n], gives, ctx.Done())

@@ -112,11 +112,10 @@ var latencyBuckets = [...]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, 
 
 // MetricsSnapshot is a reading of Metrics. The counts only grow.
 type MetricsSnapshot struct {
-	// Every decision, by outcome and decider: every pair of the two,
-	// those that counted none too, in the same order at every reading
-	// (outcome by outcome as listed here, each by decider in Decider's
-	// order), so that an exporter reports each pair from the start. The
-	// outcomes are "allowed", "limited" (over the budget: 429),
+	// Every decision, by outcome and decider: every pair, those that
+	// counted none too, always in one order (outcome by outcome as listed
+	// here, each by decider in Decider's order). The outcomes are
+	// "allowed", "limited" (over the budget: 429),
 	// "shadow-limited" (would have been refused, let through by
 	// Options.Shadow), "failed-open" (let through: nothing could count
 	// it) and "failed-closed" (refused with 503: nothing could count it,
