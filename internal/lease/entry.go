@@ -102,37 +102,43 @@ func (e *Entry[R]) Gives() uint64 {
 // way left units in it. The store counted nothing of a refused request,
 // so spending from the block is exact, and a unit this replica holds is
 // not left to expire beside a refusal. It waits, until done is closed,
-// for a claim in flight, then spends from its block; or for the give-back
-// of an idle block, after which again says to ask the store once more:
-// it holds those units again. again says so at once when a give-back
-// has ended since the request was sent, when gives had ended (its units
-// may have reached the store after the refusal). None of those: the
-// refusal stands.
+// for a claim in flight, then spends from its block. Failing that, again
+// says to ask the store once more when an idle block's units went back
+// to it after gives, the give-backs ended when the request was sent (they
+// may have reached it after the refusal), or once a give-back in flight
+// ends. None of those: the refusal stands.
 func (e *Entry[R]) Refused(now, cost int64, ls []window.Limit, gives uint64, done <-chan struct{}) (st Step, again bool) {
 	e.mu.Lock()
-	st, claiming, giving, given := e.spend(now, cost, ls), e.claiming, e.giving, e.gives != gives
+	st, claiming := e.spend(now, cost, ls), e.claiming
 	e.mu.Unlock()
-	if !st.Spent && claiming == nil && given {
-		return st, true
+	if claiming != nil && !st.Spent {
+		select {
+		case <-claiming:
+		case <-done:
+			return Step{}, false
+		}
+		e.mu.Lock()
+		st = e.spend(now, cost, ls)
+		e.mu.Unlock()
 	}
-	wait := claiming
-	if wait == nil {
-		wait = giving
-	}
-	if st.Spent || wait == nil {
+	if st.Spent {
 		return st, false
 	}
+	e.mu.Lock()
+	giving, given := e.giving, e.gives != gives
+	e.mu.Unlock()
+	switch {
+	case given:
+		return Step{}, true
+	case giving == nil:
+		return Step{}, false
+	}
 	select {
-	case <-wait:
+	case <-giving:
+		return Step{}, true
 	case <-done:
 		return Step{}, false
 	}
-	if claiming == nil {
-		return Step{}, true
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.spend(now, cost, ls), false
 }
 
 // spend decides a request of cost at now from the block, if it holds the
