@@ -28,8 +28,11 @@ import (
 // since the store's contract (Store, Request, Answer, StoreInfo and their
 // methods) lives in package store, CounterStore being the root's one new
 // name; 83 since Metrics.OnRoundTrip hands each round trip to a histogram
-// of another library (OpenTelemetry's, in the ratelimitotel module).
-const maxExportedNames = 83
+// of another library (OpenTelemetry's, in the ratelimitotel module); 84
+// since Limiter.GiveBack returns units without their Decision, which a
+// request of another process cannot carry (Envoy's negative hits, in the
+// envoyrls module).
+const maxExportedNames = 84
 
 // parsePackage parses the package's own files, its tests left out, with
 // their comments.
@@ -124,9 +127,10 @@ func TestExportedNames(t *testing.T) {
 // sequence, Middleware, that other modules build on (middleware.go), and
 // 6,080 since the seam's types live in a package of their own, store, as
 // database/sql/driver's do, and 6,094 since a Metrics hands each round
-// trip to a histogram of another library (Metrics.OnRoundTrip).
+// trip to a histogram of another library (Metrics.OnRoundTrip), and
+// 6,170 since Limiter.GiveBack gives back without a Decision (giveback.go).
 func TestFileSizes(t *testing.T) {
-	const maxLines, maxRoot = 500, 6094
+	const maxLines, maxRoot = 500, 6170
 	root := 0
 	err := filepath.WalkDir(".", func(path string, e os.DirEntry, err error) error {
 		if err != nil {

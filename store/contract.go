@@ -49,7 +49,9 @@ type Store interface {
 	// The caller makes res.Counts long enough for them.
 	//
 	// A Take of Cost 0 reads. It reports the counts as they stand, with
-	// Allowed and each Fits true. It changes nothing, not even slots whose
+	// Allowed and each Fits true, and each Mark naming the window that
+	// runs, as a Take's does, so that Give finds it (Limiter.GiveBack);
+	// NoWindow where none runs. It changes nothing, not even slots whose
 	// lease has ended.
 	//
 	// Requests read the limiter's clock before they reach the store, so

@@ -35,6 +35,8 @@ var cases = []testCase{
 	{"a request that read the clock early is counted in the window a later one opened", store.SlidingWindows | store.Calendars, lateArrival},
 	{"a give-back returns the cost in the window it was taken in only", store.GiveBack | store.Costs | store.SlidingWindows, giveBackSameWindow},
 	{"a give-back with quotas returns the cost in every limit", store.GiveBack | store.Costs | store.Quotas | store.Calendars, giveBackQuotas},
+	{"a read's marks name the windows that run, for a give-back",
+		store.GiveBack | store.Costs | store.SlidingWindows | store.Quotas | store.Calendars, giveBackAfterRead},
 	{"a give-back takes no count below zero", store.GiveBack | store.Costs, giveBackFloor},
 	{"a give-back of a negative cost charges it, past the limit, in the windows it was taken in only",
 		store.GiveBack | store.Costs | store.SlidingWindows | store.Quotas | store.Calendars, giveNegativeCharges},

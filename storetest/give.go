@@ -29,6 +29,34 @@ func giveBackSameWindow(s *subject) {
 	s.expect("a sliding window after giving 2 back", s.read(sl), true, 0)
 }
 
+// giveBackAfterRead: a read's marks name the windows that run, so that a
+// give-back without the Take that counted (Limiter.GiveBack) finds them,
+// in every limit; and a window that starts after the read is left alone.
+func giveBackAfterRead(s *subject) {
+	quotas := []store.Quota{{Name: "q", Limit: 50, Window: time.Minute}, {Name: "day", Limit: 100, Calendar: store.Day}}
+	r := s.req(tenant(s.t, "give-read"), store.FixedWindow, 5, 10, time.Minute, quotas...)
+	s.take(r)
+	read := s.read(r)
+	r.Cost = 3
+	s.give(r, read)
+	s.expect("3 given back by a read's marks", s.read(r), true, 2, 2, 2)
+
+	sl := s.req(tenant(s.t, "give-read-sliding"), store.SlidingWindow, 4, 10, time.Minute)
+	s.take(sl)
+	read = s.read(sl)
+	sl.Cost = 4
+	s.give(sl, read)
+	s.expect("a sliding window given 4 back by a read's marks", s.read(sl), true, 0)
+
+	f := s.req(tenant(s.t, "give-read-ended"), store.FixedWindow, 3, 10, w)
+	s.take(f)
+	read = s.read(f)
+	s.advance(w + 50*time.Millisecond)
+	s.take(f)
+	s.give(f, read)
+	s.expect("a give-back by the marks of a read of the window before", s.read(f), true, 3)
+}
+
 func giveBackQuotas(s *subject) {
 	quotas := []store.Quota{{Name: "q", Limit: 50, Window: time.Minute}, {Name: "day", Limit: 100, Calendar: store.Day}}
 	r := s.req(tenant(s.t, "give-quotas"), store.FixedWindow, 4, 10, time.Minute, quotas...)

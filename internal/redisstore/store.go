@@ -246,6 +246,7 @@ func (s *Store) Read(ctx context.Context, key string, r *store.Request, res *sto
 		return err
 	}
 	res.Allowed, res.Expired, res.Counted = true, 0, false
+	now := monoNow()
 	for j := range n {
 		a, b, count := vals[3*j], vals[3*j+1], vals[3*j+2]
 		st := store.Count{N: count, Fits: true, Length: msWindow(ls[j].Window)}
@@ -256,12 +257,15 @@ func (s *Store) Read(ctx context.Context, key string, r *store.Request, res *sto
 			st.Left = ls[j].Window
 		case ls[j].Calendar != 0:
 			st.Left, st.Length = msDuration(a), msDuration(b)
+			st.Mark = now + int64(st.Left)
 		case ls[j].Kind == store.SlidingWindow:
 			st.Left, st.Prev = st.Length-msDuration(a), b
+			st.Mark = now - msDuration(a).Nanoseconds()
 		case a > 0:
 			st.Left = msDuration(a)
+			st.Mark = now + int64(st.Left)
 		default: // no window runs (-2), or a count without an expiry (-1), which the next request mends
-			st.Left = ls[j].Window
+			st.Left, st.Mark = ls[j].Window, store.NoWindow
 		}
 		res.Counts[j] = st
 	}
