@@ -48,7 +48,7 @@ func (l *Limiter) GiveBack(ctx context.Context, tenant string, n int) error {
 		r.Deadline, _ = ctx.Deadline()
 		err = l.store.Take(ctx, &r.Request, res)
 	} else {
-		err = l.call(ctx, r, res, l.readBy)
+		err = l.call(ctx, r, res, l.store.Take)
 	}
 	if err != nil {
 		return fmt.Errorf("ratelimit: GiveBack: reading tenant %s: %w", logTenant(tenant), err)
@@ -58,15 +58,4 @@ func (l *Limiter) GiveBack(ctx context.Context, tenant string, n int) error {
 		d.marks[j] = res.Counts[j].Mark
 	}
 	return l.Settle(ctx, d, 0)
-}
-
-// readBy reads r into res from Options.Counter by r.Deadline: a read of
-// Redis leaves the batches and heeds its context alone.
-func (l *Limiter) readBy(ctx context.Context, r *store.Request, res *store.Result) error {
-	if !r.Deadline.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, r.Deadline)
-		defer cancel()
-	}
-	return l.store.Take(ctx, r, res)
 }

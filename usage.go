@@ -68,7 +68,9 @@ func (u Usage) MarshalJSON() ([]byte, error) {
 // the main one first, then its quotas in order. It spends nothing: it is
 // one read of the store (a Take of cost 0; one script call on Redis). A
 // request without a tenant is tenant "". It needs a store that decides
-// costs (not a CounterStore), and waits for it as ctx lets it.
+// costs (not a CounterStore). It waits for the store as ctx lets it, and
+// as a request does: at most Options.StoreTimeout, and not at all while
+// the breaker is open, when it returns the breaker's error.
 func (l *Limiter) Usage(ctx context.Context, tenant string) ([]Usage, error) {
 	r, err := l.tenantRequest(ctx, tenant)
 	if err != nil {
@@ -80,7 +82,12 @@ func (l *Limiter) Usage(ctx context.Context, tenant string) ([]Usage, error) {
 	}
 	r.Cost = 0
 	res := r.result()
-	if err := l.store.Take(ctx, &r.Request, res); err != nil {
+	if l.info.Local {
+		err = l.store.Take(ctx, &r.Request, res)
+	} else {
+		err = l.call(ctx, r, res, l.store.Take)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("ratelimit: usage of tenant %s: %w", logTenant(tenant), err)
 	}
 	ls, n := window.Limits(r.Budget)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Usage encodes to JSON as a gateway answers it: lower-case keys, and the
@@ -53,5 +55,27 @@ func TestUsageWithNothingCountedResetsAtZero(t *testing.T) {
 				check("after its only request was given back")
 			})
 		})
+	}
+}
+
+// Usage and GiveBack on a server that never answers give up at
+// StoreTimeout, as a request does (the client's read timeout is seconds),
+// and once the breaker opens they are refused at once. The bound has
+// generous slack: what it tells apart is 50 ms from go-redis's 3 s.
+func TestReadsGiveUpAtStoreTimeout(t *testing.T) {
+	hole := startBlackHole(t)
+	rdb := redis.NewClient(&redis.Options{Addr: hole.addr(), MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	const timeout = 50 * time.Millisecond
+	lim := NewLimiter(Options{Limit: 5, Window: time.Minute, Counter: NewRedisCounter(rdb), StoreTimeout: timeout,
+		BreakerFailures: 3, Logger: newLogRecorder().logger()})
+	ctx := context.Background()
+	for i := range 6 {
+		start := time.Now()
+		_, uerr := lim.Usage(ctx, "t")
+		gerr := lim.GiveBack(ctx, "t", 1)
+		if took := time.Since(start); uerr == nil || gerr == nil || took > 10*(2*timeout)+time.Second {
+			t.Fatalf("call %d on a black hole: Usage %v, GiveBack %v, in %v; want two errors within StoreTimeout each", i+1, uerr, gerr, took)
+		}
 	}
 }

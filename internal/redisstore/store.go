@@ -234,10 +234,11 @@ func (s *Store) send(ctx context.Context, key string, r *store.Request, x *opArg
 }
 
 // Read fills in res with what key holds of r's limits, changing nothing,
-// in one script call outside any batch, as an operator's call: ctx alone
-// bounds it.
+// in one script call outside any batch. ctx bounds it, and so does r.Wait()
+// when positive: the read is left to finish on its own then, as a batch's
+// caller leaves, and Read returns errTimedOut.
 func (s *Store) Read(ctx context.Context, key string, r *store.Request, res *store.Result) error {
-	vals, err := s.eval(ctx, key, limitArgs("U", r))
+	vals, err := s.evalWithin(ctx, key, limitArgs("U", r), r.Wait())
 	ls, n := window.Limits(r.Budget)
 	if err == nil && len(vals) != 3*n {
 		err = fmt.Errorf("the script returned %d values for %d limits", len(vals), n)
@@ -303,6 +304,34 @@ func limitArgs(kind string, r *store.Request) []any {
 // digest, or with its body when the server does not have it yet. A server
 // that cannot be reached fails it at once, with the dial's error, as it
 // fails a round trip.
+// evalWithin is eval, given up after wait when it is positive: the client
+// of the user's options may wait on a silent server far longer (its read
+// timeout) than the caller may.
+func (s *Store) evalWithin(ctx context.Context, key string, args []any, wait time.Duration) ([]int64, error) {
+	if wait <= 0 {
+		return s.eval(ctx, key, args)
+	}
+	type answer struct {
+		vals []int64
+		err  error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		vals, err := s.eval(ctx, key, args)
+		done <- answer{vals, err}
+	}()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case a := <-done:
+		return a.vals, a.err
+	case <-t.C:
+		return nil, errTimedOut
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
 func (s *Store) eval(ctx context.Context, key string, args []any) ([]int64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
