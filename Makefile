@@ -13,7 +13,7 @@ FUZZTIME ?= 300000x
 # neither rots unseen. examples/gateway is part of the library's module
 # (lint checks it there); the other examples, its OpenTelemetry variant
 # (examples/gateway/otel) included, are modules of their own.
-MODULES = fiberv3 prometheus ratelimitgrpc ratelimitotel
+MODULES = fiberv3 prometheus ratelimitgrpc ratelimitotel envoyrls
 EXAMPLE_MODULES = examples/fiberv3 examples/nethttp examples/quickstart examples/gateway/otel
 EXAMPLES = examples/gateway examples/outbound $(EXAMPLE_MODULES)
 
@@ -97,7 +97,7 @@ else
 endif
 
 # The library's tests (unit, Redis, cluster, chaos) and those of the
-# modules that run on Redis (Fiber v3, gRPC) once on each of TEST_SERVERS, fetched into REDIS_SERVERS_DIR,
+# modules that run on Redis (Fiber v3, gRPC, the Envoy service) once on each of TEST_SERVERS, fetched into REDIS_SERVERS_DIR,
 # each first on PATH in its turn. TEST_REDIS_URL and
 # TEST_REDIS_CLUSTER_ADDRS are ignored here: every run starts its own
 # servers. Fails if any run fails, after running all, each run listing its
@@ -109,7 +109,7 @@ test-servers:
 		bin="$(servers_dir)/$$name/bin"; \
 		echo "test-servers: $$name: $$("$$bin/redis-server" --version)"; \
 		PATH="$$bin:$$PATH" RATELIMIT_REQUIRE_REDIS=1 env -u TEST_REDIS_URL -u TEST_REDIS_CLUSTER_ADDRS \
-			MODULES="fiberv3 ratelimitgrpc" ./scripts/test-modules.sh -race -count=1 || failed="$$failed $$name"; \
+			MODULES="fiberv3 ratelimitgrpc envoyrls" ./scripts/test-modules.sh -race -count=1 || failed="$$failed $$name"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "test-servers: failed on$$failed" >&2; exit 1; fi; \
 	echo "test-servers: passed on $(TEST_SERVERS)"
