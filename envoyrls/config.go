@@ -245,18 +245,35 @@ func checkWhole(n *yaml.Node) error {
 // read by ParseConfig, with its path as its name. A directory without
 // such files holds no configuration, which is not an error.
 func LoadConfig(path string) ([]Config, error) {
+	files, err := configFiles(path)
+	if err != nil {
+		return nil, err
+	}
+	var cfgs []Config
+	for _, f := range files {
+		c, err := loadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		cfgs = append(cfgs, c...)
+	}
+	return cfgs, nil
+}
+
+// configFiles lists the files that LoadConfig reads at path, in order.
+func configFiles(path string) ([]string, error) {
 	info, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("envoyrls: %w", err)
 	}
 	if !info.IsDir() {
-		return loadFile(path)
+		return []string{path}, nil
 	}
 	entries, err := os.ReadDir(path) // sorted by name
 	if err != nil {
 		return nil, fmt.Errorf("envoyrls: %w", err)
 	}
-	var cfgs []Config
+	var files []string
 	for _, e := range entries {
 		n := e.Name()
 		if strings.HasPrefix(n, ".") || !(strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
@@ -267,16 +284,11 @@ func LoadConfig(path string) ([]Config, error) {
 		if err != nil {
 			return nil, fmt.Errorf("envoyrls: %w", err)
 		}
-		if !fi.Mode().IsRegular() {
-			continue
+		if fi.Mode().IsRegular() {
+			files = append(files, file)
 		}
-		c, err := loadFile(file)
-		if err != nil {
-			return nil, err
-		}
-		cfgs = append(cfgs, c...)
 	}
-	return cfgs, nil
+	return files, nil
 }
 
 // loadFile reads the file at path by ParseConfig.

@@ -71,11 +71,18 @@ func load(t testing.TB, srv *envoyrls.Server, yaml string) {
 	}
 }
 
-// writeFile writes content to a file of dir, and returns its path.
+// writeFile writes content to a file of dir, and returns its path. It
+// writes a file beside it and renames it, as a deploy swaps a file: a
+// watcher that reads the file meanwhile reads the old content or the
+// new, never a part.
 func writeFile(t testing.TB, dir, name, content string) string {
 	t.Helper()
 	path := filepath.Join(dir, name)
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+	tmp := filepath.Join(dir, "."+name+".tmp")
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
 	return path

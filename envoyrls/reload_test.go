@@ -124,6 +124,11 @@ func TestWatchReloadsTheFile(t *testing.T) {
 	if !strings.Contains(log.String(), "rate_limt") {
 		t.Errorf("the log does not name the unknown field: %s", log.String())
 	}
+	// The same bad content is said once, however many times it is read.
+	time.Sleep(20 * 10 * time.Millisecond)
+	if n := strings.Count(log.String(), "does not load"); n != 1 {
+		t.Errorf("the bad file was logged %d times in 20 intervals, want once: %s", n, log.String())
+	}
 	expectCodes(t, ask(t, c, "api", desc("plan", "free")), "OVER_LIMIT OVER_LIMIT")
 	expectCodes(t, ask(t, c, "api", desc("user", "lee")), "OK OK")
 
