@@ -8,7 +8,9 @@
 // Without -redis it counts in memory, for this process alone: enough to
 // try it on a laptop. It serves gRPC on -listen (the RateLimitService and
 // the gRPC health service, under "" and "ratelimit"), and Prometheus'
-// /metrics and /healthcheck over HTTP on -metrics. It reloads -config
+// /metrics and /healthcheck over HTTP on -metrics. While Redis fails,
+// each replica decides in its own memory at each rule's limits
+// (-fallback=false fails open instead). It reloads -config
 // when the file (or a file of the directory) changes; a configuration
 // that does not load leaves the running one in place, and the log says
 // why. See docs/envoy.md.
@@ -19,6 +21,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -40,7 +43,9 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stderr, nil); err != nil {
 		fmt.Fprintln(os.Stderr, "ratelimit-rls:", err)
 		os.Exit(1)
 	}
@@ -63,7 +68,7 @@ func parse(args []string) (flags, error) {
 	fs.DurationVar(&f.storeTimeout, "store-timeout", 15*time.Millisecond, "the most a call waits for the store; Envoy's filter waits 20ms by default")
 	fs.DurationVar(&f.reload, "reload-interval", time.Second, "how often the configuration is read again to see whether it changed")
 	fs.BoolVar(&f.failClosed, "fail-closed", false, "answer OVER_LIMIT when the store fails, instead of OK")
-	fs.BoolVar(&f.fallback, "fallback", false, "decide in this process's memory, at each rule's limits, while the store fails")
+	fs.BoolVar(&f.fallback, "fallback", true, "while the store fails, decide in this process's memory at each rule's limits (each replica apart); -fallback=false fails open, as envoyproxy/ratelimit does")
 	fs.BoolVar(&f.headers, "headers", false, "add the RateLimit-Policy and RateLimit fields to every answer's response_headers_to_add")
 	if err := fs.Parse(args); err != nil {
 		return f, err
@@ -77,14 +82,15 @@ func parse(args []string) (flags, error) {
 	return f, nil
 }
 
-func run(args []string) error {
+// run runs the service until ctx ends: then it stops serving, letting
+// the calls under way finish. It logs to logw, and sends the addresses it
+// listens on (gRPC, then metrics when served) to ready when not nil.
+func run(ctx context.Context, args []string, logw io.Writer, ready chan<- net.Addr) error {
 	f, err := parse(args)
 	if err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	logger := slog.New(slog.NewTextHandler(logw, nil))
 
 	collector := ratelimitprom.NewCollector()
 	opts := envoyrls.Options{
@@ -110,7 +116,7 @@ func run(args []string) error {
 		}
 		cancel()
 	}
-	if f.fallback {
+	if f.fallback && f.redisURL != "" { // memory does not fail
 		fb := ratelimit.NewMemoryCounter()
 		defer fb.Close()
 		opts.Fallback = fb
@@ -134,6 +140,7 @@ func run(args []string) error {
 	errc := make(chan error, 2)
 	go func() { errc <- g.Serve(ln) }()
 	var hsrv *http.Server
+	var metricsAddr net.Addr
 	if f.metrics != "" {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collector, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -148,6 +155,13 @@ func run(args []string) error {
 		}
 		go func() { errc <- hsrv.Serve(mln) }()
 		logger.Info("ratelimit-rls: metrics", slog.String("addr", mln.Addr().String()))
+		metricsAddr = mln.Addr()
+	}
+	if ready != nil {
+		ready <- ln.Addr()
+		if metricsAddr != nil {
+			ready <- metricsAddr
+		}
 	}
 	logger.Info("ratelimit-rls: serving", slog.String("grpc", ln.Addr().String()), slog.String("config", f.config),
 		slog.String("store", storeName(f.redisURL)))
