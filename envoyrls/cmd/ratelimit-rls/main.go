@@ -6,7 +6,9 @@
 //	ratelimit-rls -config ratelimit.yaml -redis redis://127.0.0.1:6379/0
 //
 // Without -redis it counts in memory, for this process alone: enough to
-// try it on a laptop. It serves gRPC on -listen (the RateLimitService and
+// try it on a laptop, with the example beside this file:
+//
+//	go run ./cmd/ratelimit-rls -config cmd/ratelimit-rls/example.yaml It serves gRPC on -listen (the RateLimitService and
 // the gRPC health service, under "" and "ratelimit"), and Prometheus'
 // /metrics and /healthcheck over HTTP on -metrics. While Redis fails,
 // each replica decides in its own memory at each rule's limits

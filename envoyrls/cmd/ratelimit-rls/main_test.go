@@ -203,3 +203,27 @@ func TestCommandRefusesBadStarts(t *testing.T) {
 		}
 	}
 }
+
+// The example configuration that the command's doc and docs/envoy.md
+// name loads.
+func TestExampleConfigLoads(t *testing.T) {
+	conn, _, _, _, _ := start(t, mustRead(t, "example.yaml"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
+		Domain:      "api",
+		Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: "acme"}}}},
+	})
+	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].GetCurrentLimit().GetRequestsPerUnit() != 10 {
+		t.Fatalf("a tenant of the example: %v %v, want OK by the limit of 10 a second", resp, err)
+	}
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
