@@ -1,41 +1,22 @@
 package ratelimit
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
+	"github.com/gatewaykit/ratelimit/internal/testkit/syncbuf"
 	"io"
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
 )
 
-// A tenant ID in a log line stays one quoted value, whatever it holds, and
-// a long one is cut.
-
-// syncBuffer is a log sink that tests read while handlers may write. Only
-// TestLogLinesCannotBeForged reads text, as what it checks is the text that
-// slog's handlers write; the other tests read a logRecorder.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) lines() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s := strings.TrimSpace(b.buf.String())
+// logLines are the lines written to b.
+func logLines(b *syncbuf.Buffer) []string {
+	s := strings.TrimSpace(b.String())
 	if s == "" {
 		return nil
 	}
@@ -82,14 +63,14 @@ func TestLogLinesCannotBeForged(t *testing.T) {
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			var logs syncBuffer
+			var logs syncbuf.Buffer
 			app := newApp(RateLimitShared(Config{
 				Counter: CounterStore(&fakeCounter{err: errors.New("dial tcp 10.0.0.7:6379: refused")}), Limit: 1, Window: time.Minute,
 				Logger: slog.New(tt.handler(&logs)),
 				Tenant: func(*fiber.Ctx) (string, bool) { return forged, true },
 			}), nil)
 			get(t, app, "")
-			lines := logs.lines()
+			lines := logLines(&logs)
 			if len(lines) != 1 {
 				t.Fatalf("one failure wrote %d lines, want 1:\n%s", len(lines), strings.Join(lines, "\n"))
 			}

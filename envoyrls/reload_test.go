@@ -1,11 +1,10 @@
 package envoyrls_test
 
 import (
-	"bytes"
 	"context"
+	"github.com/gatewaykit/ratelimit/internal/testkit/syncbuf"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -62,28 +61,10 @@ func TestLoadKeepsTheCountsOnRedis(t *testing.T) {
 	expectCodes(t, ask(t, cb, "api", desc("user", user)), "OVER_LIMIT OVER_LIMIT") // 3 of its 3
 }
 
-// syncBuffer is a log that a test reads while the server writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // Watch reloads the file when it changes; a file that does not parse
 // leaves the running configuration deciding, and the log says why.
 func TestWatchReloadsTheFile(t *testing.T) {
-	var log syncBuffer
+	var log syncbuf.Buffer
 	srv := envoyrls.NewServer(envoyrls.Options{Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	t.Cleanup(func() { srv.Close() })
 	path := writeFile(t, t.TempDir(), "rules.yaml", perMinute)

@@ -8,14 +8,15 @@
 // Without -redis it counts in memory, for this process alone: enough to
 // try it on a laptop, with the example beside this file:
 //
-//	go run ./cmd/ratelimit-rls -config cmd/ratelimit-rls/example.yaml It serves gRPC on -listen (the RateLimitService and
-// the gRPC health service, under "" and "ratelimit"), and Prometheus'
-// /metrics and /healthcheck over HTTP on -metrics. While Redis fails,
-// each replica decides in its own memory at each rule's limits
-// (-fallback=false fails open instead). It reloads -config
-// when the file (or a file of the directory) changes; a configuration
-// that does not load leaves the running one in place, and the log says
-// why. See docs/envoy.md.
+//	go run ./cmd/ratelimit-rls -config cmd/ratelimit-rls/example.yaml
+//
+// It serves gRPC on -listen (the RateLimitService and the gRPC health
+// service, under "" and "ratelimit"), and Prometheus' /metrics and
+// /healthcheck over HTTP on -metrics. While Redis fails, each replica
+// decides in its own memory at each rule's limits (-fallback=false fails
+// open instead). It reloads -config when the file (or a file of the
+// directory) changes; a configuration that does not load leaves the
+// running one in place, and the log says why. See docs/envoy.md.
 package main
 
 import (

@@ -1,15 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
+	"github.com/gatewaykit/ratelimit/internal/testkit/syncbuf"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,29 +30,11 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 2}
 `
 
-// syncBuffer is the command's log, read while it writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // start runs the command with args and a configuration of rules, and
 // returns a client of its gRPC address, its metrics address, its log,
 // the configuration's path, and a function that stops it and returns
 // what run returned.
-func start(t *testing.T, rules string, args ...string) (*grpc.ClientConn, net.Addr, *syncBuffer, string, func() error) {
+func start(t *testing.T, rules string, args ...string) (*grpc.ClientConn, net.Addr, *syncbuf.Buffer, string, func() error) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	if err := os.WriteFile(path, []byte(rules), 0o644); err != nil {
@@ -62,7 +43,7 @@ func start(t *testing.T, rules string, args ...string) (*grpc.ClientConn, net.Ad
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan net.Addr, 2)
 	done := make(chan error, 1)
-	var log syncBuffer
+	var log syncbuf.Buffer
 	args = append([]string{"-config", path, "-listen", "127.0.0.1:0", "-metrics", "127.0.0.1:0", "-reload-interval", "10ms"}, args...)
 	go func() { done <- run(ctx, args, &log, ready) }()
 	var grpcAddr, metricsAddr net.Addr

@@ -5,6 +5,7 @@ package doortest
 
 import (
 	"fmt"
+	"github.com/gatewaykit/ratelimit/internal/testkit/syncbuf"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -68,7 +69,7 @@ var costCases = []tableCase{
 	}},
 	{"CostAfter below 0 is logged, and the cost stands", func(r *run) {
 		o := r.opts(2)
-		var logs syncBuffer
+		var logs syncbuf.Buffer
 		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 		send := r.serve(Settings{Options: o, CostAfter: CostOf})
 		r.expect("reports -5", send(request{tenant: "acme", after: "-5"}), 200, map[string]string{"X-RateLimit-Remaining": "1"})
@@ -82,7 +83,7 @@ var costCases = []tableCase{
 		// A request that cost nothing (an upstream that served it from
 		// its cache) is settled at 0: given back, as Release gives it.
 		o := r.opts(2)
-		var logs syncBuffer
+		var logs syncbuf.Buffer
 		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 		send := r.serve(Settings{Options: o, CostAfter: CostOf})
 		r.expect("reports 0", send(request{tenant: "acme", after: "0"}), 200, map[string]string{"X-RateLimit-Remaining": "1"})
