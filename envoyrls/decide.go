@@ -2,6 +2,7 @@ package envoyrls
 
 import (
 	"context"
+	"log/slog"
 	"math"
 	"sync"
 	"time"
@@ -60,6 +61,10 @@ func newCall(s *Server, req *rlsv3.RateLimitRequest) *call {
 		d.r, d.tenant = rs.match(req.Domain, pd.GetEntries())
 		if d.r == nil {
 			continue
+		}
+		if pd.GetLimit() != nil {
+			s.logLimited(slog.LevelWarn, "envoyrls: a descriptor's limit override is not applied; the configured rule decides",
+				slog.String("rule", d.r.path), slog.String("override", pd.GetLimit().String()))
 		}
 		for _, name := range d.r.replaces {
 			if replaced == nil {

@@ -7,6 +7,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/gatewaykit/ratelimit"
 )
 
 // headers are the IETF RateLimit-Policy and RateLimit fields
@@ -67,15 +68,10 @@ func seconds(d time.Duration) string {
 // nominal is the length of unit's window, or of its period of the
 // calendar at its shortest.
 func nominal(unit rlsv3.RateLimitResponse_RateLimit_Unit) time.Duration {
+	if w, ok := windowOf(ratelimit.SlidingWindow, unit); ok {
+		return w // SECOND to DAY
+	}
 	switch unit {
-	case rlsv3.RateLimitResponse_RateLimit_SECOND:
-		return time.Second
-	case rlsv3.RateLimitResponse_RateLimit_MINUTE:
-		return time.Minute
-	case rlsv3.RateLimitResponse_RateLimit_HOUR:
-		return time.Hour
-	case rlsv3.RateLimitResponse_RateLimit_DAY:
-		return 24 * time.Hour
 	case rlsv3.RateLimitResponse_RateLimit_WEEK:
 		return 7 * 24 * time.Hour
 	case rlsv3.RateLimitResponse_RateLimit_MONTH:

@@ -93,8 +93,8 @@ type Server struct {
 	loadMu sync.Mutex
 	own    *ratelimit.MemoryCounter // the default store, which Close closes
 
-	logged   atomic.Int64 // when failure last logged, in Unix nanoseconds
-	unlogged atomic.Int64 // the failures since, unlogged
+	logged   atomic.Int64 // when logLimited last logged, in Unix nanoseconds
+	unlogged atomic.Int64 // the lines since, unlogged
 }
 
 // NewServer returns a Server without a configuration: until Load, every
@@ -176,15 +176,20 @@ func (s *Server) Close() error {
 }
 
 // failure logs a store failure of d that no Limiter logs (a read, a
-// give-back's read), one line a second at most, with the failures left
-// unsaid since.
+// give-back's read).
 func (s *Server) failure(msg string, d *descriptor, err error) {
+	s.logLimited(slog.LevelError, msg, slog.String("rule", d.r.path), slog.String("tenant", d.tenant), slog.Any("err", err))
+}
+
+// logLimited logs one line a second at most, with the lines left unsaid
+// since.
+func (s *Server) logLimited(level slog.Level, msg string, attrs ...slog.Attr) {
 	now := time.Now().UnixNano()
 	last := s.logged.Load()
 	if now-last < int64(time.Second) || !s.logged.CompareAndSwap(last, now) {
 		s.unlogged.Add(1)
 		return
 	}
-	s.opts.Logger.Error(msg, slog.String("rule", d.r.path), slog.String("tenant", d.tenant),
-		slog.Any("err", err), slog.Int64("unlogged", s.unlogged.Swap(0)))
+	attrs = append(attrs, slog.Int64("unlogged", s.unlogged.Swap(0)))
+	s.opts.Logger.LogAttrs(context.Background(), level, msg, attrs...)
 }

@@ -1,16 +1,20 @@
 package envoyrls_test
 
 import (
+	"log/slog"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/gatewaykit/ratelimit/envoyrls"
+	"github.com/gatewaykit/ratelimit/internal/testkit/syncbuf"
 )
 
 // The protocol's semantics, on the in-memory store, through a real gRPC
@@ -192,5 +196,29 @@ func TestUnlimitedBlockedAndShadow(t *testing.T) {
 		if st := resp.Statuses[0]; st.LimitRemaining != 0 || st.GetCurrentLimit().GetRequestsPerUnit() != 1 {
 			t.Fatalf("a shadow descriptor over its limit: %v, want remaining 0 and its limit", st)
 		}
+	}
+}
+
+// Envoy may send a descriptor with a limit of its own (a "limit" action
+// from metadata): it is not applied, the configured rule decides, and
+// the log says so.
+func TestLimitOverrideIsNotApplied(t *testing.T) {
+	var log syncbuf.Buffer
+	_, c := newServer(t, envoyrls.Options{Logger: slog.New(slog.NewTextHandler(&log, nil))}, perMinute)
+	override := func() *rlv3.RateLimitDescriptor {
+		d := desc("user", "olga")
+		d.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 100, Unit: typev3.RateLimitUnit_SECOND}
+		return d
+	}
+	for range 3 {
+		expectCodes(t, ask(t, c, "api", override()), "OK OK")
+	}
+	resp := ask(t, c, "api", override())
+	expectCodes(t, resp, "OVER_LIMIT OVER_LIMIT")
+	if l := resp.Statuses[0].GetCurrentLimit(); l.GetRequestsPerUnit() != 3 {
+		t.Errorf("current_limit %v, want the configured 3 a minute", l)
+	}
+	if !strings.Contains(log.String(), "limit override is not applied") {
+		t.Errorf("the log does not say the override was not applied: %s", log.String())
 	}
 }

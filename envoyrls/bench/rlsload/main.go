@@ -149,6 +149,17 @@ func request(domain, key, value string) *rlsv3.RateLimitRequest {
 	}
 }
 
+// baseline reads what a run is measured from: Redis's command stats
+// (-redis) and ratelimit-rls's failed-open decisions (-metrics).
+func baseline(o options) (cmdStats, float64, error) {
+	before, err := redisBefore(o.redis)
+	if err != nil {
+		return nil, 0, err
+	}
+	fo, err := failedOpen(o.metrics)
+	return before, fo, err
+}
+
 // redisBefore reads the starting command stats, or nil without -redis.
 func redisBefore(addr string) (cmdStats, error) {
 	if addr == "" {
@@ -228,11 +239,7 @@ func runBurst(o options) error {
 	for i, cc := range conns {
 		clients[i] = rlsv3.NewRateLimitServiceClient(cc)
 	}
-	before, err := redisBefore(o.redis)
-	if err != nil {
-		return err
-	}
-	foBefore, err := failedOpen(o.metrics)
+	before, foBefore, err := baseline(o)
 	if err != nil {
 		return err
 	}
@@ -300,11 +307,7 @@ func runLoad(o options) error {
 	for i := range reqs {
 		reqs[i] = request(o.domain, o.key, fmt.Sprintf("%s%d", o.value, i))
 	}
-	before, err := redisBefore(o.redis)
-	if err != nil {
-		return err
-	}
-	foBefore, err := failedOpen(o.metrics)
+	before, foBefore, err := baseline(o)
 	if err != nil {
 		return err
 	}
