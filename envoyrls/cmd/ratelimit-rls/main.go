@@ -30,6 +30,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -56,9 +57,9 @@ func main() {
 
 // flags are the command's settings.
 type flags struct {
-	config, redisURL, listen, metrics string
-	storeTimeout, reload              time.Duration
-	failClosed, fallback, headers     bool
+	config, redisURL, clusterURL, listen, metrics string
+	storeTimeout, reload                          time.Duration
+	failClosed, fallback, headers                 bool
 }
 
 func parse(args []string) (flags, error) {
@@ -66,6 +67,7 @@ func parse(args []string) (flags, error) {
 	fs := flag.NewFlagSet("ratelimit-rls", flag.ContinueOnError)
 	fs.StringVar(&f.config, "config", "", "the configuration: a YAML file, or a directory of them, in envoyproxy/ratelimit's format (required)")
 	fs.StringVar(&f.redisURL, "redis", "", "the Redis every replica shares, as redis://[user:password@]host:port/db (rediss:// for TLS); without it, counts stay in this process's memory")
+	fs.StringVar(&f.clusterURL, "redis-cluster", "", "a Redis Cluster instead, as redis://[user:password@]host:port?addr=host2:port2&addr=... (rediss:// for TLS)")
 	fs.StringVar(&f.listen, "listen", ":8081", "the gRPC address: the RateLimitService and the health service")
 	fs.StringVar(&f.metrics, "metrics", ":6070", "the HTTP address of /metrics and /healthcheck; empty for none")
 	fs.DurationVar(&f.storeTimeout, "store-timeout", 15*time.Millisecond, "the most a call waits for the store; Envoy's filter waits 20ms by default")
@@ -78,6 +80,9 @@ func parse(args []string) (flags, error) {
 	}
 	if f.config == "" {
 		return f, errors.New("-config is required: the YAML file of the rules")
+	}
+	if f.redisURL != "" && f.clusterURL != "" {
+		return f, errors.New("-redis and -redis-cluster: give one")
 	}
 	if fs.NArg() > 0 {
 		return f, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -103,23 +108,22 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- net.Ad
 		Logger:       logger,
 		Metrics:      collector,
 	}
-	if f.redisURL != "" {
-		ro, err := redis.ParseURL(f.redisURL)
-		if err != nil {
-			return fmt.Errorf("-redis: %w", err)
-		}
-		rdb := redis.NewClient(ro)
+	rdb, addr, err := redisClient(f)
+	if err != nil {
+		return err
+	}
+	if rdb != nil {
 		defer rdb.Close()
 		redis.SetLogger(ratelimit.RedisLogger(logger))
 		opts.Store = ratelimit.NewRedisCounter(rdb)
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		if err := rdb.Ping(pctx).Err(); err != nil {
 			logger.Warn("ratelimit-rls: Redis does not answer yet; calls are decided as the store's failures are until it does",
-				slog.String("addr", ro.Addr), slog.Any("err", err))
+				slog.String("addr", addr), slog.Any("err", err))
 		}
 		cancel()
 	}
-	if f.fallback && f.redisURL != "" { // memory does not fail
+	if f.fallback && rdb != nil { // memory does not fail
 		fb := ratelimit.NewMemoryCounter()
 		defer fb.Close()
 		opts.Fallback = fb
@@ -167,7 +171,7 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- net.Ad
 		}
 	}
 	logger.Info("ratelimit-rls: serving", slog.String("grpc", ln.Addr().String()), slog.String("config", f.config),
-		slog.String("store", storeName(f.redisURL)))
+		slog.String("store", storeName(addr)))
 
 	select {
 	case <-ctx.Done():
@@ -194,13 +198,30 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- net.Ad
 	return nil
 }
 
+// redisClient is the client of -redis or -redis-cluster, and the
+// address it names first; nil without either.
+func redisClient(f flags) (redis.UniversalClient, string, error) {
+	switch {
+	case f.redisURL != "":
+		ro, err := redis.ParseURL(f.redisURL)
+		if err != nil {
+			return nil, "", fmt.Errorf("-redis: %w", err)
+		}
+		return redis.NewClient(ro), ro.Addr, nil
+	case f.clusterURL != "":
+		co, err := redis.ParseClusterURL(f.clusterURL)
+		if err != nil {
+			return nil, "", fmt.Errorf("-redis-cluster: %w", err)
+		}
+		return redis.NewClusterClient(co), "cluster " + strings.Join(co.Addrs, ","), nil
+	}
+	return nil, "", nil
+}
+
 // storeName says where the counts are, for the log.
-func storeName(redisURL string) string {
-	if redisURL == "" {
+func storeName(addr string) string {
+	if addr == "" {
 		return "memory (this process alone)"
 	}
-	if ro, err := redis.ParseURL(redisURL); err == nil {
-		return "redis " + ro.Addr
-	}
-	return "redis"
+	return "redis " + addr
 }

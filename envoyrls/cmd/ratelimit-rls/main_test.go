@@ -110,6 +110,10 @@ func TestCommandServesReloadsAndStops(t *testing.T) {
 	}{
 		{"memory", func(*testing.T) []string { return nil }},
 		{"redis", func(t *testing.T) []string { return []string{"-redis", "redis://" + redistest.Options(t).Addr + "/0"} }},
+		{"cluster", func(t *testing.T) []string {
+			addrs := redistest.ClusterAddrs(t)
+			return []string{"-redis-cluster", "redis://" + addrs[0] + "?addr=" + strings.Join(addrs[1:], "&addr=")}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			conn, metrics, log, path, stop := start(t, rules, tc.args(t)...)
@@ -177,6 +181,8 @@ func TestCommandRefusesBadStarts(t *testing.T) {
 		{[]string{"-config", filepath.Join(t.TempDir(), "missing.yaml")}, "no such file"},
 		{[]string{"-config", path, "extra"}, "unexpected arguments"},
 		{[]string{"-config", path, "-redis", "http://127.0.0.1:1"}, "-redis"},
+		{[]string{"-config", path, "-redis-cluster", "http://127.0.0.1:1"}, "-redis-cluster"},
+		{[]string{"-config", path, "-redis", "redis://127.0.0.1:1", "-redis-cluster", "redis://127.0.0.1:2"}, "give one"},
 	} {
 		err := run(context.Background(), tc.args, io.Discard, nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
