@@ -1,7 +1,8 @@
 // Package envoyrls is Envoy's rate limit service (RLS v3) on the
-// ratelimit library: a ShouldRateLimit server for Envoy, Envoy Gateway,
-// Istio and Contour, built on ratelimit.Limiters, so that every replica
-// of the service decides every descriptor exactly, on one Redis.
+// ratelimit library: a ShouldRateLimit server for Envoy, Istio and
+// Contour (Envoy Gateway runs a service of its own), built on
+// ratelimit.Limiters, so that every replica of the service decides every
+// descriptor exactly, on one Redis.
 //
 // It reads envoyproxy/ratelimit's configuration as it is (domain, nested
 // descriptors with key and optional value, rate_limit with unit,
