@@ -91,6 +91,19 @@ func (l *Limiter) ask(ctx context.Context, r *request, res *store.Result) error 
 	return l.call(ctx, r, res, l.store.Take)
 }
 
+// read reads r's limits from Options.Counter, a Take of cost 0, as a
+// request asks: through the breaker, under the time rule, unless the
+// store is local.
+func (l *Limiter) read(ctx context.Context, r *request) (*store.Result, error) {
+	r.Cost = 0
+	res := r.result()
+	if l.info.Local {
+		r.Deadline, _ = ctx.Deadline()
+		return res, l.store.Take(ctx, &r.Request, res)
+	}
+	return res, l.call(ctx, r, res, l.store.Take)
+}
+
 // call calls op (a Take or a Give of Options.Counter) for r, through the
 // breaker of its key's server, under the time rule. The breaker and the
 // metrics' latency learn only what the store did: a request whose own

@@ -41,15 +41,7 @@ func (l *Limiter) GiveBack(ctx context.Context, tenant string, n int) error {
 		l.planned(r)
 	}
 	r.onCalendar(l.clock)
-	r.Cost = 0
-	res := r.result()
-	var err error
-	if l.info.Local {
-		r.Deadline, _ = ctx.Deadline()
-		err = l.store.Take(ctx, &r.Request, res)
-	} else {
-		err = l.call(ctx, r, res, l.store.Take)
-	}
+	res, err := l.read(ctx, r)
 	if err != nil {
 		return fmt.Errorf("ratelimit: GiveBack: reading tenant %s: %w", logTenant(tenant), err)
 	}

@@ -80,13 +80,7 @@ func (l *Limiter) Usage(ctx context.Context, tenant string) ([]Usage, error) {
 	if lack := l.lacks("Usage needs", store.Costs, true); lack != nil {
 		return nil, fmt.Errorf("ratelimit: %w (a read is a request of cost 0)", lack)
 	}
-	r.Cost = 0
-	res := r.result()
-	if l.info.Local {
-		err = l.store.Take(ctx, &r.Request, res)
-	} else {
-		err = l.call(ctx, r, res, l.store.Take)
-	}
+	res, err := l.read(ctx, r)
 	if err != nil {
 		return nil, fmt.Errorf("ratelimit: usage of tenant %s: %w", logTenant(tenant), err)
 	}

@@ -110,7 +110,7 @@ func (c *call) decide(ctx context.Context) {
 	// becomes of the caller, each within StoreTimeout.
 	bg := context.WithoutCancel(ctx)
 	c.each(func(d *descriptor) {
-		if d.op == take && d.d.Allowed && !d.d.Shadowed && !d.over {
+		if d.op == take && d.d.Allowed && !d.d.Shadowed {
 			if d.r.entry.lim.Release(bg, d.d) == nil && d.figures {
 				d.remaining = min(d.remaining+d.cost, uint64(d.lim.perUnit))
 			}
@@ -182,8 +182,6 @@ func (c *call) decideOne(ctx context.Context, d *descriptor) {
 // readOne reads d's figures, spending nothing: the limit with the fewest
 // units left. It is over its limit when nothing is left.
 func (c *call) readOne(ctx context.Context, d *descriptor) {
-	ctx, cancel := context.WithTimeout(ctx, c.s.opts.StoreTimeout)
-	defer cancel()
 	us, err := d.r.entry.lim.Usage(ctx, d.tenant)
 	if err != nil {
 		c.s.failure("envoyrls: reading a descriptor's usage failed", d, err)

@@ -3,7 +3,6 @@ package envoyrls
 import (
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,17 +24,17 @@ import (
 // limits, which are the limiter's quotas, ever refuse.
 const everything = 1 << 53
 
-// entry is the Limiter of one rule name, and the rule it decides now.
+// entry is the Limiter of one rule name, and the limits it decides by
+// now, which its PlanFor gives every request.
 type entry struct {
 	lim  *ratelimit.Limiter
 	plan atomic.Pointer[ratelimit.Plan]
-	rule atomic.Pointer[rule]
 }
 
 // limiters holds the server's Limiters, by rule name and fixed options.
+// Only Server.Load, one at a time, touches it.
 type limiters struct {
 	opts *Options
-	mu   sync.Mutex
 	by   map[string]*entry
 }
 
@@ -46,45 +45,35 @@ func entryKey(r *rule) string {
 }
 
 // prepare makes sure that every rule of rs that counts has its Limiter,
-// and returns a function that gives each its rule's limits: the reload
-// applies them once every rule is known good, so that a configuration
-// that does not load changes nothing. A rule that allows everything
-// (unlimited) or blocks everything (a limit of 0) has no Limiter.
-func (ls *limiters) prepare(rs *rules) (apply func(), err error) {
-	type change struct {
-		e    *entry
-		r    *rule
-		plan ratelimit.Plan
-	}
-	var changes []change
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	rs.each(func(r *rule) {
-		if err != nil || !counts(r) {
-			return
+// and then, once every rule is known good, gives each its rule's limits,
+// so that a configuration that does not load changes no limit. A rule
+// that allows everything (unlimited) or blocks everything (a limit of 0)
+// has no Limiter.
+func (ls *limiters) prepare(rs *rules) error {
+	plans := make([]ratelimit.Plan, len(rs.all))
+	for i, r := range rs.all {
+		if !counts(r) {
+			continue
 		}
-		plan := planOf(r)
-		if err = checkPlan(r, plan); err != nil {
-			return
+		plans[i] = planOf(r)
+		if err := checkPlan(r, plans[i]); err != nil {
+			return err
 		}
 		e := ls.by[entryKey(r)]
 		if e == nil {
-			if e, err = ls.newEntry(r, plan); err != nil {
-				return
+			var err error
+			if e, err = ls.newEntry(r, plans[i]); err != nil {
+				return err
 			}
 		}
 		r.entry = e // not yet published: the rules are new
-		changes = append(changes, change{e, r, plan})
-	})
-	if err != nil {
-		return nil, err
 	}
-	return func() {
-		for _, c := range changes {
-			c.e.plan.Store(&c.plan)
-			c.e.rule.Store(c.r)
+	for i, r := range rs.all {
+		if r.entry != nil {
+			r.entry.plan.Store(&plans[i])
 		}
-	}, nil
+	}
+	return nil
 }
 
 // newEntry makes the Limiter of r, whose first plan is plan, and keeps
@@ -98,7 +87,6 @@ func (ls *limiters) newEntry(r *rule, plan ratelimit.Plan) (e *entry, err error)
 	}()
 	e = new(entry)
 	e.plan.Store(&plan)
-	e.rule.Store(r)
 	o := ls.opts
 	var m *ratelimit.Metrics
 	if o.Metrics != nil {

@@ -427,17 +427,3 @@ func (n *node) tenant(entries []*ratelimitv3.RateLimitDescriptor_Entry) string {
 	}
 	return sb.String()
 }
-
-// has reports whether domain is configured.
-func (rs *rules) has(domain string) bool {
-	_, ok := rs.domains[domain]
-	return ok
-}
-
-// each calls f for every rule, unlimited ones too, in the
-// configuration's order, for the server to prepare limiters.
-func (rs *rules) each(f func(*rule)) {
-	for _, r := range rs.all {
-		f(r)
-	}
-}

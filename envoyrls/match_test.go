@@ -454,3 +454,16 @@ func TestCompileEmpty(t *testing.T) {
 		t.Errorf("each called %d times", n)
 	}
 }
+
+// has reports whether domain is configured.
+func (rs *rules) has(domain string) bool {
+	_, ok := rs.domains[domain]
+	return ok
+}
+
+// each calls f for every rule, in the configuration's order.
+func (rs *rules) each(f func(*rule)) {
+	for _, r := range rs.all {
+		f(r)
+	}
+}

@@ -139,11 +139,9 @@ func (s *Server) Load(cfgs []Config) error {
 	}
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
-	apply, err := s.lims.prepare(rs)
-	if err != nil {
+	if err := s.lims.prepare(rs); err != nil {
 		return err
 	}
-	apply()
 	s.rules.Store(rs)
 	return nil
 }

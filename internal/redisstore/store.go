@@ -250,25 +250,16 @@ func (s *Store) Read(ctx context.Context, key string, r *store.Request, res *sto
 	now := monoNow()
 	for j := range n {
 		a, b, count := vals[3*j], vals[3*j+1], vals[3*j+2]
-		st := store.Count{N: count, Fits: true, Length: msWindow(ls[j].Window)}
-		switch {
-		case ls[j].Kind == store.TokenBucket && ls[j].Calendar == 0:
-			st = ls[j].Bucket().State(float64(count), true)
-		case ls[j].Kind == store.InFlight:
-			st.Left = ls[j].Window
-		case ls[j].Calendar != 0:
-			st.Left, st.Length = msDuration(a), msDuration(b)
-			st.Mark = now + int64(st.Left)
-		case ls[j].Kind == store.SlidingWindow:
-			st.Left, st.Prev = st.Length-msDuration(a), b
-			st.Mark = now - msDuration(a).Nanoseconds()
-		case a > 0:
-			st.Left = msDuration(a)
-			st.Mark = now + int64(st.Left)
-		default: // no window runs (-2), or a count without an expiry (-1), which the next request mends
-			st.Left, st.Mark = ls[j].Window, store.NoWindow
+		switch l := &ls[j]; {
+		case l.Kind == store.InFlight:
+			res.Counts[j] = store.Count{N: count, Fits: true, Left: l.Window, Length: msWindow(l.Window)}
+		case l.Kind == store.FixedWindow && l.Calendar == 0 && a <= 0:
+			// No window runs (-2), or a count without an expiry (-1),
+			// which the next request mends.
+			res.Counts[j] = store.Count{N: count, Fits: true, Left: l.Window, Length: msWindow(l.Window), Mark: store.NoWindow}
+		default:
+			res.Counts[j] = state(l, count, a, b, now) // marked as a Take's, for Give
 		}
-		res.Counts[j] = st
 	}
 	return nil
 }
@@ -300,10 +291,6 @@ func limitArgs(kind string, r *store.Request) []any {
 	return append(args, kind, "1", strconv.FormatInt(r.Limit, 16), ms)
 }
 
-// eval runs the script on key with args, outside any batch: by its
-// digest, or with its body when the server does not have it yet. A server
-// that cannot be reached fails it at once, with the dial's error, as it
-// fails a round trip.
 // evalWithin is eval, given up after wait when it is positive: the client
 // of the user's options may wait on a silent server far longer (its read
 // timeout) than the caller may.
@@ -332,6 +319,10 @@ func (s *Store) evalWithin(ctx context.Context, key string, args []any, wait tim
 	}
 }
 
+// eval runs the script on key with args, outside any batch: by its
+// digest, or with its body when the server does not have it yet. A server
+// that cannot be reached fails it at once, with the dial's error, as it
+// fails a round trip.
 func (s *Store) eval(ctx context.Context, key string, args []any) ([]int64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -149,6 +149,22 @@ func request(domain, key, value string) *rlsv3.RateLimitRequest {
 	}
 }
 
+// measured is what a run of calls changed since baseline, as result
+// fields: the failed-open decisions and Redis's commands, once Redis has
+// settled.
+func measured(o options, before cmdStats, foBefore float64, calls int64) (string, error) {
+	redisSettle(o)
+	rf, err := redisFields(o.redis, before, calls)
+	if err != nil {
+		return "", err
+	}
+	foAfter, err := failedOpen(o.metrics)
+	if err != nil {
+		return "", err
+	}
+	return failOpenFields(foBefore, foAfter) + rf, nil
+}
+
 // baseline reads what a run is measured from: Redis's command stats
 // (-redis) and ratelimit-rls's failed-open decisions (-metrics).
 func baseline(o options) (cmdStats, float64, error) {
@@ -271,16 +287,10 @@ func runBurst(o options) error {
 	done.Wait()
 	elapsed := time.Since(began)
 
-	redisSettle(o)
-	rf, err := redisFields(o.redis, before, int64(o.n))
+	rf, err := measured(o, before, foBefore, int64(o.n))
 	if err != nil {
 		return err
 	}
-	foAfter, err := failedOpen(o.metrics)
-	if err != nil {
-		return err
-	}
-	rf = failOpenFields(foBefore, foAfter) + rf
 	sortDurations(lat)
 	fmt.Printf("result mode=burst server=%s domain=%s value=%s n=%d timeout_ms=%.1f %s elapsed_ms=%.1f %s%s\n",
 		label(o), o.domain, o.value, o.n, ms(o.timeout), t.fields(int64(o.n)), ms(elapsed), latencyFields(lat), rf)
@@ -348,16 +358,10 @@ func runLoad(o options) error {
 	rate := float64(calls) / elapsed.Seconds()
 	p50, p99, pmax := pct(all, 0.50), pct(all, 0.99), pct(all, 1)
 
-	redisSettle(o)
-	rf, err := redisFields(o.redis, before, calls)
+	rf, err := measured(o, before, foBefore, calls)
 	if err != nil {
 		return err
 	}
-	foAfter, err := failedOpen(o.metrics)
-	if err != nil {
-		return err
-	}
-	rf = failOpenFields(foBefore, foAfter) + rf
 	fmt.Printf("result mode=load server=%s domain=%s c=%d tenants=%d timeout_ms=%.1f calls=%d elapsed_s=%.3f calls_per_s=%.0f %s %s%s\n",
 		label(o), o.domain, o.c, o.tenants, ms(o.timeout), calls, elapsed.Seconds(), rate,
 		latencyFields(all), t.fields(calls), rf)
