@@ -2,7 +2,9 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/gatewaykit/ratelimit/store"
 )
@@ -18,8 +20,8 @@ import (
 //
 // It reads the store, then gives back: two calls, each within
 // Options.StoreTimeout. n of 0 does nothing; below 0 is an error, and so
-// is an InFlight limiter, whose slots Release gives back. A store failure
-// is logged as Settle logs it and returned; nothing is given back then.
+// is an InFlight limiter, whose slots Release gives back. A store failure,
+// of the read or the give-back, is logged as Settle logs one and returned.
 // GiveBack needs stores that give back and decide costs.
 func (l *Limiter) GiveBack(ctx context.Context, tenant string, n int) error {
 	switch {
@@ -43,6 +45,10 @@ func (l *Limiter) GiveBack(ctx context.Context, tenant string, n int) error {
 	r.onCalendar(l.clock)
 	res, err := l.read(ctx, r)
 	if err != nil {
+		if !errors.Is(err, ErrContextDone) && ctx.Err() == nil && !isBreakerOpen(err) {
+			l.failures.Record(slog.LevelError, "ratelimit: counter failed to read the windows to give back in; nothing was given back",
+				slog.String("tenant", logTenant(tenant)), slog.String("key", string(r.Key)), slog.Any("err", err))
+		}
 		return fmt.Errorf("ratelimit: GiveBack: reading tenant %s: %w", logTenant(tenant), err)
 	}
 	d := Decision{tenant: tenant, policy: &l.policy, plan: r.plan, took: true, cost: int64(n)}

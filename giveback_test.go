@@ -5,6 +5,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/gatewaykit/ratelimit/internal/testkit/redistest"
 )
 
 // GiveBack returns units to a tenant without the Decision that took
@@ -108,5 +112,20 @@ func TestGiveBackMistakes(t *testing.T) {
 	counter := NewLimiter(Options{Limit: 3, Window: time.Minute, Counter: CounterStore(NewMemoryCounter())})
 	if err := counter.GiveBack(ctx, "a", 1); err == nil || !strings.Contains(err.Error(), "CounterStore") {
 		t.Errorf("GiveBack on a CounterStore: %v, want an error naming CounterStore", err)
+	}
+}
+
+// A GiveBack whose read fails says so in the log, once, as a failed
+// give-back does, and returns the error.
+func TestGiveBackLogsAFailedRead(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: redistest.ClosedAddr(t), MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	logs := newLogRecorder()
+	lim := NewLimiter(Options{Limit: 3, Window: time.Minute, Counter: NewRedisCounter(rdb), Logger: logs.logger()})
+	if err := lim.GiveBack(context.Background(), "t", 1); err == nil {
+		t.Fatal("GiveBack on a refused port: nil error")
+	}
+	if got := logs.withMsg("ratelimit: counter failed to read the windows to give back in"); len(got) != 1 {
+		t.Fatalf("log lines about the failed read: %v, want one; all: %v", got, logs.lines())
 	}
 }

@@ -171,10 +171,8 @@ func (c *call) decideOne(ctx context.Context, d *descriptor) {
 	case read:
 		c.readOne(ctx, d)
 	case give:
-		err := d.r.entry.lim.GiveBack(ctx, d.tenant, int(min(d.cost, math.MaxInt32)))
-		if err != nil {
-			c.s.failure("envoyrls: giving back a descriptor's negative hits failed", d, err)
-		}
+		// A failure is the Limiter's to log; the answer is OK either way.
+		_ = d.r.entry.lim.GiveBack(ctx, d.tenant, int(min(d.cost, math.MaxInt32)))
 		d.lim = d.r.limits[0]
 	}
 }

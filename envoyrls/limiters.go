@@ -93,10 +93,17 @@ func (ls *limiters) newEntry(r *rule, plan ratelimit.Plan) (e *entry, err error)
 		m = new(ratelimit.Metrics)
 	}
 	e.lim = ratelimit.NewLimiter(ratelimit.Options{
-		Counter:         o.Store,
-		Name:            r.name,
-		Limit:           plan.Limit,
-		Window:          plan.Window,
+		Counter: o.Store,
+		Name:    r.name,
+		// Every Limiter of one name has this budget of its own, whatever
+		// its rule's limits, which its plan gives each request: the
+		// library records one budget per name on a store, and a reload
+		// that turns shadow_mode or leases makes a second Limiter of the
+		// name. The budget decides only a request whose plan cannot be,
+		// which a rule's never is (checkPlan): 1 a second, never
+		// unlimited.
+		Limit:           1,
+		Window:          time.Second,
 		Algorithm:       r.algorithm,
 		PlanFor:         func(string) ratelimit.Plan { return *e.plan.Load() },
 		Shadow:          r.shadow,

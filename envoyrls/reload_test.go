@@ -117,3 +117,22 @@ func TestWatchReloadsTheFile(t *testing.T) {
 		t.Errorf("Watch of a file that does not load: nil error, want why")
 	}
 }
+
+// A reload that turns a rule's shadow_mode or leases, with new limits,
+// loads (a second Limiter of the rule's name, which the library must
+// take beside the first) and keeps the count.
+func TestLoadTurnsShadowAndLeases(t *testing.T) {
+	srv, c := newServer(t, envoyrls.Options{Store: redisStore(t), StoreTimeout: 5 * time.Second}, perMinute)
+	user := uniqueValue(t)
+	expectCodes(t, ask(t, c, "api", desc("user", user)), "OK OK")
+	expectCodes(t, ask(t, c, "api", desc("user", user)), "OK OK")
+	rule := "  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 3, name: per-user}"
+	for _, tc := range []struct{ with, want string }{
+		{"  - key: user\n    shadow_mode: true\n    rate_limit: {unit: minute, requests_per_unit: 2, name: per-user}", "OK OK"},
+		{"  - key: user\n    leases: true\n    rate_limit: {unit: minute, requests_per_unit: 3, name: per-user}", "OK OK"},
+		{"  - key: user\n    leases: true\n    rate_limit: {unit: minute, requests_per_unit: 3, name: per-user}", "OVER_LIMIT OVER_LIMIT"},
+	} {
+		load(t, srv, strings.Replace(perMinute, rule, tc.with, 1))
+		expectCodes(t, ask(t, c, "api", desc("user", user)), tc.want)
+	}
+}

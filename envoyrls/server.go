@@ -173,8 +173,7 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// failure logs a store failure of d that no Limiter logs (a read, a
-// give-back's read).
+// failure logs a store failure of d that no Limiter logs: a read's.
 func (s *Server) failure(msg string, d *descriptor, err error) {
 	s.logLimited(slog.LevelError, msg, slog.String("rule", d.r.path), slog.String("tenant", d.tenant), slog.Any("err", err))
 }
