@@ -136,33 +136,38 @@ func expectCodes(t testing.TB, resp *rlsv3.RateLimitResponse, want string) {
 	}
 }
 
-// shiftedStore is a MemoryCounter whose clock runs by ahead of the
-// limiter's, for a test to move time to a month's end and past it: the
-// store decides by the time a request carries.
+// shiftedStore is a MemoryCounter on a clock of the test's: it decides
+// every request at the time the test set (at, advance), whatever time
+// the request read, so that a test moves time to a month's end and past
+// it, and a machine that stalls between two calls moves nothing.
 type shiftedStore struct {
 	*ratelimit.MemoryCounter
-	by atomic.Int64
+	now atomic.Int64 // Unix nanoseconds
 }
 
+// newShiftedStore is a shiftedStore whose clock stands at the start of
+// a quiet hour, far from any window's or period's end.
 func newShiftedStore() *shiftedStore {
-	return &shiftedStore{MemoryCounter: ratelimit.NewMemoryCounter()}
+	s := &shiftedStore{MemoryCounter: ratelimit.NewMemoryCounter()}
+	s.at(time.Date(2027, 3, 10, 12, 0, 0, 0, time.UTC))
+	return s
 }
 
-// at moves the store's clock to t, at the limiter's time now.
-func (s *shiftedStore) at(t time.Time) { s.by.Store(int64(time.Until(t))) }
+// at sets the store's clock to t.
+func (s *shiftedStore) at(t time.Time) { s.now.Store(t.UnixNano()) }
 
 // advance moves the store's clock on by d.
-func (s *shiftedStore) advance(d time.Duration) { s.by.Add(int64(d)) }
+func (s *shiftedStore) advance(d time.Duration) { s.now.Add(int64(d)) }
 
 func (s *shiftedStore) Take(ctx context.Context, r *store.Request, res *store.Result) error {
 	c := *r
-	c.Now = c.Now.Add(time.Duration(s.by.Load()))
+	c.Now = time.Unix(0, s.now.Load())
 	return s.MemoryCounter.Take(ctx, &c, res)
 }
 
 func (s *shiftedStore) Give(ctx context.Context, r *store.Request, m store.Marks) error {
 	c := *r
-	c.Now = c.Now.Add(time.Duration(s.by.Load()))
+	c.Now = time.Unix(0, s.now.Load())
 	return s.MemoryCounter.Give(ctx, &c, m)
 }
 

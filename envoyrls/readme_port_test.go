@@ -19,15 +19,17 @@ import (
 // descriptors Envoy sends. A script's "ok" is an overall OK, its
 // "limited" an overall OVER_LIMIT.
 //
-// Limits per second are spent with few calls (hits_addend), so that a
-// test runs well within a window: windows here start at a descriptor's
-// first request.
+// Limits per second are spent with few calls (hits_addend), on a store
+// whose clock stands still (shiftedStore): windows here start at a
+// descriptor's first request, and a window of a second outlasts a
+// machine that stalls.
 
 // readmeServer serves the configuration files at paths, under
-// testdata/config, on the in-memory store.
+// testdata/config, on the in-memory store, its clock stopped: a window
+// of a second lasts however long the machine takes between calls.
 func readmeServer(t *testing.T, paths ...string) rlsv3.RateLimitServiceClient {
 	t.Helper()
-	srv := envoyrls.NewServer(envoyrls.Options{})
+	srv := envoyrls.NewServer(envoyrls.Options{Store: newShiftedStore()})
 	t.Cleanup(func() { srv.Close() })
 	for i, p := range paths {
 		paths[i] = filepath.Join("testdata/config", p)
@@ -355,7 +357,7 @@ func curl(t *testing.T, c rlsv3.RateLimitServiceClient, want string, actions [][
 
 func exampleServer(t *testing.T) rlsv3.RateLimitServiceClient {
 	t.Helper()
-	_, c := newServer(t, envoyrls.Options{}, exampleYAML)
+	_, c := newServer(t, envoyrls.Options{Store: newShiftedStore()}, exampleYAML)
 	return c
 }
 
