@@ -441,7 +441,7 @@ func (h *heldScripts) DialHook(next redis.DialHook) redis.DialHook { return next
 
 func (h *heldScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+		if name := cmd.Name(); name == "fcall" || name == "evalsha" || name == "eval" {
 			<-h.release
 		}
 		return next(ctx, cmd)

@@ -20,7 +20,7 @@ import (
 // The Lua that mirrors the window package, run on a real server beside
 // the Go it mirrors, on the same inputs.
 
-// calendarKinds are the periods calendar.lua knows, as take.lua names
+// calendarKinds are the periods calendar.lua knows, as the Lua names
 // them, and window.Period's of the same.
 var calendarKinds = [...]struct {
 	lua string
@@ -49,7 +49,11 @@ return out
 func TestCalendarLuaIsGos(t *testing.T) {
 	rdb := redistest.Client(t)
 	ctx := context.Background()
-	script := calendarLua + calendarDays
+	calendar, err := luaFiles.ReadFile("lua/calendar.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := string(calendar) + calendarDays
 	const msPerDay = 24 * 60 * 60 * 1000
 	first := time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli() / msPerDay
 	end := time.Date(2101, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli() / msPerDay
@@ -101,7 +105,7 @@ func TestCalendarLuaIsGos(t *testing.T) {
 // utcMilli is ms since 1970 as a time, for messages.
 func utcMilli(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
 
-// take.lua decides a sliding window as window.Slide.Fits does. Requests
+// windows.lua decides a sliding window as window.Slide.Fits does. Requests
 // go through the engine to the real script, some of them at once, so
 // that a script call decides several callers in turn; the previous
 // window's key is set first, so that its count weighs in. Each answer
@@ -235,7 +239,7 @@ func takeSliding(t *testing.T, s *Store, key string, b *store.Budget, costs []in
 	return answers
 }
 
-// scriptAt is takeScript on a clock stopped at ms: its clock function,
+// scriptAt is the Lua as an EVAL script (evalText) on a clock stopped at ms: its clock function,
 // which reads the server's TIME, returns ms instead, so that a test can
 // put a request at an exact instant.
 func scriptAt(t *testing.T, ms int64) string {
@@ -249,11 +253,11 @@ func scriptAtMicros(t *testing.T, us int64) string {
 	const clock = "  local t = redis.call('TIME')\n" +
 		"  nowus = tonumber(t[1]) * 1000000 + tonumber(t[2])\n" +
 		"  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-	if strings.Count(takeScript, clock) != 1 {
-		t.Fatal("take.lua's clock function is not as this test knows it: mend scriptAtMicros")
+	if strings.Count(evalText, clock) != 1 {
+		t.Fatal("args.lua's clock function is not as this test knows it: mend scriptAtMicros")
 	}
 	stopped := "  nowus = " + strconv.FormatInt(us, 10) + "\n  return " + strconv.FormatInt(us/1000, 10) + "\n"
-	return strings.Replace(takeScript, clock, stopped, 1)
+	return strings.Replace(evalText, clock, stopped, 1)
 }
 
 // A quota's window ends at its end instant, as in memstore (a window

@@ -90,6 +90,8 @@ type nodes struct {
 	// (see noscript.go).
 	refused atomic.Pointer[error]
 
+	lua engine // how the servers run the Lua (library.go)
+
 	byClient atomic.Pointer[map[*redis.Client]*node] // replaced, never changed
 	mu       sync.Mutex                              // held to replace byClient
 	byAddr   map[string]*node                        // every node but first, under mu
@@ -111,6 +113,7 @@ func newNodes(rdb redis.UniversalClient) *nodes {
 		ns.cluster = c
 		ns.deadlines = socketDeadlines(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout, -2)
 	}
+	ns.lua.rdb, ns.lua.cluster, ns.lua.ring = rdb, ns.cluster, ns.ring
 	ns.byClient.Store(&map[*redis.Client]*node{})
 	switch c := rdb.(type) {
 	case *redis.Client:
@@ -188,7 +191,7 @@ func (ns *nodes) newNode(addr string) *node {
 	if ns.first != nil {
 		n.id = len(ns.byAddr) + 1
 	}
-	s := &scripter{rdb: ns.rdb, route: ns.route, ring: ns.ring, dials: n.dials, refused: &ns.refused}
+	s := &scripter{rdb: ns.rdb, route: ns.route, ring: ns.ring, dials: n.dials, lua: &ns.lua, refused: &ns.refused}
 	n.batch = newBatcher(func(ctx context.Context, cancel context.CancelFunc, ops []*takeOp) {
 		s.send(ctx, cancel, ops)
 		ns.learn(ops)

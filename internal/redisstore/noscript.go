@@ -36,10 +36,7 @@ import (
 // refusesScripts reports whether err is a server's refusal to run a
 // script at all.
 func refusesScripts(err error) bool {
-	if !redis.HasErrorPrefix(err, "NOPERM") && !(redis.HasErrorPrefix(err, "ERR") && strings.Contains(err.Error(), "unknown command")) {
-		return false
-	}
-	return strings.Contains(strings.ToLower(err.Error()), "eval")
+	return strings.Contains(strings.ToLower(refusal(err)), "eval")
 }
 
 // noRetryIntCmd is an INCRBY that go-redis must never send twice, nor the

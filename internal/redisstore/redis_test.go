@@ -288,7 +288,7 @@ func (s *scriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 }
 
 func (s *scriptCalls) record(cmd redis.Cmder) {
-	if name := cmd.Name(); name != "evalsha" && name != "eval" {
+	if name := cmd.Name(); name != "fcall" && name != "evalsha" && name != "eval" {
 		return
 	}
 	args := cmd.Args()

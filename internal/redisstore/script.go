@@ -2,12 +2,10 @@ package redisstore
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -17,24 +15,11 @@ import (
 	"github.com/gatewaykit/ratelimit/store"
 )
 
-// The Redis side of a round trip: the Lua script (take.lua, with
-// calendar.lua in it) that counts a batch's keys, the script calls that
+// The Redis side of a round trip: the calls of the Lua (library.go) that
 // carry a batch to the servers that hold its keys, and the reading of
 // their replies.
 
-//go:embed take.lua
-var takeLua string
-
-//go:embed calendar.lua
-var calendarLua string
-
-// takeScript is take.lua with the calendar where it says so: made only in
-// a call with quotas, as the comment there says.
-var takeScript = strings.Replace(takeLua, "  -- calendar.lua goes here\n", calendarLua, 1)
-
-var takeScriptSHA = redis.NewScript(takeScript).Hash()
-
-// scriptCmd is a call of takeScript that go-redis must never send twice:
+// scriptCmd is a call of the Lua that go-redis must never send twice:
 // a command whose reply is lost may have run, and sending it again would
 // count its requests twice.
 type scriptCmd struct{ *redis.IntSliceCmd }
@@ -50,13 +35,14 @@ const (
 	byKey                // a cluster, or a client of unknown shape: one per key
 )
 
-// scripter carries a RedisCounter's batches to Redis as calls of
-// takeScript.
+// scripter carries a RedisCounter's batches to Redis as calls of the
+// Lua.
 type scripter struct {
 	rdb   redis.UniversalClient
 	route route
 	ring  *redis.Ring // when route is byShard
 	dials *dialWatch
+	lua   *engine // how the servers run the Lua, shared by a counter's scripters
 	// refused is the error of the server that refused to run the script
 	// (see noscript.go), shared by a counter's scripters; nil until one
 	// does.
@@ -69,42 +55,50 @@ func (s *scripter) send(ctx context.Context, cancel context.CancelFunc, ops []*t
 	s.dials.add(cut)
 	defer s.dials.remove(cut)
 
-	if p := s.refused.Load(); p != nil {
-		s.withoutScript(ctx, ops, *p, cut.cause())
-		return
-	}
-	groups := s.groups(ops)
-	cmds := s.run(ctx, groups, false)
-	// A server that lacks the script (it restarted, or SCRIPT FLUSH) ran
-	// none of those calls: send them again with the body, which also
-	// loads it. One that refuses scripts ran none either.
-	var again [][]*takeOp
-	var refused []*takeOp
-	for i, g := range groups {
-		switch err := cmds[i].Err(); {
-		case err == nil: // the usual case: go-redis's error checks allocate
-			answer(g, cmds[i], cut.cause())
-		case redis.HasErrorPrefix(err, "NOSCRIPT"):
-			again = append(again, g)
-		case refusesScripts(err):
-			s.refused.CompareAndSwap(nil, &err)
-			refused = append(refused, g...)
-		default:
-			answer(g, cmds[i], cut.cause())
+	// A call that failed having run nothing goes again, at most twice:
+	// a server that lacks the library or the script (it restarted, or was
+	// flushed) or cannot run the library (Redis 6) gets it again as the
+	// engine says (library.go); one that refuses scripts has the rest
+	// counted without them.
+	groups, v := s.groups(ops), s.lua.verb()
+	for try := 0; len(groups) > 0; try++ {
+		if p := s.refused.Load(); p != nil {
+			var rest []*takeOp
+			for _, g := range groups {
+				rest = append(rest, g...)
+			}
+			s.withoutScript(ctx, rest, *p, cut.cause())
+			return
 		}
-	}
-	if again != nil {
-		for i, cmd := range s.run(ctx, again, true) {
-			if err := cmd.Err(); refusesScripts(err) {
-				s.refused.CompareAndSwap(nil, &err)
-				refused = append(refused, again[i]...)
+		cmds := s.run(ctx, groups, v)
+		var again [][]*takeOp
+		for i, g := range groups {
+			err := cmds[i].Err()
+			if err == nil { // the usual case: go-redis's error checks allocate
+				answer(g, cmds[i], cut.cause())
 				continue
 			}
-			answer(again[i], cmd, cut.cause())
+			if refusesScripts(err) {
+				s.refused.CompareAndSwap(nil, &err)
+				again = append(again, g)
+				continue
+			}
+			retry, how, failed := false, v, error(nil)
+			if try < 2 {
+				retry, how, failed = s.lua.retry(ctx, err, g[0].key)
+			}
+			switch {
+			case retry:
+				v = max(v, how) // a body loads the script for all
+				again = append(again, g)
+			case failed != nil:
+				cmds[i].SetErr(failed)
+				answer(g, cmds[i], cut.cause())
+			default:
+				answer(g, cmds[i], cut.cause())
+			}
 		}
-	}
-	if refused != nil {
-		s.withoutScript(ctx, refused, *s.refused.Load(), cut.cause())
+		groups = again
 	}
 }
 
@@ -135,11 +129,11 @@ func (s *scripter) groups(ops []*takeOp) [][]*takeOp {
 	return groups
 }
 
-// run sends one script call per group, in one round trip.
-func (s *scripter) run(ctx context.Context, groups [][]*takeOp, body bool) []scriptCmd {
+// run sends one call of the Lua per group, in one round trip.
+func (s *scripter) run(ctx context.Context, groups [][]*takeOp, v verb) []scriptCmd {
 	cmds := make([]scriptCmd, len(groups))
 	for i, g := range groups {
-		cmds[i] = call(ctx, g, body)
+		cmds[i] = call(ctx, g, v)
 	}
 	if len(cmds) == 1 {
 		_ = s.rdb.Process(ctx, cmds[0])
@@ -153,11 +147,10 @@ func (s *scripter) run(ctx context.Context, groups [][]*takeOp, body bool) []scr
 	return cmds
 }
 
-// call builds the script call for ops: by its digest (EVALSHA), or with its
-// body (EVAL) when the server does not have it yet.
-func call(ctx context.Context, ops []*takeOp, body bool) scriptCmd {
+// call builds the call of the Lua for ops, sent as v.
+func call(ctx context.Context, ops []*takeOp, v verb) scriptCmd {
 	// The quota sets of the call, each described once, before the keys'
-	// own arguments (see takeScript).
+	// own arguments (see take.lua).
 	var sets []*quotaArgs
 	setOf := func(op *takeOp) int {
 		for i, s := range sets {
@@ -175,10 +168,7 @@ func call(ctx context.Context, ops []*takeOp, body bool) scriptCmd {
 		}
 	}
 	args := make([]any, 3, 3+len(ops)+2+setArgs+4*len(ops)+2)
-	args[0], args[1], args[2] = "evalsha", takeScriptSHA, len(ops)
-	if body {
-		args[0], args[1] = "eval", takeScript
-	}
+	args[0], args[1], args[2] = v.args(takeFunction, len(ops))
 	for i := range ops {
 		args = append(args, ops[i].key)
 	}
@@ -278,7 +268,7 @@ func (op *takeOp) bucketArgs(args []any, one bool, setOf func(*takeOp) int) []an
 	return append(args, "B", b.iv, b.most, b.px)
 }
 
-// hexArg is n in hexadecimal, as an argument of takeScript: boxed once for
+// hexArg is n in hexadecimal, as an argument of the Lua: boxed once for
 // the small numbers that most are.
 func hexArg(n int64) any {
 	if n >= 0 && n < int64(len(smallHex)) {
@@ -294,7 +284,7 @@ var smallHex = func() (h [256]any) {
 	return h
 }()
 
-// The kinds of a key in takeScript's ARGV: [0] a fixed window, [1] a
+// The kinds of a key in the Lua's ARGV: [0] a fixed window, [1] a
 // sliding one.
 var (
 	kindOne = [2]any{"f", "s"} // one caller, of cost 1
@@ -338,7 +328,7 @@ func answer(ops []*takeOp, cmd scriptCmd, cause error) {
 	}
 }
 
-// head is how many values takeScript returns for op's key before its
+// head is how many values the Lua returns for op's key before its
 // callers' own: a, and for a sliding window prev; with quotas, both for
 // each limit.
 func head(op *takeOp) int {

@@ -238,7 +238,7 @@ func (s *Store) send(ctx context.Context, key string, r *store.Request, x *opArg
 // when positive: the read is left to finish on its own then, as a batch's
 // caller leaves, and Read returns errTimedOut.
 func (s *Store) Read(ctx context.Context, key string, r *store.Request, res *store.Result) error {
-	vals, err := s.evalWithin(ctx, key, limitArgs("U", r), r.Wait())
+	vals, err := s.evalWithin(ctx, readFunction, key, limitArgs("U", r), r.Wait())
 	ls, n := window.Limits(r.Budget)
 	if err == nil && len(vals) != 3*n {
 		err = fmt.Errorf("the script returned %d values for %d limits", len(vals), n)
@@ -267,7 +267,7 @@ func (s *Store) Read(ctx context.Context, key string, r *store.Request, res *sto
 // Reset deletes the keys of r's limits for key, in one script call that
 // ctx alone bounds.
 func (s *Store) Reset(ctx context.Context, key string, r *store.Request) error {
-	_, err := s.eval(ctx, key, limitArgs("R", r))
+	_, err := s.eval(ctx, takeFunction, key, limitArgs("R", r))
 	return err
 }
 
@@ -294,9 +294,9 @@ func limitArgs(kind string, r *store.Request) []any {
 // evalWithin is eval, given up after wait when it is positive: the client
 // of the user's options may wait on a silent server far longer (its read
 // timeout) than the caller may.
-func (s *Store) evalWithin(ctx context.Context, key string, args []any, wait time.Duration) ([]int64, error) {
+func (s *Store) evalWithin(ctx context.Context, function, key string, args []any, wait time.Duration) ([]int64, error) {
 	if wait <= 0 {
-		return s.eval(ctx, key, args)
+		return s.eval(ctx, function, key, args)
 	}
 	type answer struct {
 		vals []int64
@@ -304,7 +304,7 @@ func (s *Store) evalWithin(ctx context.Context, key string, args []any, wait tim
 	}
 	done := make(chan answer, 1)
 	go func() {
-		vals, err := s.eval(ctx, key, args)
+		vals, err := s.eval(ctx, function, key, args)
 		done <- answer{vals, err}
 	}()
 	t := time.NewTimer(wait)
@@ -319,11 +319,11 @@ func (s *Store) evalWithin(ctx context.Context, key string, args []any, wait tim
 	}
 }
 
-// eval runs the script on key with args, outside any batch: by its
-// digest, or with its body when the server does not have it yet. A server
-// that cannot be reached fails it at once, with the dial's error, as it
-// fails a round trip.
-func (s *Store) eval(ctx context.Context, key string, args []any) ([]int64, error) {
+// eval runs the Lua's function on key with args, outside any batch,
+// sent again as the engine says when it ran nothing (library.go). A
+// server that cannot be reached fails it at once, with the dial's error,
+// as it fails a round trip.
+func (s *Store) eval(ctx context.Context, function, key string, args []any) ([]int64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cut := &roundTrip{cancel: cancel}
@@ -331,10 +331,26 @@ func (s *Store) eval(ctx context.Context, key string, args []any) ([]int64, erro
 	n.dials.add(cut)
 	defer n.dials.remove(cut)
 
-	rdb := s.nodes.rdb
-	cmd := rdb.EvalSha(ctx, takeScriptSHA, []string{key}, args...)
-	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-		cmd = rdb.Eval(ctx, takeScript, []string{key}, args...)
+	lua := &s.nodes.lua
+	v := lua.verb()
+	var cmd *redis.Cmd
+	for try := 0; ; try++ {
+		verb, name, nkeys := v.args(function, 1)
+		cmd = redis.NewCmd(ctx, append([]any{verb, name, nkeys, key}, args...)...)
+		cmd.SetFirstKeyPos(3)
+		_ = s.nodes.rdb.Process(ctx, cmd)
+		err := cmd.Err()
+		if err == nil || try == 2 {
+			break
+		}
+		again, how, failed := lua.retry(ctx, err, key)
+		if failed != nil {
+			cmd.SetErr(failed)
+		}
+		if !again {
+			break
+		}
+		v = how
 	}
 	vals, err := cmd.Int64Slice()
 	if c := cut.cause(); err != nil && c != nil {

@@ -5,7 +5,7 @@
 -- a year that starts on the 1st of March, so that February, the only
 -- month whose length varies, is the year's last. window.Period does the
 -- same in Go, and a test runs both for every day from 1970 to 2100.
--- take.lua includes it where it says so.
+-- A function's body, unlike the library's, runs with Lua's globals.
 local function period(kind, now)
   local floor = math.floor
   local day = floor(now / 86400000)
