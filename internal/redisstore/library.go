@@ -124,7 +124,11 @@ func (e *engine) verb() verb {
 
 // retry tells whether a call of the Lua on key that failed with err,
 // having run nothing, is to be sent again, and then how; it loads the
-// library first where that is what the server lacks. A load that fails
+// library first where that is what the server lacks. A server that
+// cannot run the library gets the script by its digest first, as the
+// counter's every later call: a server that has it runs it, and one
+// that refuses the client answers as to any call (NOAUTH), not to a
+// body too long for a client it has not authenticated. A load that fails
 // other than by refusal returns its error, for the call's.
 func (e *engine) retry(ctx context.Context, err error, key string) (again bool, v verb, failed error) {
 	switch {
@@ -132,7 +136,7 @@ func (e *engine) retry(ctx context.Context, err error, key string) (again bool, 
 		return true, evalBody, nil
 	case refusesFunctions(err):
 		e.eval.Store(true)
-		return true, evalBody, nil
+		return true, evalsha, nil
 	case !functionMissing(err):
 		return false, 0, nil
 	}
@@ -141,7 +145,7 @@ func (e *engine) retry(ctx context.Context, err error, key string) (again bool, 
 		return true, fcall, nil
 	case refusesFunctions(err):
 		e.eval.Store(true)
-		return true, evalBody, nil
+		return true, evalsha, nil
 	default:
 		return false, 0, err
 	}

@@ -55,7 +55,7 @@ func (s *scripter) send(ctx context.Context, cancel context.CancelFunc, ops []*t
 	s.dials.add(cut)
 	defer s.dials.remove(cut)
 
-	// A call that failed having run nothing goes again, at most twice:
+	// A call that failed having run nothing goes again, at most three times:
 	// a server that lacks the library or the script (it restarted, or was
 	// flushed) or cannot run the library (Redis 6) gets it again as the
 	// engine says (library.go); one that refuses scripts has the rest
@@ -84,7 +84,7 @@ func (s *scripter) send(ctx context.Context, cancel context.CancelFunc, ops []*t
 				continue
 			}
 			retry, how, failed := false, v, error(nil)
-			if try < 2 {
+			if try < 3 {
 				retry, how, failed = s.lua.retry(ctx, err, g[0].key)
 			}
 			switch {

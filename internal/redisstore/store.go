@@ -340,7 +340,7 @@ func (s *Store) eval(ctx context.Context, function, key string, args []any) ([]i
 		cmd.SetFirstKeyPos(3)
 		_ = s.nodes.rdb.Process(ctx, cmd)
 		err := cmd.Err()
-		if err == nil || try == 2 {
+		if err == nil || try == 3 {
 			break
 		}
 		again, how, failed := lua.retry(ctx, err, key)
