@@ -2,20 +2,18 @@
 -- uses.
 
 -- A FUNCTION library's body runs at FUNCTION LOAD with none of Lua's own
--- globals (tonumber, math, string: only part of the redis API), so the
--- builtins the functions use are bound to these locals by take's first
--- call; builtins, made before the locals, still names the globals.
+-- globals (tonumber, math, string) and only part of the redis API, so the
+-- builtins the functions use, redis.call and redis.pcall among them, are
+-- bound to these locals by take's first call; builtins, made before the
+-- locals, still names the globals.
 local function builtins()
   return tonumber, type, unpack, math.floor, math.ceil, math.max, math.min, math.abs,
-    string.find, string.gsub, string.sub, string.format
+    string.find, string.gsub, string.sub, string.format, redis.call, redis.pcall
 end
-local tonumber, type, unpack, floor, ceil, max, min, abs, find, gsub, sub, format
+local tonumber, type, unpack, floor, ceil, max, min, abs, find, gsub, sub, format, call, pcall
 local bound = false
 
--- The state of one call, set by take before its first key. redis.call
--- and redis.pcall are read at call time: at load time the library sees
--- only part of the redis API.
-local call, pcall
+-- The state of one call, set by take before its first key.
 local argv, at   -- the call's ARGV, and the index of its next unread argument
 local out, o     -- the reply, and how many values it holds
 local now, nowus -- the server's clock in ms and µs, read once per call, by a key that needs it

@@ -87,10 +87,9 @@ local arity = {
 -- take decides a round trip's keys, in order, and returns their values.
 local function take(keys, args)
   if not bound then
-    tonumber, type, unpack, floor, ceil, max, min, abs, find, gsub, sub, format = builtins()
+    tonumber, type, unpack, floor, ceil, max, min, abs, find, gsub, sub, format, call, pcall = builtins()
     bound = true
   end
-  call, pcall = redis.call, redis.pcall
   -- out starts with room for the usual reply (up to four fixed windows),
   -- so that it does not grow slot by slot; the nils are not returned.
   argv, at, out, o, now, nowus, sets = args, 1, {nil, nil, nil, nil, nil, nil, nil, nil}, 0, nil, nil, nil
@@ -98,8 +97,9 @@ local function take(keys, args)
     at = 2
     readSets()
   end
+  local kinds, arity = kinds, arity -- in registers: read once per key
   for ki = 1, #keys do
-    local i, kind = at, argv[at]
+    local i, kind = at, args[at]
     at = i + 1 + (arity[kind] or 2)
     local e = (kinds[kind] or window)(keys[ki], kind, i)
     if e then return e end
