@@ -152,7 +152,10 @@ func (e *engine) retry(ctx context.Context, err error, key string) (again bool, 
 }
 
 // load loads the library on the server of key. A library of the same
-// name is the same text, loaded by another call meanwhile.
+// name is the same text, loaded by another call meanwhile. On a cluster
+// or a ring it goes through the client of that server: the cluster or
+// ring client would send a command without keys to any one of them, so
+// hooks added to it do not see this one (docs/redis.md says so).
 func (e *engine) load(ctx context.Context, key string) error {
 	var c redis.Cmdable = e.rdb
 	var err error
