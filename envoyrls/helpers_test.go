@@ -145,11 +145,14 @@ type shiftedStore struct {
 	now atomic.Int64 // Unix nanoseconds
 }
 
-// newShiftedStore is a shiftedStore whose clock stands at the start of
-// a quiet hour, far from any window's or period's end.
+// quietHour is where a new shiftedStore's clock stands: noon UTC, far
+// from any window's or period's end.
+var quietHour = time.Date(2027, 3, 10, 12, 0, 0, 0, time.UTC)
+
+// newShiftedStore is a shiftedStore whose clock stands at quietHour.
 func newShiftedStore() *shiftedStore {
 	s := &shiftedStore{MemoryCounter: ratelimit.NewMemoryCounter()}
-	s.at(time.Date(2027, 3, 10, 12, 0, 0, 0, time.UTC))
+	s.at(quietHour)
 	return s
 }
 
