@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"strings"
-	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -103,20 +102,15 @@ func (v verb) args(function string, n int) (any, any, any) {
 	return "fcall", function, n
 }
 
-// engine is how a counter's servers run the Lua, as their answers have
-// told it; its nodes share it.
-type engine struct {
-	rdb     redis.UniversalClient
-	cluster *redis.ClusterClient // when rdb is one
-	ring    *redis.Ring          // when rdb is one
-	// eval: a server could not run the library; every call is an EVAL
-	// from then on.
-	eval atomic.Bool
-}
+// resends is how many times a call that ran nothing is sent again, at
+// most: the script by its digest after FCALL, then its body; or FCALL
+// after a load, once more should the library go again meanwhile.
+const resends = 3
 
-// verb is how the next call is sent.
-func (e *engine) verb() verb {
-	if e.eval.Load() {
+// verb is how the next call is sent: by FCALL, until a server could not
+// run the library (ns.eval).
+func (ns *nodes) verb() verb {
+	if ns.eval.Load() {
 		return evalsha
 	}
 	return fcall
@@ -130,21 +124,21 @@ func (e *engine) verb() verb {
 // that refuses the client answers as to any call (NOAUTH), not to a
 // body too long for a client it has not authenticated. A load that fails
 // other than by refusal returns its error, for the call's.
-func (e *engine) retry(ctx context.Context, err error, key string) (again bool, v verb, failed error) {
+func (ns *nodes) retry(ctx context.Context, err error, key string) (again bool, v verb, failed error) {
 	switch {
 	case redis.HasErrorPrefix(err, "NOSCRIPT"):
 		return true, evalBody, nil
 	case refusesFunctions(err):
-		e.eval.Store(true)
+		ns.eval.Store(true)
 		return true, evalsha, nil
 	case !functionMissing(err):
 		return false, 0, nil
 	}
-	switch err := e.load(ctx, key); {
+	switch err := ns.load(ctx, key); {
 	case err == nil:
 		return true, fcall, nil
 	case refusesFunctions(err):
-		e.eval.Store(true)
+		ns.eval.Store(true)
 		return true, evalsha, nil
 	default:
 		return false, 0, err
@@ -156,14 +150,14 @@ func (e *engine) retry(ctx context.Context, err error, key string) (again bool, 
 // or a ring it goes through the client of that server: the cluster or
 // ring client would send a command without keys to any one of them, so
 // hooks added to it do not see this one (docs/redis.md says so).
-func (e *engine) load(ctx context.Context, key string) error {
-	var c redis.Cmdable = e.rdb
+func (ns *nodes) load(ctx context.Context, key string) error {
+	var c redis.Cmdable = ns.rdb
 	var err error
 	switch {
-	case e.ring != nil:
-		c, err = e.ring.GetShardClientForKey(key)
-	case e.cluster != nil:
-		c, err = e.cluster.MasterForKey(ctx, key)
+	case ns.ring != nil:
+		c, err = ns.ring.GetShardClientForKey(key)
+	case ns.cluster != nil:
+		c, err = ns.cluster.MasterForKey(ctx, key)
 	}
 	if err != nil {
 		return err

@@ -60,7 +60,7 @@ func TestLibraryLoadsAgainWhenLost(t *testing.T) {
 	}
 	incr(1)
 	noFunctions := rdb.FunctionList(ctx, redis.FunctionListQuery{}).Err() != nil
-	if got := s.nodes.lua.eval.Load(); got != noFunctions {
+	if got := s.nodes.eval.Load(); got != noFunctions {
 		t.Fatalf("the counter runs the Lua as a script: %v; the server has no FUNCTION: %v", got, noFunctions)
 	}
 	if noFunctions {
@@ -86,7 +86,7 @@ func TestLibraryLoadsAgainWhenLost(t *testing.T) {
 		t.Fatalf("Read after a flush = %+v, %v; want a count of 2", res.Counts[0], err)
 	}
 	incr(3)
-	if s.nodes.lua.eval.Load() {
+	if s.nodes.eval.Load() {
 		t.Error("a lost library turned the counter to scripts")
 	}
 	if list, _ := rdb.FunctionList(ctx, redis.FunctionListQuery{}).Result(); len(list) != 1 || !strings.HasPrefix(list[0].Name, "ratelimit_") {

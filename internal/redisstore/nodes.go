@@ -90,7 +90,9 @@ type nodes struct {
 	// (see noscript.go).
 	refused atomic.Pointer[error]
 
-	lua engine // how the servers run the Lua (library.go)
+	// eval: a server could not run the Lua as a library; every call is an
+	// EVAL from then on (library.go).
+	eval atomic.Bool
 
 	byClient atomic.Pointer[map[*redis.Client]*node] // replaced, never changed
 	mu       sync.Mutex                              // held to replace byClient
@@ -113,7 +115,6 @@ func newNodes(rdb redis.UniversalClient) *nodes {
 		ns.cluster = c
 		ns.deadlines = socketDeadlines(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout, -2)
 	}
-	ns.lua.rdb, ns.lua.cluster, ns.lua.ring = rdb, ns.cluster, ns.ring
 	ns.byClient.Store(&map[*redis.Client]*node{})
 	switch c := rdb.(type) {
 	case *redis.Client:
@@ -191,7 +192,7 @@ func (ns *nodes) newNode(addr string) *node {
 	if ns.first != nil {
 		n.id = len(ns.byAddr) + 1
 	}
-	s := &scripter{rdb: ns.rdb, route: ns.route, ring: ns.ring, dials: n.dials, lua: &ns.lua, refused: &ns.refused}
+	s := &scripter{ns: ns, dials: n.dials}
 	n.batch = newBatcher(func(ctx context.Context, cancel context.CancelFunc, ops []*takeOp) {
 		s.send(ctx, cancel, ops)
 		ns.learn(ops)

@@ -56,7 +56,7 @@ func (s *scripter) withoutScript(ctx context.Context, ops []*takeOp, refusal err
 		costs []int64
 	}
 	var txs []tx
-	pipe := s.rdb.TxPipeline()
+	pipe := s.ns.rdb.TxPipeline()
 	for _, op := range ops {
 		if op.kind != store.FixedWindow || op.quotas != nil || op.x != nil {
 			op.err = fmt.Errorf("%w, which it refused: %w", errNeedsScripts, refusal)

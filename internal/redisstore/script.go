@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,18 +34,11 @@ const (
 	byKey                // a cluster, or a client of unknown shape: one per key
 )
 
-// scripter carries a RedisCounter's batches to Redis as calls of the
-// Lua.
+// scripter carries a node's batches to Redis as calls of the Lua, through
+// the counter's client, as its nodes route them.
 type scripter struct {
-	rdb   redis.UniversalClient
-	route route
-	ring  *redis.Ring // when route is byShard
-	dials *dialWatch
-	lua   *engine // how the servers run the Lua, shared by a counter's scripters
-	// refused is the error of the server that refused to run the script
-	// (see noscript.go), shared by a counter's scripters; nil until one
-	// does.
-	refused *atomic.Pointer[error]
+	ns    *nodes
+	dials *dialWatch // the node's
 }
 
 // send carries one round trip's ops, as a batcher's sendFunc.
@@ -55,14 +47,14 @@ func (s *scripter) send(ctx context.Context, cancel context.CancelFunc, ops []*t
 	s.dials.add(cut)
 	defer s.dials.remove(cut)
 
-	// A call that failed having run nothing goes again, at most three times:
+	// A call that failed having run nothing goes again, at most resends times:
 	// a server that lacks the library or the script (it restarted, or was
 	// flushed) or cannot run the library (Redis 6) gets it again as the
-	// engine says (library.go); one that refuses scripts has the rest
+	// nodes say (library.go); one that refuses scripts has the rest
 	// counted without them.
-	groups, v := s.groups(ops), s.lua.verb()
+	groups, v := s.groups(ops), s.ns.verb()
 	for try := 0; len(groups) > 0; try++ {
-		if p := s.refused.Load(); p != nil {
+		if p := s.ns.refused.Load(); p != nil {
 			var rest []*takeOp
 			for _, g := range groups {
 				rest = append(rest, g...)
@@ -79,13 +71,13 @@ func (s *scripter) send(ctx context.Context, cancel context.CancelFunc, ops []*t
 				continue
 			}
 			if refusesScripts(err) {
-				s.refused.CompareAndSwap(nil, &err)
+				s.ns.refused.CompareAndSwap(nil, &err)
 				again = append(again, g)
 				continue
 			}
 			retry, how, failed := false, v, error(nil)
-			if try < 3 {
-				retry, how, failed = s.lua.retry(ctx, err, g[0].key)
+			if try < resends {
+				retry, how, failed = s.ns.retry(ctx, err, g[0].key)
 			}
 			switch {
 			case retry:
@@ -104,14 +96,14 @@ func (s *scripter) send(ctx context.Context, cancel context.CancelFunc, ops []*t
 
 // groups splits ops into the script calls of one round trip.
 func (s *scripter) groups(ops []*takeOp) [][]*takeOp {
-	switch s.route {
+	switch s.ns.route {
 	case allKeys:
 		return [][]*takeOp{ops}
 	case byShard:
 		var groups [][]*takeOp
 		shards := map[*redis.Client]int{}
 		for _, op := range ops {
-			shard, _ := s.ring.GetShardClientForKey(op.key) // nil: the call fails alone
+			shard, _ := s.ns.ring.GetShardClientForKey(op.key) // nil: the call fails alone
 			i, ok := shards[shard]
 			if !ok {
 				i = len(groups)
@@ -136,10 +128,10 @@ func (s *scripter) run(ctx context.Context, groups [][]*takeOp, v verb) []script
 		cmds[i] = call(ctx, g, v)
 	}
 	if len(cmds) == 1 {
-		_ = s.rdb.Process(ctx, cmds[0])
+		_ = s.ns.rdb.Process(ctx, cmds[0])
 		return cmds
 	}
-	pipe := s.rdb.Pipeline()
+	pipe := s.ns.rdb.Pipeline()
 	for _, cmd := range cmds {
 		_ = pipe.Process(ctx, cmd)
 	}

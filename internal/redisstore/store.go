@@ -331,8 +331,7 @@ func (s *Store) eval(ctx context.Context, function, key string, args []any) ([]i
 	n.dials.add(cut)
 	defer n.dials.remove(cut)
 
-	lua := &s.nodes.lua
-	v := lua.verb()
+	v := s.nodes.verb()
 	var cmd *redis.Cmd
 	for try := 0; ; try++ {
 		verb, name, nkeys := v.args(function, 1)
@@ -340,10 +339,10 @@ func (s *Store) eval(ctx context.Context, function, key string, args []any) ([]i
 		cmd.SetFirstKeyPos(3)
 		_ = s.nodes.rdb.Process(ctx, cmd)
 		err := cmd.Err()
-		if err == nil || try == 3 {
+		if err == nil || try == resends {
 			break
 		}
-		again, how, failed := lua.retry(ctx, err, key)
+		again, how, failed := s.nodes.retry(ctx, err, key)
 		if failed != nil {
 			cmd.SetErr(failed)
 		}
