@@ -169,47 +169,32 @@ func TestACLPermissionsTheDocsList(t *testing.T) {
 					t.Errorf("docs/redis.md does not list %q, which a cluster client needs", extra)
 				}
 			}
+			// On a server with functions, each line with +fcall
+			// +function|load in place of +evalsha +eval runs every
+			// algorithm too: by FCALL alone, since the user may run no
+			// script.
+			functions := admin.Do(ctx, "function", "list").Err() == nil
+			if functions && !strings.Contains(string(doc), redisstore.ACLFunctions) {
+				t.Errorf("docs/redis.md does not list %q, which calls the library", redisstore.ACLFunctions)
+			}
 			for _, c := range cases {
 				t.Run(c.name, func(t *testing.T) {
-					user, password := aclUser(t, admin, strings.Fields(c.acl+extra)...)
-					// A name of its own: an InFlight case's probe key, a sorted set, may
-					// still live when the next case pings.
-					lim := NewLimiter(Options{Counter: NewRedisCounter(s.client(t, user, password)), Name: strings.ReplaceAll(c.name, " ", "-"),
-						Limit: 2, Window: time.Minute, Algorithm: c.algo, Quotas: c.quotas})
-					if err := lim.Ping(ctx); err != nil {
-						t.Fatalf("Ping as a user with %q: %v", c.acl+extra, err)
-					}
 					tenant := uniqueTenant(t)
-					for i, want := range []bool{true, true, false} {
-						if d := lim.Take(ctx, tenant); d.By != ByCounter || d.Allowed != want {
-							t.Fatalf("request %d: %+v; want decided by the counter, allowed %v", i+1, d, want)
-						}
-					}
-					if u, err := lim.Usage(ctx, tenant); err != nil || u[0].Used != 2 {
-						t.Fatalf("Usage as a user with %q: %+v, %v; want 2 used", c.acl+extra, u, err)
-					}
-					if err := lim.Reset(ctx, tenant); err != nil {
-						t.Fatalf("Reset as a user with %q: %v", c.acl+extra, err)
-					}
-					d := lim.Take(ctx, tenant)
-					if !d.Allowed || d.By != ByCounter {
-						t.Fatalf("after Reset: %+v; want allowed by the counter", d)
-					}
-					if err := lim.Release(ctx, d); err != nil {
-						t.Fatalf("Release as a user with %q: %v", c.acl+extra, err)
-					}
-					if u, err := lim.Usage(ctx, tenant); err != nil || u[0].Used != 0 {
-						t.Fatalf("Usage after Release as a user with %q: %+v, %v; want 0 used", c.acl+extra, u, err)
+					opts := Options{Limit: 2, Window: time.Minute, Algorithm: c.algo, Quotas: c.quotas}
+					runsAs(t, ctx, s, admin, c.name, c.acl+extra, opts, tenant)
+					if functions {
+						acl := strings.Replace(c.acl, "+evalsha +eval", redisstore.ACLFunctions, 1)
+						runsAs(t, ctx, s, admin, c.name+" fcall", acl+extra, opts, tenant+"f")
 					}
 
 					// What the docs once listed: scripts, but not the
 					// commands they run, which every server checks.
-					user, password = aclUser(t, admin, strings.Fields("~rl:* ~{rl:* +evalsha +eval +ping"+extra)...)
+					user, password := aclUser(t, admin, strings.Fields("~rl:* ~{rl:* +evalsha +eval +ping"+extra)...)
 					rec := newLogRecorder()
-					lim = NewLimiter(Options{Counter: NewRedisCounter(s.client(t, user, password)), Limit: 2, Window: time.Minute, Algorithm: c.algo, Quotas: c.quotas, Logger: rec.logger()})
+					lim := NewLimiter(Options{Counter: NewRedisCounter(s.client(t, user, password)), Limit: 2, Window: time.Minute, Algorithm: c.algo, Quotas: c.quotas, Logger: rec.logger()})
 					err := lim.Ping(ctx)
 					if err == nil || !strings.Contains(err.Error(), "the ACL user lacks a permission") || !strings.Contains(err.Error(), c.acl) ||
-						strings.Contains(err.Error(), "other than a count") {
+						!strings.Contains(err.Error(), redisstore.ACLFunctions) || strings.Contains(err.Error(), "other than a count") {
 						t.Fatalf("Ping as a user without the scripts' commands: %v; want a missing permission, naming %q", err, c.acl)
 					}
 					if d := lim.Take(ctx, tenant); d.By != ByNone || len(rec.withMsg("ratelimit: the counter is misconfigured")) != 1 {
@@ -218,6 +203,42 @@ func TestACLPermissionsTheDocsList(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// runsAs has a limiter of opts, named name, count tenant through a user
+// with exactly the rules acl on s: Ping, two requests allowed and one
+// refused, Usage, Reset, Release, all by the counter.
+func runsAs(t *testing.T, ctx context.Context, s userClient, admin redis.UniversalClient, name, acl string, opts Options, tenant string) {
+	t.Helper()
+	user, password := aclUser(t, admin, strings.Fields(acl)...)
+	// A name of its own: an InFlight case's probe key, a sorted set, may
+	// still live when the next case pings.
+	opts.Counter, opts.Name = NewRedisCounter(s.client(t, user, password)), strings.ReplaceAll(name, " ", "-")
+	lim := NewLimiter(opts)
+	if err := lim.Ping(ctx); err != nil {
+		t.Fatalf("Ping as a user with %q: %v", acl, err)
+	}
+	for i, want := range []bool{true, true, false} {
+		if d := lim.Take(ctx, tenant); d.By != ByCounter || d.Allowed != want {
+			t.Fatalf("request %d as a user with %q: %+v; want decided by the counter, allowed %v", i+1, acl, d, want)
+		}
+	}
+	if u, err := lim.Usage(ctx, tenant); err != nil || u[0].Used != 2 {
+		t.Fatalf("Usage as a user with %q: %+v, %v; want 2 used", acl, u, err)
+	}
+	if err := lim.Reset(ctx, tenant); err != nil {
+		t.Fatalf("Reset as a user with %q: %v", acl, err)
+	}
+	d := lim.Take(ctx, tenant)
+	if !d.Allowed || d.By != ByCounter {
+		t.Fatalf("after Reset as a user with %q: %+v; want allowed by the counter", acl, d)
+	}
+	if err := lim.Release(ctx, d); err != nil {
+		t.Fatalf("Release as a user with %q: %v", acl, err)
+	}
+	if u, err := lim.Usage(ctx, tenant); err != nil || u[0].Used != 0 {
+		t.Fatalf("Usage after Release as a user with %q: %+v, %v; want 0 used", acl, u, err)
 	}
 }
 

@@ -38,13 +38,15 @@ var redisClients = []struct {
 	{"ring", func(t *testing.T) redis.UniversalClient { return newRingClient(t) }},
 }
 
-// userClients are redisClients that log in as an ACL user: client makes
+// userClient is a redisClient that logs in as an ACL user: client makes
 // one for user, admin one as the tests' own user, who may add users.
-var userClients = []struct {
+type userClient struct {
 	name   string
 	client func(t *testing.T, user, password string) redis.UniversalClient
 	admin  func(t *testing.T) redis.UniversalClient
-}{
+}
+
+var userClients = []userClient{
 	{"single node", func(t *testing.T, user, password string) redis.UniversalClient {
 		opt := redisOptions(t)
 		opt.Username, opt.Password = user, password

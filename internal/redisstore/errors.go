@@ -62,6 +62,13 @@ const (
 	ACLQuotas    = "~rl:* ~{rl:* +evalsha +eval +time +hmget +hset +pexpire +del +ping"
 	ACLInFlight  = "~rl:* +evalsha +eval +time +zremrangebyscore +zcard +zadd +zrem +zcount +pexpire +del +ping"
 	ACLBucket    = "~rl:* +evalsha +eval +time +get +set +del +ping"
+
+	// ACLFunctions is what Redis 7 and later, and Valkey, need beside any
+	// of the above for the counter to call its FUNCTION library (see
+	// library.go); with them, +evalsha +eval may go. Redis 6.0's ACL knows
+	// neither command. A user without them runs the same Lua as an EVAL
+	// script, which costs the server more per call.
+	ACLFunctions = "+fcall +function|load"
 )
 
 // fixes are the answers that mean misconfiguration, by words they hold
@@ -80,6 +87,7 @@ var fixes = []struct {
 	{[]string{"NOPERM", "can't run this command", "no permissions to run"},
 		"the ACL user lacks a permission: grant it, for a fixed window, " + ACLFixed + "; for a sliding window, " + ACLSliding +
 			"; with quotas, " + ACLQuotas + "; for InFlight, " + ACLInFlight + "; for a token bucket, " + ACLBucket +
+			"; on Redis 7 and later, and Valkey, " + ACLFunctions + " as well, or instead of +evalsha +eval" +
 			" (docs/redis.md lists them, and the cluster's)"},
 	{[]string{"OOM command not allowed"}, "the server is at its maxmemory and evicts nothing (maxmemory-policy noeviction): " +
 		"raise maxmemory, or use a policy that evicts, such as volatile-ttl: every key the limiter writes has an expiry"},
