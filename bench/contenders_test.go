@@ -116,20 +116,20 @@ func peerKey(c *fiber.Ctx) string { return "rl:" + c.Get("X-Tenant") }
 // and tenant; rdb is nil for memory contenders. A nil handler is the bare app.
 type handlerContender struct {
 	name string
-	new  func(tb testing.TB, rdb *redis.Client, limit int) fiber.Handler
+	new  func(tb testing.TB, rdb redis.UniversalClient, limit int) fiber.Handler
 }
 
 var (
-	bare = handlerContender{"bare", func(testing.TB, *redis.Client, int) fiber.Handler { return nil }}
+	bare = handlerContender{"bare", func(testing.TB, redis.UniversalClient, int) fiber.Handler { return nil }}
 
 	// Two floors for the handler figures: a middleware that does nothing,
 	// and one that reads the tenant and sets the five header fields ours
 	// sets (constant values, names in fasthttp's normalized form), without
 	// counting anything.
-	noop = handlerContender{"floor-noop", func(testing.TB, *redis.Client, int) fiber.Handler {
+	noop = handlerContender{"floor-noop", func(testing.TB, redis.UniversalClient, int) fiber.Handler {
 		return func(c *fiber.Ctx) error { return c.Next() }
 	}}
-	headersFloor = handlerContender{"floor-headers", func(testing.TB, *redis.Client, int) fiber.Handler {
+	headersFloor = handlerContender{"floor-headers", func(testing.TB, redis.UniversalClient, int) fiber.Handler {
 		fields := [][2][]byte{
 			{[]byte("X-Ratelimit-Limit"), []byte("1073741824")},
 			{[]byte("X-Ratelimit-Remaining"), []byte("1073741823")},
@@ -148,11 +148,11 @@ var (
 		}
 	}}
 
-	ours = handlerContender{"ratelimit", func(tb testing.TB, rdb *redis.Client, limit int) fiber.Handler {
+	ours = handlerContender{"ratelimit", func(tb testing.TB, rdb redis.UniversalClient, limit int) fiber.Handler {
 		return oursHandler(tb, ratelimit.Config{Counter: counterFor(tb, rdb), Limit: limit, Window: window, Tenant: tenantHeader})
 	}}
 
-	oursNoHeaders = handlerContender{"ratelimit-noheaders", func(tb testing.TB, rdb *redis.Client, limit int) fiber.Handler {
+	oursNoHeaders = handlerContender{"ratelimit-noheaders", func(tb testing.TB, rdb redis.UniversalClient, limit int) fiber.Handler {
 		return oursHandler(tb, ratelimit.Config{
 			Counter: counterFor(tb, rdb), Limit: limit, Window: window, Tenant: tenantHeader,
 			DisableLegacyHeaders: true, DisableDraftHeaders: true,
@@ -160,7 +160,7 @@ var (
 	}}
 
 	// Ours on the sliding window.
-	oursSliding = handlerContender{"ratelimit-sliding", func(tb testing.TB, rdb *redis.Client, limit int) fiber.Handler {
+	oursSliding = handlerContender{"ratelimit-sliding", func(tb testing.TB, rdb redis.UniversalClient, limit int) fiber.Handler {
 		return oursHandler(tb, ratelimit.Config{
 			Counter: counterFor(tb, rdb), Limit: limit, Window: window, Tenant: tenantHeader, Algorithm: ratelimit.SlidingWindow,
 		})
@@ -169,7 +169,7 @@ var (
 	// Ours with a plan for every tenant, read from a map, and a Cost
 	// function: the budget and the headers are the tenant's own, which
 	// differ from Options', and each request costs 1.
-	oursPlans = handlerContender{"ratelimit-plans-cost", func(tb testing.TB, rdb *redis.Client, limit int) fiber.Handler {
+	oursPlans = handlerContender{"ratelimit-plans-cost", func(tb testing.TB, rdb redis.UniversalClient, limit int) fiber.Handler {
 		plans := map[string]ratelimit.Plan{}
 		for _, id := range tenantIDs(10000) {
 			plans[string(id)] = ratelimit.Plan{Limit: limit}
@@ -182,14 +182,14 @@ var (
 	}}
 
 	// Ours without its over-limit cache: every request asks the counter.
-	oursNoCache = handlerContender{"ratelimit-nocache", func(tb testing.TB, rdb *redis.Client, limit int) fiber.Handler {
+	oursNoCache = handlerContender{"ratelimit-nocache", func(tb testing.TB, rdb redis.UniversalClient, limit int) fiber.Handler {
 		return oursHandler(tb, ratelimit.Config{
 			Counter: counterFor(tb, rdb), Limit: limit, Window: window, Tenant: tenantHeader,
 			DisableOverLimitCache: true,
 		})
 	}}
 
-	fiberLimiter = handlerContender{"fiber-limiter", func(tb testing.TB, rdb *redis.Client, limit int) fiber.Handler {
+	fiberLimiter = handlerContender{"fiber-limiter", func(tb testing.TB, rdb redis.UniversalClient, limit int) fiber.Handler {
 		cfg := fiberlimiter.Config{Max: limit, Expiration: window, KeyGenerator: peerKey}
 		if rdb != nil {
 			cfg.Storage = fiberredis.NewFromConnection(rdb)
@@ -197,15 +197,15 @@ var (
 		return fiberlimiter.New(cfg)
 	}}
 
-	ululeMemory = handlerContender{"ulule-memory", func(tb testing.TB, _ *redis.Client, limit int) fiber.Handler {
+	ululeMemory = handlerContender{"ulule-memory", func(tb testing.TB, _ redis.UniversalClient, limit int) fiber.Handler {
 		return ululeMiddleware(ulule.New(ululememory.NewStore(), ulule.Rate{Period: window, Limit: int64(limit)}))
 	}}
 
-	ululeRedis = handlerContender{"ulule-redis", func(tb testing.TB, rdb *redis.Client, limit int) fiber.Handler {
+	ululeRedis = handlerContender{"ulule-redis", func(tb testing.TB, rdb redis.UniversalClient, limit int) fiber.Handler {
 		return ululeMiddleware(newUluleRedis(tb, rdb, limit))
 	}}
 
-	sethvargo = handlerContender{"sethvargo-memorystore", func(tb testing.TB, _ *redis.Client, limit int) fiber.Handler {
+	sethvargo = handlerContender{"sethvargo-memorystore", func(tb testing.TB, _ redis.UniversalClient, limit int) fiber.Handler {
 		store := newSethvargo(tb, limit)
 		// As sethvargo's own httplimit middleware does it, headers included.
 		return func(c *fiber.Ctx) error {
@@ -225,7 +225,7 @@ var (
 		}
 	}}
 
-	xTimeRate = handlerContender{"x-time-rate", func(tb testing.TB, _ *redis.Client, limit int) fiber.Handler {
+	xTimeRate = handlerContender{"x-time-rate", func(tb testing.TB, _ redis.UniversalClient, limit int) fiber.Handler {
 		m := newRateMap(limit)
 		return func(c *fiber.Ctx) error {
 			if !m.allow(peerKey(c)) {
@@ -235,7 +235,7 @@ var (
 		}
 	}}
 
-	redisRate = handlerContender{"redis-rate", func(tb testing.TB, rdb *redis.Client, limit int) fiber.Handler {
+	redisRate = handlerContender{"redis-rate", func(tb testing.TB, rdb redis.UniversalClient, limit int) fiber.Handler {
 		l, lim := redis_rate.NewLimiter(rdb), redisRateLimit(limit)
 		return func(c *fiber.Ctx) error {
 			res, err := l.Allow(c.UserContext(), peerKey(c), lim)
@@ -251,7 +251,7 @@ var (
 		}
 	}}
 
-	rawMultiExec = handlerContender{"raw-multi-exec", func(tb testing.TB, rdb *redis.Client, limit int) fiber.Handler {
+	rawMultiExec = handlerContender{"raw-multi-exec", func(tb testing.TB, rdb redis.UniversalClient, limit int) fiber.Handler {
 		return func(c *fiber.Ctx) error {
 			n, err := rawIncr(c.UserContext(), rdb, peerKey(c))
 			if err != nil {
@@ -308,7 +308,7 @@ func reportFailOpen(b *testing.B) {
 	}
 }
 
-func counterFor(tb testing.TB, rdb *redis.Client) store.Store {
+func counterFor(tb testing.TB, rdb redis.UniversalClient) store.Store {
 	if rdb != nil {
 		return ratelimit.NewRedisCounter(rdb)
 	}
@@ -335,7 +335,7 @@ func ululeMiddleware(l *ulule.Limiter) fiber.Handler {
 	}
 }
 
-func newUluleRedis(tb testing.TB, rdb *redis.Client, limit int) *ulule.Limiter {
+func newUluleRedis(tb testing.TB, rdb redis.UniversalClient, limit int) *ulule.Limiter {
 	store, err := ululeredis.NewStore(rdb)
 	if err != nil {
 		tb.Fatalf("ulule redis store: %v", err)
@@ -386,7 +386,7 @@ func (r *rateMap) allow(key string) bool {
 
 // rawIncr is the floor for one round trip per request: INCR and
 // PEXPIRE NX in one MULTI/EXEC.
-func rawIncr(ctx context.Context, rdb *redis.Client, key string) (int64, error) {
+func rawIncr(ctx context.Context, rdb redis.UniversalClient, key string) (int64, error) {
 	pipe := rdb.TxPipeline()
 	incr := pipe.Incr(ctx, key)
 	pipe.Do(ctx, "pexpire", key, window.Milliseconds(), "nx")

@@ -29,10 +29,10 @@ type floodRun struct {
 }
 
 var floods = []floodRun{
-	{redisCallers, []handlerContender{ours, oursSliding, oursNoCache, fiberLimiter, ululeRedis, redisRate, rawMultiExec}},
+	{redisCallers, []handlerContender{ours, oursSliding, oursNoCache, oursAutoPipe, fiberLimiter, ululeRedis, redisRate, rawMultiExec}},
 	// One caller: nothing to share a round trip with, so without the
 	// over-limit cache every request is a round trip of its own.
-	{1, []handlerContender{ours, oursSliding, oursNoCache, rawMultiExec}},
+	{1, []handlerContender{ours, oursSliding, oursNoCache, oursAutoPipe, rawMultiExec}},
 }
 
 // BenchmarkFlood is one flood per op: one tenant, new in each op, sends

@@ -12,7 +12,7 @@ import (
 
 // oursSkipFailed is ours (fixed window) with SkipFailedRequests: a request
 // that succeeds, as every one here does, keeps its count.
-var oursSkipFailed = handlerContender{"ratelimit-skipfailed", func(tb testing.TB, rdb *redis.Client, limit int) fiber.Handler {
+var oursSkipFailed = handlerContender{"ratelimit-skipfailed", func(tb testing.TB, rdb redis.UniversalClient, limit int) fiber.Handler {
 	return oursHandler(tb, ratelimit.Config{
 		Counter: counterFor(tb, rdb), Limit: limit, Window: window, Tenant: tenantHeader, SkipFailedRequests: true,
 	})

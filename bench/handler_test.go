@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
 )
 
@@ -24,12 +25,12 @@ type redisRun struct {
 
 var (
 	redisHandlers = []redisRun{
-		{optsDefault, []handlerContender{bare, ours, oursNoHeaders, oursSliding, oursPlans, fiberLimiter, ululeRedis, redisRate, rawMultiExec}},
-		{optsCtxTimeout, []handlerContender{bare, ours, oursSliding, rawMultiExec}},
+		{optsDefault, []handlerContender{bare, ours, oursNoHeaders, oursSliding, oursPlans, oursAutoPipe, fiberLimiter, ululeRedis, redisRate, rawMultiExec}},
+		{optsCtxTimeout, []handlerContender{bare, ours, oursSliding, oursAutoPipe, rawMultiExec}},
 	}
 	loneHandlers = []redisRun{
-		{optsDefault, []handlerContender{bare, ours, fiberLimiter, ululeRedis, redisRate, rawMultiExec}},
-		{optsCtxTimeout, []handlerContender{bare, ours, rawMultiExec}},
+		{optsDefault, []handlerContender{bare, ours, oursAutoPipe, fiberLimiter, ululeRedis, redisRate, rawMultiExec}},
+		{optsCtxTimeout, []handlerContender{bare, ours, oursAutoPipe, rawMultiExec}},
 	}
 )
 
@@ -134,7 +135,8 @@ func driveHandler(b *testing.B, h fasthttp.RequestHandler, tenants [][]byte) {
 // Its "paired" contender alternates a request through ours and one through
 // raw-multi-exec, on one client, and times each: on a machine whose speed
 // drifts, their ratio (the ratelimit/raw metric) is steadier than that of
-// two sub-benchmarks run seconds apart.
+// two sub-benchmarks run seconds apart. "paired-autopipe" does the same
+// for ratelimit-autopipe (the ratelimit-autopipe/raw metric).
 func BenchmarkHandlerLone(b *testing.B) {
 	tenant := []byte("tenant0")
 	for _, run := range loneHandlers {
@@ -154,40 +156,52 @@ func BenchmarkHandlerLone(b *testing.B) {
 				reportFailOpen(b)
 			})
 		}
-		b.Run(fmt.Sprintf("redis/opts=%s/paired", run.opts.name), func(b *testing.B) {
-			rdb := benchRedis(b, "redis", run.opts)
-			serve := [2]func(){
-				loneServer(b, newApp(ours.new(b, rdb, bigLimit)).Handler(), tenant),
-				loneServer(b, newApp(rawMultiExec.new(b, rdb, bigLimit)).Handler(), []byte("tenant1")),
-			}
-			for range 100 {
-				serve[0]()
-				serve[1]()
-			}
-			var (
-				spent [2]time.Duration
-				n     [2]int
-			)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := range b.N {
-				k := i & 1
-				start := time.Now()
-				serve[k]()
-				spent[k] += time.Since(start)
-				n[k]++
-			}
-			b.StopTimer()
-			if n[1] == 0 {
-				return // b.N is 1: nothing to compare
-			}
-			oursNs, rawNs := float64(spent[0])/float64(n[0]), float64(spent[1])/float64(n[1])
-			b.ReportMetric(oursNs, "ratelimit-ns/req")
-			b.ReportMetric(rawNs, "raw-ns/req")
-			b.ReportMetric(oursNs/rawNs, "ratelimit/raw")
-			reportFailOpen(b)
-		})
+		for _, p := range []struct {
+			name string
+			c    handlerContender
+		}{{"paired", ours}, {"paired-autopipe", oursAutoPipe}} {
+			b.Run(fmt.Sprintf("redis/opts=%s/%s", run.opts.name, p.name), func(b *testing.B) {
+				servePaired(b, benchRedis(b, "redis", run.opts), p.c)
+			})
+		}
 	}
+}
+
+// servePaired alternates a request through c and one through
+// raw-multi-exec, on one client, and times each. It reports c's ns/req,
+// the raw loop's and their ratio, each metric named after c
+// ("ratelimit-ns/req", "ratelimit/raw").
+func servePaired(b *testing.B, rdb redis.UniversalClient, c handlerContender) {
+	serve := [2]func(){
+		loneServer(b, newApp(c.new(b, rdb, bigLimit)).Handler(), []byte("tenant0")),
+		loneServer(b, newApp(rawMultiExec.new(b, rdb, bigLimit)).Handler(), []byte("tenant1")),
+	}
+	for range 100 {
+		serve[0]()
+		serve[1]()
+	}
+	var (
+		spent [2]time.Duration
+		n     [2]int
+	)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		k := i & 1
+		start := time.Now()
+		serve[k]()
+		spent[k] += time.Since(start)
+		n[k]++
+	}
+	b.StopTimer()
+	if n[1] == 0 {
+		return // b.N is 1: nothing to compare
+	}
+	oursNs, rawNs := float64(spent[0])/float64(n[0]), float64(spent[1])/float64(n[1])
+	b.ReportMetric(oursNs, c.name+"-ns/req")
+	b.ReportMetric(rawNs, "raw-ns/req")
+	b.ReportMetric(oursNs/rawNs, c.name+"/raw")
+	reportFailOpen(b)
 }
 
 // loneServer returns a function that sends one request for tenant through

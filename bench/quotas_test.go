@@ -19,7 +19,7 @@ var twoQuotas = []ratelimit.Quota{
 
 // oursQuotas is ours (fixed window) with twoQuotas: the headers list three
 // limits.
-var oursQuotas = handlerContender{"ratelimit-quotas", func(tb testing.TB, rdb *redis.Client, limit int) fiber.Handler {
+var oursQuotas = handlerContender{"ratelimit-quotas", func(tb testing.TB, rdb redis.UniversalClient, limit int) fiber.Handler {
 	return oursHandler(tb, ratelimit.Config{
 		Counter: counterFor(tb, rdb), Limit: limit, Window: window, Tenant: tenantHeader, Quotas: twoQuotas,
 	})
