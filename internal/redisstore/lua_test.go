@@ -239,7 +239,7 @@ func takeSliding(t *testing.T, s *Store, key string, b *store.Budget, costs []in
 	return answers
 }
 
-// scriptAt is the Lua as an EVAL script (evalText) on a clock stopped at ms: its clock function,
+// scriptAt is the Lua as an EVAL script (evalOf) on a clock stopped at ms: its clock function,
 // which reads the server's TIME, returns ms instead, so that a test can
 // put a request at an exact instant.
 func scriptAt(t *testing.T, ms int64) string {
@@ -253,11 +253,13 @@ func scriptAtMicros(t *testing.T, us int64) string {
 	const clock = "  local t = redis.call('TIME')\n" +
 		"  nowus = tonumber(t[1]) * 1000000 + tonumber(t[2])\n" +
 		"  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-	if strings.Count(evalText, clock) != 1 {
+	if strings.Count(luaText, clock) != 1 {
 		t.Fatal("args.lua's clock function is not as this test knows it: mend scriptAtMicros")
 	}
 	stopped := "  nowus = " + strconv.FormatInt(us, 10) + "\n  return " + strconv.FormatInt(us/1000, 10) + "\n"
-	return strings.Replace(evalText, clock, stopped, 1)
+	// A text of its own, so a take of its own in a Redis 6 server's
+	// globals (evalOf).
+	return evalOf(strings.Replace(luaText, clock, stopped, 1))
 }
 
 // A quota's window ends at its end instant, as in memstore (a window
