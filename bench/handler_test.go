@@ -136,7 +136,9 @@ func driveHandler(b *testing.B, h fasthttp.RequestHandler, tenants [][]byte) {
 // raw-multi-exec, on one client, and times each: on a machine whose speed
 // drifts, their ratio (the ratelimit/raw metric) is steadier than that of
 // two sub-benchmarks run seconds apart. "paired-autopipe" does the same
-// for ratelimit-autopipe (the ratelimit-autopipe/raw metric).
+// for ratelimit-autopipe (the ratelimit-autopipe/raw metric), and
+// "paired-handoff" for raw-handoff, the raw loop with its round trip
+// handed to another goroutine and back (raw-handoff/raw).
 func BenchmarkHandlerLone(b *testing.B) {
 	tenant := []byte("tenant0")
 	for _, run := range loneHandlers {
@@ -159,7 +161,7 @@ func BenchmarkHandlerLone(b *testing.B) {
 		for _, p := range []struct {
 			name string
 			c    handlerContender
-		}{{"paired", ours}, {"paired-autopipe", oursAutoPipe}} {
+		}{{"paired", ours}, {"paired-autopipe", oursAutoPipe}, {"paired-handoff", rawHandOff}} {
 			b.Run(fmt.Sprintf("redis/opts=%s/%s", run.opts.name, p.name), func(b *testing.B) {
 				servePaired(b, benchRedis(b, "redis", run.opts), p.c)
 			})
