@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gatewaykit/ratelimit"
+	"github.com/gatewaykit/ratelimit/internal/redisstore"
 	"github.com/gatewaykit/ratelimit/store"
 	"github.com/gofiber/fiber/v2"
 	"github.com/redis/go-redis/v9"
@@ -37,10 +38,10 @@ type autoPipeStore struct {
 	take string // the library's take function
 }
 
-// newAutoPipeStore loads RedisCounter's library on each server of rdb (a
-// client of one server, or of a cluster), by requests of tenants whose
-// keys fall on each through a RedisCounter, and returns a store that calls
-// its take function through rdb's AsyncAutoPipeline.
+// newAutoPipeStore loads RedisCounter's library on each server of rdb, by
+// requests of tenants whose keys fall on each through a RedisCounter, and
+// returns a store that calls its take function through rdb's
+// AsyncAutoPipeline.
 func newAutoPipeStore(tb testing.TB, rdb redis.UniversalClient) *autoPipeStore {
 	ctx := context.Background()
 	if !hasFunctions(rdb) {
@@ -52,12 +53,15 @@ func newAutoPipeStore(tb testing.TB, rdb redis.UniversalClient) *autoPipeStore {
 			tb.Fatalf("loading the library by a request: %+v", d)
 		}
 	}
+	var mu sync.Mutex // the servers of a cluster answer at once
 	takes := map[string]bool{}
-	each := func(ctx context.Context, c *redis.Client) error {
+	ok, err := redisstore.EachServer(ctx, rdb, func(ctx context.Context, c *redis.Client) error {
 		libs, err := c.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: "ratelimit_*"}).Result()
 		if err != nil {
 			return err
 		}
+		mu.Lock()
+		defer mu.Unlock()
 		found := false
 		for _, l := range libs {
 			for _, f := range l.Functions {
@@ -70,20 +74,9 @@ func newAutoPipeStore(tb testing.TB, rdb redis.UniversalClient) *autoPipeStore {
 			return fmt.Errorf("%s has no ratelimit library", c.Options().Addr)
 		}
 		return nil
-	}
-	var err error
-	switch c := rdb.(type) {
-	case *redis.ClusterClient:
-		var mu sync.Mutex
-		err = c.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			mu.Lock()
-			defer mu.Unlock()
-			return each(ctx, c)
-		})
-	case *redis.Client:
-		err = each(ctx, c)
-	default:
-		tb.Fatalf("ratelimit-autopipe runs on a client of one server or of a cluster, not a %T", rdb)
+	})
+	if !ok {
+		tb.Fatalf("ratelimit-autopipe runs on a client of a server, a cluster or a ring, not a %T", rdb)
 	}
 	if err != nil {
 		tb.Fatalf("the library on each server: %v", err)

@@ -60,16 +60,7 @@ func clusterClient(b *testing.B, o redisOpts) *redis.ClusterClient {
 		if err := c.FlushDB(ctx).Err(); err != nil {
 			return err
 		}
-		errs := make(chan error, redisCallers)
-		for range redisCallers {
-			go func() { errs <- c.Ping(ctx).Err() }()
-		}
-		for range redisCallers {
-			if err := <-errs; err != nil {
-				return err
-			}
-		}
-		return nil
+		return fillPool(ctx, c)
 	}); err != nil {
 		b.Fatal(err)
 	}

@@ -68,17 +68,26 @@ func redisClient(tb testing.TB, o redisOpts) *redis.Client {
 	opt.ContextTimeoutEnabled = o.ctxTimeout
 	rdb := redis.NewClient(opt)
 	tb.Cleanup(func() { rdb.Close() })
-	// Dial the whole pool now, so that no timed op pays for a connection.
-	errs := make(chan error, redisCallers)
-	for range redisCallers {
-		go func() { errs <- rdb.Ping(context.Background()).Err() }()
-	}
-	for range redisCallers {
-		if err := <-errs; err != nil {
-			tb.Fatalf("ping %s: %v", url, err)
-		}
+	if err := fillPool(context.Background(), rdb); err != nil {
+		tb.Fatalf("ping %s: %v", url, err)
 	}
 	return rdb
+}
+
+// fillPool dials rdb's whole pool of redisCallers connections, by as many
+// PINGs at once, so that no timed op pays for a connection.
+func fillPool(ctx context.Context, rdb *redis.Client) error {
+	errs := make(chan error, redisCallers)
+	for range redisCallers {
+		go func() { errs <- rdb.Ping(ctx).Err() }()
+	}
+	var first error
+	for range redisCallers {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // benchRedis returns, for a redis benchmark, a client with the options o on

@@ -59,10 +59,7 @@ var luaText = func() string {
 }()
 
 var (
-	luaDigest = func() string {
-		sum := sha1.Sum([]byte(luaText))
-		return hex.EncodeToString(sum[:6])
-	}()
+	luaDigest = digest(luaText)
 
 	// takeFunction decides, gives back and resets; readFunction reads a
 	// usage. It writes nothing, so the server runs it even when it is at
@@ -79,6 +76,12 @@ var (
 	evalText = evalOf(luaText)
 	evalSHA  = redis.NewScript(evalText).Hash()
 )
+
+// digest names a version of the Lua: 12 hex digits of its text's SHA-1.
+func digest(lua string) string {
+	sum := sha1.Sum([]byte(lua))
+	return hex.EncodeToString(sum[:6])
+}
 
 // evalOf returns lua, the files of lua/ one after the other, as an EVAL
 // script that runs take on the call's KEYS and ARGV.
@@ -97,8 +100,7 @@ var (
 // 6.x has not): there, for a user who may not run FCALL, every call
 // makes them again.
 func evalOf(lua string) string {
-	sum := sha1.Sum([]byte(lua))
-	name := "'ratelimit_" + hex.EncodeToString(sum[:6]) + "'"
+	name := "'ratelimit_" + digest(lua) + "'"
 	return "local take = rawget(_G, " + name + ")\n" +
 		"if not take then\n" +
 		"  take = (function()\n" + lua + "  return take\n  end)()\n" +
